@@ -1,0 +1,1 @@
+"""verimail.api.routes."""

@@ -1,0 +1,39 @@
+"""The ``verimail`` command (Typer + Rich).
+
+Each area keeps its commands beside its code (``testbed/cli.py``, ...) and is wired here,
+so this module stays a table of contents.
+"""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+
+from verimail import API_VERSION, __version__
+
+app = typer.Typer(
+    name="verimail",
+    help="Email verification service: verify addresses, run jobs, serve the API.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+console = Console()
+
+
+@app.command()
+def version() -> None:
+    """Print the package and API versions."""
+    console.print(f"verimail {__version__} (API {API_VERSION})")
+
+
+def _register() -> None:
+    """Attach the sub-command groups of each area (imported lazily to keep start-up fast)."""
+    from verimail.testbed.cli import app as testbed_app
+
+    app.add_typer(testbed_app, name="testbed")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    _register()
+    app()

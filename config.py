@@ -1,0 +1,173 @@
+"""Settings for every part of verimail, in one place.
+
+Read from the environment (prefix ``VERIMAIL_``) and an optional ``.env`` file.
+List settings take a comma-separated value in the environment, e.g.
+``VERIMAIL_DNS_NAMESERVERS=127.0.1.53:53,127.0.1.54`` — JSON lists are accepted too.
+The engine never reads the environment itself: callers pass a ``Settings`` object, so
+tests and the testbed can run several differently-configured engines in one process.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+# Networks a blanket "allow private" switch would open; we refuse them as a whole so
+# that allowing the loopback testbed can never silently allow the LAN as well.
+_TOO_BROAD = {ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0")}
+
+
+def _split_list(value: Any) -> Any:
+    """Accept ``a,b,c`` or a JSON list from the environment; pass lists through."""
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return []
+        if text.startswith("["):
+            return json.loads(text)
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    """All runtime settings. Field docs double as the README's settings table."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="VERIMAIL_", env_file=".env", extra="ignore", validate_default=True
+    )
+
+    # --- where state lives -------------------------------------------------------
+    data_dir: Path = Field(Path(".verimail"), description="Directory for all runtime state.")
+    database_url: str | None = Field(
+        None, description="SQLAlchemy URL; default: SQLite file `<data_dir>/verimail.db`."
+    )
+    redis_url: str | None = Field(
+        None, description="Redis URL for shared rate limits; default: in-process memory."
+    )
+
+    # --- DNS -----------------------------------------------------------------------
+    dns_nameservers: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Nameservers as `host[:port]`, comma-separated; empty: system resolver.",
+    )
+    dns_timeout: float = Field(3.0, gt=0, description="Seconds per DNS query (all tries).")
+
+    # --- SMTP prober ---------------------------------------------------------------
+    smtp_port: int = Field(25, ge=1, le=65535, description="TCP port of the MX hosts.")
+    smtp_connect_timeout: float = Field(10.0, gt=0, description="Seconds to connect + greet.")
+    smtp_command_timeout: float = Field(15.0, gt=0, description="Seconds per SMTP command.")
+    smtp_helo_name: str = Field("verimail.localhost", description="Name sent in EHLO/HELO.")
+    smtp_mail_from: str = Field(
+        "verify@verimail.localhost", description="Envelope sender for `MAIL FROM`."
+    )
+    smtp_allow_networks: Annotated[list[IPNetwork], NoDecode] = Field(
+        default_factory=list,
+        description="Private/reserved networks MX addresses may lie in (e.g. `127.0.0.0/8`). "
+        "Default none: MX records pointing at internal addresses are refused.",
+    )
+    smtp_max_sessions_per_host: int = Field(
+        5, ge=1, description="Concurrent SMTP sessions per mail host (politeness)."
+    )
+    smtp_rcpts_per_session: int = Field(
+        100, ge=1, description="`RCPT TO` commands per session before a fresh session."
+    )
+    smtp_max_rejections_per_session: int = Field(
+        9,
+        ge=1,
+        description="Rejected recipients per session before a fresh one (Postfix slows "
+        "down after 10 and drops after 20).",
+    )
+    smtp_greylist_retries: int = Field(
+        3, ge=0, description="Retries of a greylisted (4xx) recipient within one run."
+    )
+    smtp_greylist_delay: float = Field(
+        5.0, ge=0, description="Seconds before the first greylist retry (doubles each time)."
+    )
+
+    # --- reference lists ----------------------------------------------------------
+    disposable_extra: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="More disposable domains, comma-separated."
+    )
+    disposable_allow: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Domains never treated as disposable."
+    )
+    free_providers_file: Path | None = Field(
+        None, description="File of free-provider domains (one a line) replacing the shipped list."
+    )
+    role_names_file: Path | None = Field(
+        None, description="File of role local parts (one a line) replacing the shipped list."
+    )
+
+    # --- credits -------------------------------------------------------------------
+    signup_credits: int = Field(100, ge=0, description="Prepaid credits of a new account.")
+    finder_charge: int = Field(
+        10, ge=0, description="Credits charged for one verified Email Finder find."
+    )
+    finder_max_probes: int = Field(
+        8, ge=1, description="Candidate addresses the finder tries per person."
+    )
+
+    # --- jobs and uploads ----------------------------------------------------------
+    runner: Literal["local", "deployment"] = Field(
+        "local", description="`local`: the API process runs flows; `deployment`: workers."
+    )
+    upload_max_bytes: int = Field(50 * 1024 * 1024, ge=1, description="Largest CSV upload.")
+    upload_max_rows: int = Field(1_000_000, ge=1, description="Most rows in a CSV upload.")
+
+    # --- API server ----------------------------------------------------------------
+    api_host: str = Field("127.0.0.1", description="Address `verimail serve` binds.")
+    api_port: int = Field(8000, ge=1, le=65535, description="Port `verimail serve` binds.")
+
+    @field_validator(
+        "dns_nameservers",
+        "smtp_allow_networks",
+        "disposable_extra",
+        "disposable_allow",
+        mode="before",
+    )
+    @classmethod
+    def _lists_from_env(cls, value: Any) -> Any:
+        return _split_list(value)
+
+    @field_validator("smtp_allow_networks")
+    @classmethod
+    def _no_blanket_allow(cls, value: list[IPNetwork]) -> list[IPNetwork]:
+        for net in value:
+            if net in _TOO_BROAD:
+                raise ValueError(f"{net} would allow every address; name the networks instead")
+        return value
+
+    @model_validator(mode="after")
+    def _default_database(self) -> Settings:
+        if not self.database_url:
+            self.database_url = f"sqlite:///{self.data_dir / 'verimail.db'}"
+        return self
+
+    def nameserver_addresses(self) -> list[tuple[str, int]]:
+        """``dns_nameservers`` as (host, port) pairs; IPv6 may be written ``[::1]:53``."""
+        result: list[tuple[str, int]] = []
+        for item in self.dns_nameservers:
+            if item.startswith("["):
+                host, _, rest = item[1:].partition("]")
+                port = int(rest[1:]) if rest.startswith(":") else 53
+            elif item.count(":") == 1:
+                host, port_text = item.split(":")
+                port = int(port_text)
+            else:
+                host, port = item, 53
+            result.append((host, port))
+        return result
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once from the environment."""
+    return Settings()

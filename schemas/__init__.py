@@ -1,0 +1,1 @@
+"""Pydantic models of the API contract and the engine's result records (imports nothing of ours)."""

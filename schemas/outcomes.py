@@ -1,0 +1,71 @@
+"""The facts the engine gathers, as small enums shared by the prober and the verdict.
+
+Kept apart from the API models so the verdict table can be read against them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    """The public ``status`` of SPEC §2.2."""
+
+    VALID = "valid"
+    INVALID = "invalid"
+    DISPOSABLE = "disposable"
+    CATCHALL = "catchall"
+    UNKNOWN = "unknown"
+    LIKELY_VALID = "likely_valid"
+    RISKY = "risky"
+
+
+class DomainOutcome(StrEnum):
+    """What DNS said about the domain's mail routing."""
+
+    OK = "ok"  # at least one MX (or implicit-MX) host with an address
+    NXDOMAIN = "nxdomain"  # the domain does not exist
+    NULL_MX = "null_mx"  # RFC 7505 "0 ." : accepts no mail
+    NO_MAIL_HOST = "no_mail_host"  # no MX and no A/AAAA, or MX targets without addresses
+    DNS_ERROR = "dns_error"  # SERVFAIL / timeout: unknown, never invalid
+
+
+class SmtpOutcome(StrEnum):
+    """What the mail host said (or did) about one recipient."""
+
+    ACCEPTED = "accepted"  # 2xx to RCPT TO
+    NO_MAILBOX = "no_mailbox"  # 550/551/553 with 5.1.x or unknown-user text
+    MAILBOX_FULL = "mailbox_full"  # 552 / 5.2.2
+    BLOCKED = "blocked"  # 5.7.x or block-list text: we were refused, says nothing of the box
+    REJECTED_OTHER = "rejected_other"  # another permanent 5xx we cannot read as "no mailbox"
+    GREYLISTED = "greylisted"  # 4xx still after the retry budget
+    TEMP_FAILURE = "temp_failure"  # other 4xx / 421 after retries
+    TIMEOUT = "timeout"  # a connect or command timed out
+    CONNECTION_FAILED = "connection_failed"  # refused / reset / dropped on every MX host
+    PRIVATE_ADDRESS = "private_address"  # MX resolved into a network we may not connect to
+    PROTOCOL_ERROR = "protocol_error"  # the server spoke something that is not SMTP
+    NOT_ATTEMPTED = "not_attempted"  # SMTP not tried (syntax or DNS already decided)
+
+
+class SubStatus(StrEnum):
+    """A finer reason than ``status``; one per result."""
+
+    OK = "ok"
+    ROLE_BASED = "role_based"
+    INVALID_SYNTAX = "invalid_syntax"
+    NXDOMAIN = "nxdomain"
+    NO_MX = "no_mx"
+    NULL_MX = "null_mx"
+    MAILBOX_NOT_FOUND = "mailbox_not_found"
+    MAILBOX_FULL = "mailbox_full"
+    DISPOSABLE = "disposable"
+    CATCH_ALL = "catch_all"
+    GREYLISTED = "greylisted"
+    BLOCKED = "blocked"
+    TEMP_FAILURE = "temp_failure"
+    TIMEOUT = "timeout"
+    CONNECTION_FAILED = "connection_failed"
+    PRIVATE_ADDRESS = "private_address"
+    DNS_ERROR = "dns_error"
+    REJECTED = "rejected"
+    PROTOCOL_ERROR = "protocol_error"
