@@ -69,3 +69,4 @@ class SubStatus(StrEnum):
     DNS_ERROR = "dns_error"
     REJECTED = "rejected"
     PROTOCOL_ERROR = "protocol_error"
+    NOT_CHECKED = "not_checked"  # DNS or SMTP was not attempted, so nothing was verified
