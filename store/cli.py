@@ -1,0 +1,273 @@
+"""Operator commands for accounts, API keys and credits (wired into ``verimail`` by ``cli.py``).
+
+    verimail accounts create --plan starter [--finder/--no-finder] [--email E] [--admin]
+    verimail accounts list
+    verimail accounts set --id N [--plan P] [--finder/--no-finder]
+    verimail keys create --account N [--name X]
+    verimail keys list --account N
+    verimail keys revoke --account N KEY_ID
+    verimail credits grant --account N AMOUNT [--reason R]
+    verimail credits show --account N [--limit 20]
+
+They act on the database of ``VERIMAIL_DATABASE_URL`` (default: SQLite under the data dir),
+migrating it first like the API does. A raw API key is printed exactly once, at creation;
+afterwards only its prefix is ever shown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+from sqlalchemy.exc import IntegrityError
+
+from verimail.config import get_settings
+from verimail.store import accounts as acc
+from verimail.store import credits as cr
+from verimail.store.credits import AccountNotFound
+from verimail.store.db import Store, init_store
+from verimail.store.plans import PLAN_NAMES, UnknownPlan, get_plan
+
+accounts_app = typer.Typer(help="Create, list and change accounts.", no_args_is_help=True)
+keys_app = typer.Typer(help="Issue, list and revoke API keys.", no_args_is_help=True)
+credits_app = typer.Typer(help="Grant credits and show balances.", no_args_is_help=True)
+
+# Both resolve sys.stdout/sys.stderr at print time, so typer's CliRunner captures them.
+console = Console()
+err_console = Console(stderr=True)
+
+AccountOpt = Annotated[int, typer.Option("--account", "-a", help="Account id.")]
+PlanHelp = f"Plan: {', '.join(PLAN_NAMES)}."
+
+
+@contextmanager
+def _store() -> Iterator[Store]:
+    store = init_store(get_settings())
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _fail(message: str) -> typer.Exit:
+    err_console.print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(code=1)
+
+
+def _when(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M UTC") if value else "—"
+
+
+def _print_new_key(raw_key: str, account_id: int, key_id: int) -> None:
+    # The key goes on a line of its own, outside any box, so it copies cleanly at any width.
+    console.print(f"New API key [bold]{key_id}[/bold] of account {account_id}:")
+    console.print(raw_key, highlight=False, markup=False, soft_wrap=True)
+    console.print(
+        Panel.fit("Store it now: it is shown only this once and cannot be recovered."),
+        style="yellow",
+    )
+
+
+def _check_plan(plan: str) -> None:
+    try:
+        get_plan(plan)
+    except UnknownPlan as exc:
+        raise _fail(str(exc)) from None
+
+
+# --- accounts ----------------------------------------------------------------------------
+
+
+@accounts_app.command("create")
+def accounts_create(
+    plan: Annotated[str, typer.Option(help=PlanHelp)] = "free",
+    finder: Annotated[bool, typer.Option("--finder/--no-finder", help="Email Finder.")] = True,
+    email: Annotated[str | None, typer.Option(help="Contact/sign-in address.")] = None,
+    admin: Annotated[bool, typer.Option("--admin", help="Operator account.")] = False,
+    key_name: Annotated[str, typer.Option(help="Name of the first API key.")] = "default",
+) -> None:
+    """Create an account (with signup credits) and its first API key."""
+    _check_plan(plan)
+    with _store() as store:
+        try:
+            account = acc.create_account(
+                store.engine,
+                store.settings,
+                plan=plan,
+                finder_enabled=finder,
+                email=email,
+                is_admin=admin,
+            )
+        except IntegrityError:
+            raise _fail(f"an account with email {email!r} exists already") from None
+        raw_key, info = acc.create_api_key(store.engine, account.id, key_name)
+        balance = cr.balance(store.engine, account.id)
+    console.print(
+        f"Created account [bold]{account.id}[/bold] on plan {account.plan}, finder "
+        f"{'on' if account.finder_enabled else 'off'}, {balance.prepaid} prepaid credits."
+    )
+    _print_new_key(raw_key, account.id, info.id)
+
+
+@accounts_app.command("list")
+def accounts_list(
+    limit: Annotated[int, typer.Option(help="Most accounts to show.")] = 100,
+    offset: Annotated[int, typer.Option(help="Accounts to skip.")] = 0,
+) -> None:
+    """List accounts with their plan and balance."""
+    with _store() as store:
+        rows = [
+            (a, cr.balance(store.engine, a.id))
+            for a in acc.list_accounts(store.engine, limit, offset)
+        ]
+    table = Table("id", "email", "plan", "finder", "admin", "prepaid", "allowance left", "created")
+    for account, bal in rows:
+        table.add_row(
+            str(account.id),
+            account.email or "—",
+            account.plan,
+            "on" if account.finder_enabled else "off",
+            "yes" if account.is_admin else "",
+            str(bal.prepaid),
+            "—" if bal.allowance is None else f"{bal.allowance_remaining}/{bal.allowance}",
+            _when(account.created_at),
+        )
+    console.print(table)
+
+
+@accounts_app.command("set")
+def accounts_set(
+    account_id: Annotated[int, typer.Option("--id", help="Account id.")],
+    plan: Annotated[str | None, typer.Option(help=PlanHelp)] = None,
+    finder: Annotated[
+        bool | None, typer.Option("--finder/--no-finder", help="Email Finder.")
+    ] = None,
+) -> None:
+    """Change an account's plan and/or Email Finder access."""
+    if plan is None and finder is None:
+        raise _fail("nothing to change: give --plan and/or --finder/--no-finder")
+    if plan is not None:
+        _check_plan(plan)
+    with _store() as store:
+        account = acc.get_account(store.engine, account_id)
+        if account is None:
+            raise _fail(f"no account {account_id}")
+        if plan is not None:
+            account = acc.set_plan(store.engine, account_id, plan) or account
+        if finder is not None:
+            account = acc.set_finder(store.engine, account_id, finder) or account
+    console.print(
+        f"Account {account.id}: plan {account.plan}, finder "
+        f"{'on' if account.finder_enabled else 'off'}."
+    )
+
+
+# --- keys --------------------------------------------------------------------------------
+
+
+@keys_app.command("create")
+def keys_create(
+    account: AccountOpt,
+    name: Annotated[str, typer.Option(help="A label for the key.")] = "default",
+) -> None:
+    """Issue a new API key (printed once)."""
+    with _store() as store:
+        try:
+            raw_key, info = acc.create_api_key(store.engine, account, name)
+        except AccountNotFound as exc:
+            raise _fail(str(exc)) from None
+    _print_new_key(raw_key, account, info.id)
+
+
+@keys_app.command("list")
+def keys_list(account: AccountOpt) -> None:
+    """List an account's keys by prefix (the keys themselves are not stored)."""
+    with _store() as store:
+        if acc.get_account(store.engine, account) is None:
+            raise _fail(f"no account {account}")
+        keys = acc.list_keys(store.engine, account)
+    table = Table("id", "name", "prefix", "created", "last used", "status")
+    for key in keys:
+        table.add_row(
+            str(key.id),
+            key.name,
+            f"{key.prefix}…",
+            _when(key.created_at),
+            _when(key.last_used_at),
+            "active" if key.active else f"revoked {_when(key.revoked_at)}",
+        )
+    console.print(table)
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    account: AccountOpt,
+    key_id: Annotated[int, typer.Argument(help="Key id (see `keys list`).")],
+) -> None:
+    """Revoke a key; requests with it fail with 401 from now on."""
+    with _store() as store:
+        revoked = acc.revoke_key(store.engine, account, key_id)
+    if not revoked:
+        raise _fail(f"account {account} has no active key {key_id}")
+    console.print(f"Revoked key {key_id} of account {account}.")
+
+
+# --- credits -----------------------------------------------------------------------------
+
+
+@credits_app.command("grant")
+def credits_grant(
+    account: AccountOpt,
+    amount: Annotated[int, typer.Argument(min=1, help="Prepaid credits to add.")],
+    reason: Annotated[str, typer.Option(help="Why (kept in the ledger).")] = "operator grant",
+) -> None:
+    """Add prepaid credits (they never expire)."""
+    with _store() as store:
+        try:
+            bal = cr.grant(store.engine, account, amount, reason=reason)
+        except AccountNotFound as exc:
+            raise _fail(str(exc)) from None
+    console.print(f"Granted {amount} credits to account {account}; balance {bal.total}.")
+
+
+@credits_app.command("show")
+def credits_show(
+    account: AccountOpt,
+    limit: Annotated[int, typer.Option(help="Ledger rows to show.")] = 20,
+) -> None:
+    """Show an account's balance and its most recent ledger rows."""
+    with _store() as store:
+        try:
+            bal = cr.balance(store.engine, account)
+        except AccountNotFound as exc:
+            raise _fail(str(exc)) from None
+        entries = cr.ledger(store.engine, account, limit=limit)
+    allowance = (
+        "none"
+        if bal.allowance is None
+        else f"{bal.allowance_remaining} of {bal.allowance} left, resets "
+        f"{_when(bal.period_resets_at)}"
+    )
+    console.print(
+        f"Account {account}: [bold]{bal.total}[/bold] credits "
+        f"({bal.prepaid} prepaid; allowance {allowance})."
+    )
+    table = Table("id", "when", "delta", "kind", "source", "balance", "reference", "reason")
+    for e in entries:
+        table.add_row(
+            str(e.id),
+            _when(e.created_at),
+            f"{e.delta:+d}",
+            e.kind,
+            e.source,
+            str(e.balance_after),
+            e.reference or "",
+            e.reason,
+        )
+    console.print(table)

@@ -1,0 +1,390 @@
+"""Credits: balances, charges, reservations, refunds and grants, with an append-only ledger.
+
+Two pools of credits per account:
+
+* the plan **allowance** (SPEC §8 "monthly credits"; Free: 25 a day) counts up in
+  ``accounts.allowance_used`` for the UTC calendar period in ``allowance_period_start``; a
+  new period starts it afresh (unused allowance lapses). It is spent *before* prepaid
+  credits, so a customer's bought credits last as long as possible;
+* **prepaid** credits (signup, grants, refunds) in ``accounts.prepaid_credits``, which never
+  expire (SPEC §1).
+
+Every movement is one transaction that locks the account row first — ``SELECT … FOR NO KEY
+UPDATE`` on PostgreSQL (blocks other chargers, not inserts referencing the account),
+``BEGIN IMMEDIATE`` on SQLite (see :mod:`verimail.store.db`) — then checks, updates the
+account and appends ledger rows. So concurrent charges from any number of API processes and
+workers serialise per account and can never overdraw; a CHECK constraint
+(``prepaid_credits >= 0``) and a guarded UPDATE back that up.
+
+Ledger rows carry ``source`` (the pool that moved) and ``balance_after``, that pool's
+balance right after the row — so each pool reads as its own running balance. The first
+charge of a new period writes a ``kind="allowance"`` row (+allowance) opening the period,
+so the ledger explains why the allowance is full again on the 1st; unused allowance of the
+previous period lapses silently, and a period nobody charges in leaves no row.
+
+The ``*_in`` functions run inside a caller's transaction (opened with
+:func:`verimail.store.db.write_tx`) so jobs can create a row and reserve credits atomically.
+"""
+
+from __future__ import annotations
+
+import calendar
+from dataclasses import dataclass, replace
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any, Literal
+
+from sqlalchemy import Connection, Engine, Row, insert, select, update
+
+from verimail.store.db import utcnow, write_tx
+from verimail.store.plans import Plan, get_plan
+from verimail.store.tables import accounts, credit_ledger
+
+ChargeKind = Literal["charge", "reserve"]
+
+
+class AccountNotFound(LookupError):
+    """Credits were moved for an account id that does not exist (a caller bug, not a 402)."""
+
+
+@dataclass(frozen=True)
+class Balance:
+    """What an account can spend now; ``allowance`` is the plan's per-period amount (None: none)."""
+
+    prepaid: int
+    allowance_remaining: int
+    total: int
+    period_resets_at: datetime | None
+    allowance: int | None = None
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One ledger row: ``delta`` > 0 adds, < 0 spends; ``balance_after`` is of ``source``'s pool."""
+
+    id: int
+    account_id: int
+    delta: int
+    kind: str
+    source: str
+    reason: str
+    reference: str | None
+    balance_after: int
+    created_at: datetime
+
+
+# --- periods -------------------------------------------------------------------------------
+
+
+def period_start(plan: Plan, now: datetime) -> date:
+    """First day (UTC) of the allowance period containing ``now``."""
+    today = now.astimezone(UTC).date()
+    return today if plan.period == "day" else today.replace(day=1)
+
+
+def period_resets_at(plan: Plan, now: datetime) -> datetime:
+    """When the allowance period containing ``now`` ends (UTC midnight)."""
+    start = period_start(plan, now)
+    if plan.period == "day":
+        end = start + timedelta(days=1)
+    else:
+        end = start + timedelta(days=calendar.monthrange(start.year, start.month)[1])
+    return datetime.combine(end, time(0), tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class _Allowance:
+    """The allowance of an account row as seen at one instant."""
+
+    plan: Plan
+    start: date | None  # current period's first day; None when the plan has no allowance
+    used: int  # used in the current period (0 when the stored period is an old one)
+    remaining: int
+    new_period: bool  # stored counter belongs to an earlier period (or was never used)
+
+
+def _allowance(row: Row[Any], now: datetime) -> _Allowance:
+    plan = get_plan(row.plan)
+    if not plan.allowance:
+        return _Allowance(plan, None, 0, 0, new_period=False)
+    start = period_start(plan, now)
+    stored = row.allowance_period_start
+    if stored is not None and stored > start:
+        # A process whose clock lags another's across a period boundary: periods only move
+        # forward, or two skewed hosts could hand out the allowance twice.
+        start = stored
+    current = stored == start
+    used = row.allowance_used if current else 0
+    return _Allowance(plan, start, used, max(plan.allowance - used, 0), new_period=not current)
+
+
+def _balance_of(row: Row[Any], now: datetime) -> Balance:
+    state = _allowance(row, now)
+    return Balance(
+        prepaid=row.prepaid_credits,
+        allowance_remaining=state.remaining,
+        total=row.prepaid_credits + state.remaining,
+        period_resets_at=period_resets_at(state.plan, now) if state.plan.allowance else None,
+        allowance=state.plan.allowance,
+    )
+
+
+# --- inside a caller's transaction ------------------------------------------------------------
+
+
+def lock_account(conn: Connection, account_id: int) -> Row[Any]:
+    """Lock and return the account row for the rest of the transaction (serialises movers)."""
+    row = conn.execute(
+        select(accounts).where(accounts.c.id == account_id).with_for_update(key_share=True)
+    ).one_or_none()
+    if row is None:
+        raise AccountNotFound(f"no account {account_id}")
+    return row
+
+
+def _ledger_row(
+    conn: Connection,
+    account_id: int,
+    *,
+    delta: int,
+    kind: str,
+    source: str,
+    reason: str,
+    reference: str | None,
+    balance_after: int,
+    now: datetime,
+) -> None:
+    conn.execute(
+        insert(credit_ledger).values(
+            account_id=account_id,
+            delta=delta,
+            kind=kind,
+            source=source,
+            reason=reason,
+            reference=reference,
+            balance_after=balance_after,
+            created_at=now,
+        )
+    )
+
+
+def charge_in(
+    conn: Connection,
+    account_id: int,
+    amount: int,
+    *,
+    kind: ChargeKind = "charge",
+    reason: str = "",
+    reference: str | None = None,
+    now: datetime | None = None,
+) -> bool:
+    """Spend ``amount`` (allowance first, then prepaid) inside ``conn``'s transaction.
+
+    All or nothing: returns False and writes nothing when the account has too little.
+    The caller's transaction must have been opened with ``write_tx``.
+    """
+    if amount < 0:
+        raise ValueError("amount must be >= 0")
+    if kind not in ("charge", "reserve"):
+        raise ValueError(f"kind must be 'charge' or 'reserve', not {kind!r}")
+    now = now or utcnow()
+    row = lock_account(conn, account_id)
+    if amount == 0:
+        return True
+    state = _allowance(row, now)
+    prepaid = row.prepaid_credits
+    if prepaid + state.remaining < amount:
+        return False
+
+    from_allowance = min(amount, state.remaining)
+    from_prepaid = amount - from_allowance
+
+    values: dict[str, Any] = {}
+    if from_allowance:
+        if state.new_period:
+            if state.start is None or state.plan.allowance is None:  # pragma: no cover
+                raise RuntimeError("allowance period without an allowance")
+            _ledger_row(
+                conn,
+                account_id,
+                delta=state.plan.allowance,
+                kind="allowance",
+                source="allowance",
+                reason=f"{state.plan.name} plan allowance for the {state.plan.period} "
+                f"starting {state.start.isoformat()}",
+                reference=f"period:{state.start.isoformat()}",
+                balance_after=state.plan.allowance,
+                now=now,
+            )
+        _ledger_row(
+            conn,
+            account_id,
+            delta=-from_allowance,
+            kind=kind,
+            source="allowance",
+            reason=reason,
+            reference=reference,
+            balance_after=state.remaining - from_allowance,
+            now=now,
+        )
+        values["allowance_used"] = state.used + from_allowance
+        values["allowance_period_start"] = state.start
+    if from_prepaid:
+        _ledger_row(
+            conn,
+            account_id,
+            delta=-from_prepaid,
+            kind=kind,
+            source="prepaid",
+            reason=reason,
+            reference=reference,
+            balance_after=prepaid - from_prepaid,
+            now=now,
+        )
+        values["prepaid_credits"] = accounts.c.prepaid_credits - from_prepaid
+
+    result = conn.execute(
+        update(accounts)
+        .where(accounts.c.id == account_id, accounts.c.prepaid_credits >= from_prepaid)
+        .values(**values)
+    )
+    if result.rowcount != 1:  # cannot happen while the row is locked; never overdraw anyway
+        raise RuntimeError(f"account {account_id} changed under its lock")
+    return True
+
+
+def credit_in(
+    conn: Connection,
+    account_id: int,
+    amount: int,
+    *,
+    kind: Literal["signup", "grant", "refund"],
+    reason: str = "",
+    reference: str | None = None,
+    now: datetime | None = None,
+) -> Balance:
+    """Add ``amount`` prepaid credits inside ``conn``'s transaction; returns the new balance."""
+    if amount < 0:
+        raise ValueError("amount must be >= 0")
+    if kind not in ("signup", "grant", "refund"):
+        raise ValueError(f"kind must be signup, grant or refund, not {kind!r}")
+    now = now or utcnow()
+    old = _balance_of(lock_account(conn, account_id), now)
+    if amount == 0:
+        return old
+    conn.execute(
+        update(accounts)
+        .where(accounts.c.id == account_id)
+        .values(prepaid_credits=accounts.c.prepaid_credits + amount)
+    )
+    new = replace(old, prepaid=old.prepaid + amount, total=old.total + amount)
+    _ledger_row(
+        conn,
+        account_id,
+        delta=amount,
+        kind=kind,
+        source="prepaid",
+        reason=reason,
+        reference=reference,
+        balance_after=new.prepaid,
+        now=now,
+    )
+    return new
+
+
+# --- one transaction each ---------------------------------------------------------------------
+
+
+def balance(engine: Engine, account_id: int, *, now: datetime | None = None) -> Balance:
+    """The account's spendable credits at ``now`` (default: the current time)."""
+    with engine.connect() as conn:
+        row = conn.execute(select(accounts).where(accounts.c.id == account_id)).one_or_none()
+    if row is None:
+        raise AccountNotFound(f"no account {account_id}")
+    return _balance_of(row, now or utcnow())
+
+
+def charge(
+    engine: Engine,
+    account_id: int,
+    amount: int,
+    *,
+    kind: ChargeKind = "charge",
+    reason: str = "",
+    reference: str | None = None,
+    now: datetime | None = None,
+) -> bool:
+    """Spend ``amount`` credits atomically; False (and nothing written) when short — a 402."""
+    if amount == 0:
+        return True
+    with write_tx(engine) as conn:
+        return charge_in(
+            conn, account_id, amount, kind=kind, reason=reason, reference=reference, now=now
+        )
+
+
+def reserve(
+    engine: Engine,
+    account_id: int,
+    amount: int,
+    *,
+    reason: str = "",
+    reference: str | None = None,
+    now: datetime | None = None,
+) -> bool:
+    """Set credits aside for work that will run later (bulk jobs); a charge of kind reserve."""
+    return charge(
+        engine, account_id, amount, kind="reserve", reason=reason, reference=reference, now=now
+    )
+
+
+def refund(
+    engine: Engine,
+    account_id: int,
+    amount: int,
+    *,
+    reason: str,
+    reference: str | None = None,
+    now: datetime | None = None,
+) -> Balance:
+    """Give back credits that were charged or reserved but not used.
+
+    Refunds always go to *prepaid* credits, whichever pool paid: prepaid credits never
+    expire, so a refund that lands after the allowance period rolled over is not lost,
+    and there is no per-period bookkeeping of which pool to restore. The customer can
+    only gain by it (by at most the refunded amount).
+    """
+    with write_tx(engine) as conn:
+        return credit_in(
+            conn, account_id, amount, kind="refund", reason=reason, reference=reference, now=now
+        )
+
+
+def grant(
+    engine: Engine,
+    account_id: int,
+    amount: int,
+    *,
+    reason: str = "",
+    reference: str | None = None,
+    now: datetime | None = None,
+) -> Balance:
+    """Add prepaid credits (purchases, operator grants, Enterprise's custom allowance)."""
+    if amount <= 0:
+        raise ValueError("grant amount must be > 0")
+    with write_tx(engine) as conn:
+        return credit_in(
+            conn, account_id, amount, kind="grant", reason=reason, reference=reference, now=now
+        )
+
+
+def ledger(engine: Engine, account_id: int, limit: int = 50, offset: int = 0) -> list[LedgerEntry]:
+    """The account's ledger, newest first."""
+    query = (
+        select(credit_ledger)
+        .where(credit_ledger.c.account_id == account_id)
+        .order_by(credit_ledger.c.id.desc())
+        .limit(limit)
+        .offset(offset)
+    )
+    with engine.connect() as conn:
+        return [LedgerEntry(**row._mapping) for row in conn.execute(query)]

@@ -1,0 +1,410 @@
+"""Jobs (bulk CSV/JSON verification, finder CSV, re-verification) and their credits.
+
+States: ``pending → processing → completed | failed``, and ``pending → failed``. Nothing
+leaves ``completed`` or ``failed``. Every transition is a conditional write on the current
+status, so a late or duplicated call (a retried flow, the stale-job reaper racing a slow
+worker) changes nothing and reports False instead of corrupting the job.
+
+Credits: a job reserves at creation in the *same* transaction that inserts it, so there is
+never a job without its reservation nor a reservation without its job. What a job does not
+use comes back as a refund (to prepaid credits, see :func:`verimail.store.credits.refund`)
+in the same transaction as the final transition; ``credits_refunded`` records it and a
+CHECK keeps it within ``credits_reserved``, so no job can refund twice or refund more than
+it reserved.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from sqlalchemy import Connection, Engine, Row, func, insert, select, update
+
+from verimail.store.credits import charge_in, credit_in, lock_account
+from verimail.store.db import utcnow, write_tx
+from verimail.store.tables import JOB_KINDS, jobs
+
+JobKind = Literal["bulk_csv", "bulk_json", "finder_csv", "reverify"]
+JobStatus = Literal["pending", "processing", "completed", "failed"]
+TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed"})
+
+COUNT_COLUMNS = (
+    "valid_count",
+    "invalid_count",
+    "catch_all_count",
+    "disposable_count",
+    "unknown_count",
+    "risky_count",
+    "likely_valid_count",
+    "found_count",
+)
+# Counts may be keyed by column name, by column name without ``_count``, or by verdict
+# status (``catchall`` is the status spelling of ``catch_all``).
+_COUNT_ALIASES = {
+    **{c: c for c in COUNT_COLUMNS},
+    **{c.removesuffix("_count"): c for c in COUNT_COLUMNS},
+    "catchall": "catch_all_count",
+}
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job row; ``options`` is the decoded JSON of the column."""
+
+    id: int
+    public_id: str
+    account_id: int
+    kind: str
+    status: str
+    total_emails: int
+    unique_emails: int | None
+    processed_emails: int
+    valid_count: int
+    invalid_count: int
+    catch_all_count: int
+    disposable_count: int
+    unknown_count: int
+    risky_count: int
+    likely_valid_count: int
+    found_count: int
+    credits_reserved: int
+    credits_used: int
+    credits_refunded: int
+    upload_path: str | None
+    result_path: str | None
+    email_column: str | None
+    options: dict[str, Any] | None
+    failed_reason: str | None
+    flow_run_id: str | None
+    webhook_url: str | None
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    heartbeat_at: datetime | None
+
+    @property
+    def finished(self) -> bool:
+        """True once completed or failed (downloads before that are a 409)."""
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def credits_unsettled(self) -> int:
+        """Reserved credits neither used nor refunded yet."""
+        return max(self.credits_reserved - self.credits_used - self.credits_refunded, 0)
+
+
+def _job(row: Row[Any]) -> Job:
+    values = dict(row._mapping)
+    values["options"] = json.loads(values["options"]) if values["options"] else None
+    return Job(**values)
+
+
+def _count_values(counts: dict[str, int] | None) -> dict[str, int]:
+    """Map caller count keys onto ``*_count`` columns; unknown keys are a bug, so raise."""
+    values: dict[str, int] = {}
+    for key, value in (counts or {}).items():
+        column = _COUNT_ALIASES.get(key)
+        if column is None:
+            raise ValueError(f"unknown count {key!r}; expected one of {', '.join(COUNT_COLUMNS)}")
+        values[column] = int(value)
+    return values
+
+
+def new_public_id(kind: str) -> str:
+    """A public job id: ``fj_…`` for finder CSV jobs (SPEC §2.7's string ids), ``job_…`` else."""
+    return ("fj_" if kind == "finder_csv" else "job_") + secrets.token_hex(10)
+
+
+class _ShortOfCredits(Exception):
+    """Rolls back a job insert whose reservation failed."""
+
+
+# --- creation ------------------------------------------------------------------------------
+
+
+def create_job(
+    engine: Engine,
+    account_id: int,
+    kind: JobKind,
+    total: int,
+    *,
+    reserve: int,
+    unique_emails: int | None = None,
+    upload_path: str | None = None,
+    email_column: str | None = None,
+    options: dict[str, Any] | None = None,
+    webhook_url: str | None = None,
+    flow_run_id: str | None = None,
+    now: datetime | None = None,
+) -> Job | None:
+    """Create a pending job and reserve ``reserve`` credits for it, atomically.
+
+    Returns None (and writes nothing) when the account cannot cover the reservation — the
+    API's 402. The ledger rows reference ``job:<id>``.
+    """
+    if kind not in JOB_KINDS:
+        raise ValueError(f"unknown job kind {kind!r}")
+    if reserve < 0 or total < 0:
+        raise ValueError("total and reserve must be >= 0")
+    now = now or utcnow()
+    try:
+        with write_tx(engine) as conn:
+            lock_account(conn, account_id)  # serialise with other credit movements first
+            job_id = conn.execute(
+                insert(jobs)
+                .values(
+                    public_id=new_public_id(kind),
+                    account_id=account_id,
+                    kind=kind,
+                    status="pending",
+                    total_emails=total,
+                    unique_emails=unique_emails,
+                    credits_reserved=reserve,
+                    upload_path=upload_path,
+                    email_column=email_column,
+                    options=json.dumps(options) if options is not None else None,
+                    webhook_url=webhook_url,
+                    flow_run_id=flow_run_id,
+                    created_at=now,
+                )
+                .returning(jobs.c.id)
+            ).scalar_one()
+            if not charge_in(
+                conn,
+                account_id,
+                reserve,
+                kind="reserve",
+                reason=f"{kind} job {job_id}: {total} rows",
+                reference=f"job:{job_id}",
+                now=now,
+            ):
+                raise _ShortOfCredits
+            row = conn.execute(select(jobs).where(jobs.c.id == job_id)).one()
+    except _ShortOfCredits:
+        return None
+    return _job(row)
+
+
+# Both names: the brief asked for each; they are the same atomic operation.
+create_job_with_reservation = create_job
+
+
+# --- reads ---------------------------------------------------------------------------------
+
+
+def _one(engine: Engine, *where: Any) -> Job | None:
+    with engine.connect() as conn:
+        row = conn.execute(select(jobs).where(*where)).one_or_none()
+    return _job(row) if row else None
+
+
+def get_job(engine: Engine, account_id: int, job_id: int) -> Job | None:
+    """The account's job by integer id; None for unknown ids *and* other accounts' jobs (404)."""
+    return _one(engine, jobs.c.id == job_id, jobs.c.account_id == account_id)
+
+
+def get_job_by_public_id(engine: Engine, account_id: int, public_id: str) -> Job | None:
+    """The account's job by public id (finder CSV job ids); None for others' jobs."""
+    return _one(engine, jobs.c.public_id == public_id, jobs.c.account_id == account_id)
+
+
+def get_job_any(engine: Engine, job_id: int) -> Job | None:
+    """Any account's job: for workers and flows, never for request handlers."""
+    return _one(engine, jobs.c.id == job_id)
+
+
+def list_jobs(
+    engine: Engine,
+    account_id: int,
+    kind: JobKind | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> list[Job]:
+    """The account's jobs, newest first."""
+    query = select(jobs).where(jobs.c.account_id == account_id)
+    if kind is not None:
+        query = query.where(jobs.c.kind == kind)
+    query = query.order_by(jobs.c.id.desc()).limit(limit).offset(offset)
+    with engine.connect() as conn:
+        return [_job(row) for row in conn.execute(query)]
+
+
+def find_stale_processing(
+    engine: Engine,
+    older_than: timedelta,
+    *,
+    now: datetime | None = None,
+    include_pending: bool = False,
+) -> list[Job]:
+    """Jobs whose worker went quiet: processing with no heartbeat for ``older_than``.
+
+    A reaper fails these (with a refund) so a crashed flow run never leaves a job in
+    ``processing`` forever. ``include_pending`` also returns jobs created that long ago
+    and never started (e.g. the API died before starting their flow run).
+    """
+    cutoff = (now or utcnow()) - older_than
+    last_sign = func.coalesce(jobs.c.heartbeat_at, jobs.c.started_at, jobs.c.created_at)
+    statuses = ["processing", "pending"] if include_pending else ["processing"]
+    query = select(jobs).where(jobs.c.status.in_(statuses), last_sign < cutoff).order_by(jobs.c.id)
+    with engine.connect() as conn:
+        return [_job(row) for row in conn.execute(query)]
+
+
+# --- transitions ---------------------------------------------------------------------------
+
+
+def _set_if(engine: Engine, job_id: int, status: str, values: dict[str, Any]) -> bool:
+    """Update the job only while it is in ``status``; True when it was."""
+    with write_tx(engine) as conn:
+        result = conn.execute(
+            update(jobs).where(jobs.c.id == job_id, jobs.c.status == status).values(**values)
+        )
+    return result.rowcount == 1
+
+
+def mark_processing(
+    engine: Engine,
+    job_id: int,
+    *,
+    unique_emails: int | None = None,
+    flow_run_id: str | None = None,
+    now: datetime | None = None,
+) -> bool:
+    """pending → processing (starts the heartbeat clock). False if not pending."""
+    now = now or utcnow()
+    values: dict[str, Any] = {"status": "processing", "started_at": now, "heartbeat_at": now}
+    if unique_emails is not None:
+        values["unique_emails"] = unique_emails
+    if flow_run_id is not None:
+        values["flow_run_id"] = flow_run_id
+    return _set_if(engine, job_id, "pending", values)
+
+
+def update_progress(
+    engine: Engine,
+    job_id: int,
+    processed: int,
+    counts: dict[str, int] | None = None,
+    *,
+    credits_used: int | None = None,
+    now: datetime | None = None,
+) -> bool:
+    """Record progress (absolute numbers, not increments) and beat; False unless processing.
+
+    Jobs that charge as they go (finder CSV) pass ``credits_used`` so a later failure
+    knows what was spent.
+    """
+    values: dict[str, Any] = {
+        "processed_emails": processed,
+        "heartbeat_at": now or utcnow(),
+        **_count_values(counts),
+    }
+    if credits_used is not None:
+        values["credits_used"] = credits_used
+    return _set_if(engine, job_id, "processing", values)
+
+
+def heartbeat(engine: Engine, job_id: int, *, now: datetime | None = None) -> bool:
+    """Show the job's worker is alive; False unless processing (a reaped job: stop working)."""
+    return _set_if(engine, job_id, "processing", {"heartbeat_at": now or utcnow()})
+
+
+def _lock_job(conn: Connection, job_id: int) -> Row[Any] | None:
+    return conn.execute(select(jobs).where(jobs.c.id == job_id).with_for_update()).one_or_none()
+
+
+def _refund_in(conn: Connection, job: Row[Any], amount: int, why: str, now: datetime) -> int:
+    """Refund up to ``amount`` of the job's unrefunded reservation; returns what was refunded."""
+    amount = max(min(amount, job.credits_reserved - job.credits_refunded), 0)
+    if amount:
+        credit_in(
+            conn,
+            job.account_id,
+            amount,
+            kind="refund",
+            reason=f"{job.kind} job {job.id}: {why}",
+            reference=f"job:{job.id}",
+            now=now,
+        )
+    return amount
+
+
+def mark_completed(
+    engine: Engine,
+    job_id: int,
+    counts: dict[str, int] | None,
+    result_path: str | None,
+    credits_used: int,
+    *,
+    processed: int | None = None,
+    now: datetime | None = None,
+) -> bool:
+    """processing → completed, refunding reserved credits beyond ``credits_used``.
+
+    Reservations are an upper bound (1 per uploaded row); a job that charges less — say
+    only unique addresses — gets the difference back here, in the same transaction.
+    Jobs that charge as they go (finder CSV: ``charge`` per find) reserve 0 and just
+    record ``credits_used``. False, and nothing changed, unless the job was processing.
+    """
+    now = now or utcnow()
+    with write_tx(engine) as conn:
+        job = _lock_job(conn, job_id)
+        if job is None or job.status != "processing":
+            return False
+        unused = job.credits_reserved - job.credits_refunded - credits_used
+        refunded = _refund_in(conn, job, unused, "reserved credits not used", now)
+        values: dict[str, Any] = {
+            "status": "completed",
+            "result_path": result_path,
+            "credits_used": credits_used,
+            "credits_refunded": job.credits_refunded + refunded,
+            "completed_at": now,
+            "heartbeat_at": now,
+            **_count_values(counts),
+        }
+        if processed is not None:
+            values["processed_emails"] = processed
+        conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values))
+    return True
+
+
+def mark_failed(
+    engine: Engine,
+    job_id: int,
+    reason: str,
+    refund: int | None = None,
+    *,
+    now: datetime | None = None,
+) -> bool:
+    """pending|processing → failed, refunding in the same transaction.
+
+    ``refund`` is what the job did not verify (SPEC: a failed job refunds that); None
+    refunds the whole unsettled reservation. It is capped at what was reserved and not
+    yet refunded. Idempotent: a job already failed (or completed) is left alone, returns
+    False and is never refunded twice.
+    """
+    now = now or utcnow()
+    with write_tx(engine) as conn:
+        job = _lock_job(conn, job_id)
+        if job is None or job.status in TERMINAL_STATUSES:
+            return False
+        unsettled = job.credits_reserved - job.credits_used - job.credits_refunded
+        wanted = unsettled if refund is None else refund
+        refunded = _refund_in(conn, job, wanted, "refund of a failed job", now)
+        total_refunded = job.credits_refunded + refunded
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.id == job_id)
+            .values(
+                status="failed",
+                failed_reason=reason,
+                credits_refunded=total_refunded,
+                credits_used=max(job.credits_reserved - total_refunded, job.credits_used),
+                completed_at=now,
+                heartbeat_at=now,
+            )
+        )
+    return True

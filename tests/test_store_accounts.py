@@ -1,0 +1,146 @@
+"""Accounts and API keys: signup credits, hashed keys, revocation, settings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select, text
+from sqlalchemy.exc import IntegrityError
+
+from verimail.store import accounts as acc
+from verimail.store import credits as cr
+from verimail.store.credits import AccountNotFound
+from verimail.store.db import Store, utcnow
+from verimail.store.tables import api_keys, metadata
+from verimail.store.testing import temporary_store
+
+BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    with temporary_store(request.param, tmp_path) as s:
+        yield s
+
+
+def _dump_database(store: Store) -> str:
+    """Every row of every table (the alembic one too) as text."""
+    parts = []
+    with store.engine.connect() as conn:
+        for table in [*metadata.sorted_tables]:
+            parts += [repr(tuple(row)) for row in conn.execute(select(table))]
+        parts += [repr(tuple(r)) for r in conn.execute(text("SELECT * FROM alembic_version"))]
+    return "\n".join(parts)
+
+
+def test_new_account_gets_signup_credits_in_the_ledger(store: Store) -> None:
+    account = acc.create_account(store.engine, store.settings, plan="enterprise")
+    assert account.prepaid_credits == store.settings.signup_credits == 100
+    assert account.finder_enabled and not account.is_admin and account.email is None
+    entries = cr.ledger(store.engine, account.id)
+    assert [(e.kind, e.source, e.delta, e.balance_after) for e in entries] == [
+        ("signup", "prepaid", 100, 100)
+    ]
+
+
+def test_signup_credits_follow_settings(tmp_path: Path) -> None:
+    with temporary_store("sqlite", tmp_path, signup_credits=0) as store:
+        account = acc.create_account(store.engine, store.settings, plan="enterprise")
+        assert account.prepaid_credits == 0
+        assert cr.ledger(store.engine, account.id) == []
+
+
+def test_email_is_optional_but_unique(store: Store) -> None:
+    acc.create_account(store.engine, store.settings)
+    acc.create_account(store.engine, store.settings)  # two accounts without email
+    a = acc.create_account(store.engine, store.settings, email="ops@example.com", is_admin=True)
+    assert acc.get_account_by_email(store.engine, "ops@example.com") == a
+    assert a.is_admin
+    with pytest.raises(IntegrityError):
+        acc.create_account(store.engine, store.settings, email="ops@example.com")
+    assert len(acc.list_accounts(store.engine)) == 3
+
+
+def test_raw_key_is_never_stored(store: Store) -> None:
+    account = acc.create_account(store.engine, store.settings)
+    raw_key, info = acc.create_api_key(store.engine, account.id, "ci")
+    assert raw_key.startswith("vm_") and len(raw_key) >= 40
+    assert raw_key.startswith(info.prefix) and len(info.prefix) == acc.DISPLAY_PREFIX_LENGTH
+    assert acc.authenticate(store.engine, raw_key) == account  # exercise every write path
+
+    dump = _dump_database(store)
+    assert raw_key not in dump
+    assert raw_key[len(info.prefix) :] not in dump  # nor the secret part alone
+    assert acc.hash_key(raw_key) in dump  # the sanity check that the dump saw the key row
+    assert "password_hash" not in repr(account)
+
+
+def test_authenticate_rejects_unknown_and_malformed_keys(store: Store) -> None:
+    account = acc.create_account(store.engine, store.settings)
+    raw_key, _ = acc.create_api_key(store.engine, account.id, "x")
+    assert (
+        acc.authenticate(store.engine, raw_key[:-1] + ("A" if raw_key[-1] != "A" else "B")) is None
+    )
+    assert acc.authenticate(store.engine, "") is None
+    assert acc.authenticate(store.engine, "Bearer " + raw_key) is None
+
+
+def test_revoked_key_fails_at_once_and_only_for_its_owner(store: Store) -> None:
+    owner = acc.create_account(store.engine, store.settings)
+    other = acc.create_account(store.engine, store.settings)
+    key1, info1 = acc.create_api_key(store.engine, owner.id, "one")
+    key2, _ = acc.create_api_key(store.engine, owner.id, "two")
+    assert acc.authenticate(store.engine, key1) is not None
+
+    assert not acc.revoke_key(store.engine, other.id, info1.id)  # not theirs
+    assert acc.authenticate(store.engine, key1) is not None
+    assert acc.revoke_key(store.engine, owner.id, info1.id)
+    assert acc.authenticate(store.engine, key1) is None
+    assert acc.authenticate(store.engine, key2) == acc.get_account(store.engine, owner.id)
+    assert not acc.revoke_key(store.engine, owner.id, info1.id)  # already revoked
+
+    keys = acc.list_keys(store.engine, owner.id)
+    assert [(k.name, k.active) for k in keys] == [("one", False), ("two", True)]
+    assert [k.name for k in acc.list_keys(store.engine, owner.id, include_revoked=False)] == ["two"]
+
+
+def test_last_used_is_written_at_most_once_a_minute(store: Store) -> None:
+    account = acc.create_account(store.engine, store.settings)
+    raw_key, info = acc.create_api_key(store.engine, account.id)
+    assert info.last_used_at is None
+    t0 = utcnow()
+
+    def last_used() -> object:
+        with store.engine.connect() as conn:
+            return conn.execute(
+                select(api_keys.c.last_used_at).where(api_keys.c.id == info.id)
+            ).scalar_one()
+
+    acc.authenticate(store.engine, raw_key, now=t0)
+    assert last_used() == t0
+    acc.authenticate(store.engine, raw_key, now=t0 + timedelta(seconds=30))
+    assert last_used() == t0
+    acc.authenticate(store.engine, raw_key, now=t0 + timedelta(seconds=61))
+    assert last_used() == t0 + timedelta(seconds=61)
+
+
+def test_create_key_for_missing_account_fails(store: Store) -> None:
+    with pytest.raises(AccountNotFound):
+        acc.create_api_key(store.engine, 999, "x")
+
+
+def test_set_plan_and_finder(store: Store) -> None:
+    account = acc.create_account(store.engine, store.settings, plan="free", finder_enabled=False)
+    assert not account.finder_enabled
+    updated = acc.set_finder(store.engine, account.id, True)
+    assert updated is not None and updated.finder_enabled
+    updated = acc.set_plan(store.engine, account.id, "business")
+    assert updated is not None and updated.plan == "business"
+    assert cr.balance(store.engine, account.id).allowance == 50_000
+    with pytest.raises(ValueError):
+        acc.set_plan(store.engine, account.id, "platinum")
+    assert acc.set_plan(store.engine, 999, "pro") is None
+    assert acc.get_account(store.engine, 999) is None

@@ -1,0 +1,116 @@
+"""The operator commands (accounts, keys, credits) through typer's CliRunner."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from verimail.config import get_settings
+from verimail.store import accounts as acc
+from verimail.store.cli import accounts_app, credits_app, keys_app
+from verimail.store.db import init_store
+from verimail.store.testing import temporary_database_url
+
+BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+KEY_RE = re.compile(r"vm_[A-Za-z0-9_-]{40,}")
+
+app = typer.Typer()
+app.add_typer(accounts_app, name="accounts")
+app.add_typer(keys_app, name="keys")
+app.add_typer(credits_app, name="credits")
+
+
+@pytest.fixture(params=BACKENDS)
+def database_url(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    """Point the CLI's settings at a throw-away database."""
+    with temporary_database_url(request.param, tmp_path) as url:
+        monkeypatch.setenv("VERIMAIL_DATABASE_URL", url)
+        monkeypatch.setenv("VERIMAIL_DATA_DIR", str(tmp_path / "data"))
+        get_settings.cache_clear()
+        try:
+            yield url
+        finally:
+            get_settings.cache_clear()
+
+
+def run(*args: str) -> str:
+    result = CliRunner().invoke(app, list(args), terminal_width=200)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_key_is_printed_once_then_only_its_prefix(database_url: str) -> None:
+    out = run("accounts", "create", "--plan", "starter", "--no-finder", "--email", "a@x.test")
+    keys = KEY_RE.findall(out)
+    assert len(keys) == 1, out
+    raw_key = keys[0]
+    assert "shown only this once" in out
+
+    store = init_store(get_settings())
+    try:
+        account = acc.authenticate(store.engine, raw_key)
+        assert account is not None
+        assert (account.plan, account.finder_enabled, account.email) == (
+            "starter",
+            False,
+            "a@x.test",
+        )
+        [info] = acc.list_keys(store.engine, account.id)
+    finally:
+        store.close()
+
+    listing = run("keys", "list", "--account", str(account.id))
+    assert info.prefix in listing
+    assert raw_key not in listing and not KEY_RE.search(listing)
+    assert "active" in listing
+
+    accounts_listing = run("accounts", "list")
+    assert "a@x.test" in accounts_listing and "starter" in accounts_listing
+    assert raw_key not in accounts_listing
+
+
+def test_keys_create_and_revoke(database_url: str) -> None:
+    run("accounts", "create")
+    out = run("keys", "create", "--account", "1", "--name", "ci")
+    [raw_key] = KEY_RE.findall(out)
+    store = init_store(get_settings())
+    try:
+        assert acc.authenticate(store.engine, raw_key) is not None
+        key_id = next(k.id for k in acc.list_keys(store.engine, 1) if k.name == "ci")
+        run("keys", "revoke", "--account", "1", str(key_id))
+        assert acc.authenticate(store.engine, raw_key) is None
+    finally:
+        store.close()
+    assert "revoked" in run("keys", "list", "--account", "1")
+
+    again = CliRunner().invoke(app, ["keys", "revoke", "--account", "1", str(key_id)])
+    assert again.exit_code == 1 and "no active key" in again.output
+    missing = CliRunner().invoke(app, ["keys", "create", "--account", "99"])
+    assert missing.exit_code == 1 and "no account 99" in missing.output
+
+
+def test_accounts_set_and_credits(database_url: str) -> None:
+    run("accounts", "create", "--plan", "free")
+    assert "plan pro, finder off" in run(
+        "accounts", "set", "--id", "1", "--plan", "pro", "--no-finder"
+    )
+    bad = CliRunner().invoke(app, ["accounts", "set", "--id", "1", "--plan", "gold"])
+    assert bad.exit_code == 1 and "unknown plan" in bad.output
+    nothing = CliRunner().invoke(app, ["accounts", "set", "--id", "1"])
+    assert nothing.exit_code == 1
+
+    assert "balance 10350" in run(
+        "credits", "grant", "--account", "1", "250", "--reason", "invoice 7"
+    )  # 100 signup + 250 granted + 10,000 Pro allowance
+    shown = run("credits", "show", "--account", "1")
+    assert "350 prepaid" in shown and "10000 of 10000 left" in shown
+    assert "invoice 7" in shown and "+250" in shown and "signup" in shown
+    zero = CliRunner().invoke(app, ["credits", "grant", "--account", "1", "0"])
+    assert zero.exit_code != 0
