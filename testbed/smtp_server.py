@@ -1,0 +1,303 @@
+"""Scripted SMTP servers (aiosmtpd) for the testbed: one per host, each on its own 127.x.y.z.
+
+The reply texts follow Postfix, because that is what the prober meets most on the internet:
+
+- banner: ``220 <host> ESMTP verimail testbed``; with ``greeting_421``:
+  ``421 4.3.2 Service not available``, then close
+- ``MAIL FROM``: ``250 2.1.0 Ok``
+- ``RCPT TO``, first rule that applies:
+  more than ``max_rcpts_per_session`` in this connection: ``452 4.5.3 Too many recipients``;
+  ``block``: ``554 5.7.1 Client host rejected: listed at a block list``;
+  first ``greylist_tries`` tries of a (sender, recipient) pair:
+  ``450 4.2.0 Greylisted, try again later``;
+  in ``full_mailboxes``: ``552 5.2.2 Mailbox full``;
+  in ``mailboxes`` or ``accept_all``: ``250 2.1.5 Ok``;
+  else ``550 5.1.1 <addr>: Recipient address rejected: User unknown``
+- the Nth rejection with N = ``disconnect_after_rejections``: the rejection, then at once
+  ``421 4.7.0 <host> Error: too many errors`` and close (Postfix at its hard error limit)
+- ``DATA``: ``554 5.5.1 DATA not allowed on the testbed`` (counted)
+
+A *rejection* is any 450/550/552/554 reply to ``RCPT TO`` (Postfix counts 4xx and 5xx alike);
+the 452 recipient-limit reply is not one. After the first rejection of a session every reply
+waits ``tarpit_delay`` more, on top of ``reply_delay``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import ipaddress
+import ssl
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from aiosmtpd.smtp import SMTP, Envelope, Session
+
+from verimail.testbed.stats import StatsRegistry
+from verimail.testbed.world import HostBehaviour, HostSpec
+
+IDENT = "ESMTP verimail testbed"
+
+REPLY_GREETING_421 = "421 4.3.2 Service not available"
+REPLY_MAIL_OK = "250 2.1.0 Ok"
+REPLY_RCPT_OK = "250 2.1.5 Ok"
+REPLY_TOO_MANY = "452 4.5.3 Too many recipients"
+REPLY_BLOCKED = "554 5.7.1 Client host rejected: listed at a block list"
+REPLY_GREYLISTED = "450 4.2.0 Greylisted, try again later"
+REPLY_FULL = "552 5.2.2 Mailbox full"
+REPLY_UNKNOWN = "550 5.1.1 <{addr}>: Recipient address rejected: User unknown"
+REPLY_DATA = "554 5.5.1 DATA not allowed on the testbed"
+REPLY_TOO_MANY_ERRORS = "421 4.7.0 {host} Error: too many errors"
+
+
+class HostRuntime:
+    """Everything a host's sessions share: its current spec, greylist memory and open sessions.
+
+    The spec is read at every command, so ``Testbed.replace_world`` changes the behaviour of
+    sessions that are already open too (as a reconfigured MTA would after a reload).
+    """
+
+    def __init__(
+        self,
+        spec: HostSpec,
+        address: str,
+        stats: StatsRegistry,
+        tls_context: ssl.SSLContext | None,
+    ) -> None:
+        self.spec = spec
+        self.address = address
+        self.stats = stats
+        self.tls_context = tls_context
+        self.greylist: Counter[tuple[str, str]] = Counter()
+        self.sessions: set[TestbedSMTP] = set()
+        self.server: asyncio.Server | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def behaviour(self) -> HostBehaviour:
+        return self.spec.behaviour
+
+    def decide_rcpt(self, session: TestbedSMTP, sender: str, address: str) -> str:
+        """The reply to one ``RCPT TO``; updates greylist memory and the session's counters."""
+        b = self.behaviour
+        if (
+            b.max_rcpts_per_session is not None
+            and session.rcpts_answered >= b.max_rcpts_per_session
+        ):
+            return REPLY_TOO_MANY
+        session.rcpts_answered += 1
+        if b.block:
+            return REPLY_BLOCKED
+        key = (sender.lower(), address.lower())
+        if self.greylist[key] < b.greylist_tries:
+            self.greylist[key] += 1
+            return REPLY_GREYLISTED
+        if b.is_full(address):
+            return REPLY_FULL
+        if b.accept_all or b.has_mailbox(address):
+            return REPLY_RCPT_OK
+        return REPLY_UNKNOWN.format(addr=address)
+
+    async def start(self, sock: Any) -> None:
+        """Serve on an already bound listening socket (the testbed picks the address)."""
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(lambda: TestbedSMTP(self, loop), sock=sock)
+
+    async def stop(self) -> None:
+        """Stop listening and drop every open session (a tarpit must not outlive the testbed)."""
+        server, self.server = self.server, None
+        if server is not None:
+            server.close()
+        for session in list(self.sessions):
+            if session.transport is not None:
+                session.transport.abort()
+        if server is not None:
+            await server.wait_closed()
+
+
+class _Handler:
+    """aiosmtpd hooks; per-session state lives on the ``TestbedSMTP`` instance."""
+
+    def __init__(self, runtime: HostRuntime) -> None:
+        self.runtime = runtime
+
+    async def handle_EHLO(
+        self,
+        server: TestbedSMTP,
+        session: Session,
+        envelope: Envelope,
+        hostname: str,
+        responses: list[str],
+    ) -> list[str]:
+        session.host_name = hostname
+        # AUTH would always fail here: a verifier never logs in, so do not advertise it.
+        responses = [r for r in responses if not r[4:].startswith("AUTH")]
+        if self.runtime.behaviour.pipelining:
+            responses.insert(len(responses) - 1, "250-PIPELINING")
+        return responses
+
+    async def handle_MAIL(
+        self,
+        server: TestbedSMTP,
+        session: Session,
+        envelope: Envelope,
+        address: str,
+        mail_options: list[str],
+    ) -> str:
+        self.runtime.stats.count(self.runtime.name, "mail_from")
+        envelope.mail_from = address
+        envelope.mail_options.extend(mail_options)
+        return REPLY_MAIL_OK
+
+    async def handle_RCPT(
+        self,
+        server: TestbedSMTP,
+        session: Session,
+        envelope: Envelope,
+        address: str,
+        rcpt_options: list[str],
+    ) -> str:
+        self.runtime.stats.rcpt(self.runtime.name, address)
+        reply = self.runtime.decide_rcpt(server, envelope.mail_from or "", address)
+        if reply[:3] in ("450", "550", "552", "554"):
+            server.pending_rejection = True
+        elif reply.startswith("250"):
+            envelope.rcpt_tos.append(address)
+        return reply
+
+
+class TestbedSMTP(SMTP):
+    """aiosmtpd's protocol with delays, the 421 greeting, DATA refusal and session counting."""
+
+    __test__ = False  # not a pytest test class despite the name
+
+    def __init__(self, runtime: HostRuntime, loop: asyncio.AbstractEventLoop) -> None:
+        behaviour = runtime.behaviour
+        super().__init__(
+            _Handler(runtime),
+            hostname=runtime.name,
+            ident=IDENT,
+            enable_SMTPUTF8=True,
+            tls_context=runtime.tls_context if behaviour.starttls else None,
+            timeout=300,
+            loop=loop,
+        )
+        self.runtime = runtime
+        self.rcpts_answered = 0
+        self.rejections = 0
+        self.pending_rejection = False
+        self._in_multiline = False
+        self._tb_opened = False
+        self._tb_closed = False
+
+    # ------------------------------------------------------------------ connection bookkeeping
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        first = self._original_transport is None and not self._tb_opened
+        super().connection_made(transport)
+        if first:
+            self._tb_opened = True
+            self.runtime.sessions.add(self)
+            self.runtime.stats.session_opened(self.runtime.name)
+
+    def connection_lost(self, error: Exception | None) -> None:
+        if self._tb_opened and not self._tb_closed:
+            self._tb_closed = True
+            self.runtime.sessions.discard(self)
+            self.runtime.stats.session_closed(self.runtime.name)
+        super().connection_lost(error)
+
+    # ------------------------------------------------------------------ replies
+    async def push(self, status: Any) -> None:
+        """Wait before the first line of every reply: ``reply_delay`` plus any tarpit."""
+        text = status.decode("ascii", "replace") if isinstance(status, bytes) else status
+        if not self._in_multiline:
+            behaviour = self.runtime.behaviour
+            delay = behaviour.reply_delay + (behaviour.tarpit_delay if self.rejections else 0.0)
+            if delay > 0:
+                await asyncio.sleep(delay)
+        self._in_multiline = text[3:4] == "-"
+        await super().push(status)
+
+    async def _handle_client(self) -> None:
+        if self.runtime.behaviour.greeting_421:
+            await self.push(REPLY_GREETING_421)
+            if self.transport is not None:
+                self.transport.close()
+            return
+        await super()._handle_client()
+
+    # ------------------------------------------------------------------ commands
+    async def smtp_RCPT(self, arg: str | None) -> None:
+        self.pending_rejection = False
+        await super().smtp_RCPT(arg)
+        if not self.pending_rejection:
+            return
+        self.pending_rejection = False
+        self.rejections += 1
+        self.runtime.stats.count(self.runtime.name, "rejections")
+        limit = self.runtime.behaviour.disconnect_after_rejections
+        if limit is not None and self.rejections >= limit:
+            await self.push(REPLY_TOO_MANY_ERRORS.format(host=self.runtime.name))
+            # Stop reading at once, so that commands already in flight are neither answered
+            # nor counted: cancel this very task and yield, so the cancellation lands here
+            # rather than after the next (already buffered) command line was handled.
+            if self.transport is not None:
+                self.transport.close()
+            if self._handler_coroutine is not None:
+                self._handler_coroutine.cancel()
+                await asyncio.sleep(0)
+
+    async def smtp_DATA(self, arg: str) -> None:
+        """Never accept a message: the testbed verifies, it must not be a mail sink."""
+        self.runtime.stats.count(self.runtime.name, "data")
+        await self.push(REPLY_DATA)
+
+    async def smtp_STARTTLS(self, arg: str) -> None:
+        if not arg and self.tls_context is not None and self._tls_protocol is None:
+            self.runtime.stats.count(self.runtime.name, "starttls")
+        await super().smtp_STARTTLS(arg)
+
+
+def make_tls_context(names: list[str]) -> ssl.SSLContext:
+    """A server context with a fresh self-signed certificate (EC P-256: generated in ~1 ms)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "verimail testbed")])
+    now = datetime.datetime.now(datetime.UTC)
+    alt: list[x509.GeneralName] = [x509.DNSName("localhost")]
+    alt += [x509.DNSName(n) for n in names[:100]]
+    alt.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.SubjectAlternativeName(alt), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    # ssl can only load a chain from files; they live just long enough to be read.
+    with tempfile.TemporaryDirectory(prefix="verimail-testbed-") as tmp:
+        cert_path, key_path = Path(tmp, "cert.pem"), Path(tmp, "key.pem")
+        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        key_path.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        context.load_cert_chain(cert_path, key_path)
+    return context

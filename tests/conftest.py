@@ -1,0 +1,48 @@
+"""Shared fixtures: the loopback mail world (``testbed``) and settings pointing at it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from verimail.config import Settings
+from verimail.testbed.server import Testbed
+from verimail.testbed.world import World
+
+
+def make_testbed_settings(tb: Testbed, tmp_path: Path, **overrides: Any) -> Settings:
+    """Settings for an engine run against ``tb``: short timeouts so failing tests fail fast."""
+    values: dict[str, Any] = {
+        "data_dir": tmp_path,
+        "dns_timeout": 2.0,
+        "smtp_connect_timeout": 3.0,
+        "smtp_command_timeout": 3.0,
+        "smtp_greylist_delay": 0.05,
+        **tb.settings_overrides(),
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+@pytest.fixture
+def testbed_factory() -> Iterator[Callable[..., Testbed]]:
+    """``make(world, **kwargs) -> Testbed``: started now, stopped at teardown."""
+    started: list[Testbed] = []
+
+    def make(world: World, **kwargs: Any) -> Testbed:
+        tb = Testbed(world, **kwargs).start()
+        started.append(tb)
+        return tb
+
+    yield make
+    for tb in reversed(started):
+        tb.stop()
+
+
+@pytest.fixture
+def testbed_settings() -> Callable[..., Settings]:
+    """The ``make_testbed_settings(tb, tmp_path, **overrides)`` helper, as a fixture."""
+    return make_testbed_settings
