@@ -28,9 +28,19 @@ def version() -> None:
 
 def _register() -> None:
     """Attach the sub-command groups of each area (imported lazily to keep start-up fast)."""
+    from verimail.api.demo import demo_command
+    from verimail.api.serve import serve_command
+    from verimail.store.cli import accounts_app, credits_app, keys_app
+    from verimail.tasks.cli_verify import verify_command
     from verimail.testbed.cli import app as testbed_app
 
     app.add_typer(testbed_app, name="testbed")
+    app.command("verify")(verify_command)
+    app.command("serve")(serve_command)
+    app.command("demo")(demo_command)
+    app.add_typer(accounts_app, name="accounts")
+    app.add_typer(keys_app, name="keys")
+    app.add_typer(credits_app, name="credits")
 
 
 def main() -> None:

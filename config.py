@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -76,6 +79,9 @@ class Settings(BaseSettings):
     smtp_max_sessions_per_host: int = Field(
         5, ge=1, description="Concurrent SMTP sessions per mail host (politeness)."
     )
+    smtp_max_sessions_total: int = Field(
+        200, ge=1, description="Concurrent SMTP sessions of one process, all hosts together."
+    )
     smtp_rcpts_per_session: int = Field(
         100, ge=1, description="`RCPT TO` commands per session before a fresh session."
     )
@@ -121,6 +127,16 @@ class Settings(BaseSettings):
     )
     upload_max_bytes: int = Field(50 * 1024 * 1024, ge=1, description="Largest CSV upload.")
     upload_max_rows: int = Field(1_000_000, ge=1, description="Most rows in a CSV upload.")
+    local_runner_workers: int = Field(
+        2, ge=1, description="Jobs the API process runs at once with the `local` runner."
+    )
+    job_stale_after: float = Field(
+        120.0, gt=0, description="Seconds without a heartbeat before a job counts as dead."
+    )
+    job_max_attempts: int = Field(
+        2, ge=1, description="Runs of one job (first + resumes) before it fails with a refund."
+    )
+    prefect_work_pool: str = Field("verimail", description="Work pool of the deployments.")
 
     # --- API server ----------------------------------------------------------------
     api_host: str = Field("127.0.0.1", description="Address `verimail serve` binds.")
@@ -171,3 +187,26 @@ class Settings(BaseSettings):
 def get_settings() -> Settings:
     """The process-wide settings, read once from the environment."""
     return Settings()
+
+
+_OVERRIDE: ContextVar[Settings | None] = ContextVar("verimail_settings", default=None)
+
+
+def current_settings() -> Settings:
+    """The settings in force here: an override set by ``using_settings``, else the environment.
+
+    Flows call this instead of taking settings as a parameter, so a flow run started by an
+    API process with explicit settings (tests, the demo) sees exactly those, while a worker
+    started by Prefect reads its own environment.
+    """
+    return _OVERRIDE.get() or get_settings()
+
+
+@contextmanager
+def using_settings(settings: Settings) -> Iterator[Settings]:
+    """Make ``settings`` current for this thread/task and everything it starts."""
+    token = _OVERRIDE.set(settings)
+    try:
+        yield settings
+    finally:
+        _OVERRIDE.reset(token)

@@ -1,0 +1,38 @@
+"""Which IP addresses the prober may open SMTP connections to.
+
+An MX record is attacker-chosen data: without this guard anyone could point a domain at
+10.0.0.5 and use the service to scan our internal network. Only globally routable
+unicast addresses are allowed, plus the networks named in ``smtp_allow_networks``
+(the testbed allows exactly ``127.0.0.0/8``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def smtp_address_allowed(address: str, allow_networks: Iterable[IPNetwork]) -> bool:
+    """True when ``address`` is a public unicast address or lies in an allowed network."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped  # ::ffff:10.0.0.1 is 10.0.0.1
+    for net in allow_networks:
+        if ip.version == net.version and ip in net:
+            return True
+    return bool(
+        ip.is_global
+        and not (
+            ip.is_multicast
+            or ip.is_private
+            or ip.is_loopback
+            or ip.is_link_local
+            or ip.is_reserved
+            or ip.is_unspecified
+        )
+    )

@@ -1,0 +1,546 @@
+"""The SMTP prober: many ``RCPT TO`` per session, grouped by mail host. Never ``DATA``.
+
+A *host group* is every domain served by the same MX hosts. For each group the prober
+opens at most ``smtp_max_sessions_per_host`` sessions (and no more than the work needs),
+and each session walks a shared queue of recipients ordered by domain:
+
+- ``MAIL FROM`` once per domain in the session (``RSET`` before switching domain);
+- first item of each domain is a random-address probe that decides catch-all;
+- a fresh session after ``smtp_rcpts_per_session`` recipients or
+  ``smtp_max_rejections_per_session`` rejections (Postfix slows down after 10 errors and
+  drops the session after 20);
+- ``452`` too many recipients: new session, and the host's recipients-per-session limit is
+  lowered to what it accepted (down to one recipient per session for strict providers);
+- ``421``, a dropped connection or a timeout mid-session: the recipient goes back in the
+  queue for a new session (at most ``MAX_ATTEMPTS`` tries), never a verdict;
+- ``450``/``451`` greylisting: retried after the queue drains, with back-off doubling from
+  ``smtp_greylist_delay``, ``smtp_greylist_retries`` times, then ``unknown``.
+
+Connections go to MX hosts in preference order, falling back on refusal, timeout or a
+``421``/``5xx`` greeting, and only to addresses ``netguard`` allows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import secrets
+from collections import deque
+from dataclasses import dataclass, field
+
+import aiosmtplib
+from aiosmtplib.errors import (
+    SMTPConnectResponseError,
+    SMTPException,
+    SMTPResponseException,
+    SMTPTimeoutError,
+)
+
+from verimail.config import Settings
+from verimail.schemas.outcomes import SmtpOutcome
+from verimail.tasks.dns_facts import MailHost
+from verimail.tasks.netguard import smtp_address_allowed
+from verimail.tasks.smtp_replies import classify_rcpt, one_line
+
+MAX_ATTEMPTS = 3  # tries of one recipient across broken sessions before giving up
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What the mail host said about one recipient."""
+
+    outcome: SmtpOutcome
+    response: str | None = None
+    host: str | None = None
+
+
+@dataclass
+class HostGroup:
+    """Domains that share MX hosts, with the recipients to check on each."""
+
+    hosts: tuple[MailHost, ...]
+    domains: dict[str, list[str]]  # domain -> recipient addresses (normalised, unique)
+    probe_catch_all: bool = True
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return tuple(h.name for h in self.hosts)
+
+    @property
+    def size(self) -> int:
+        return sum(len(v) for v in self.domains.values()) + (
+            len(self.domains) if self.probe_catch_all else 0
+        )
+
+
+@dataclass
+class SmtpStats:
+    """What the prober did, for the engine's stats and the benchmarks."""
+
+    sessions: int = 0
+    rcpts: int = 0
+    mail_from: int = 0
+    retries: int = 0
+    catch_all_probes: int = 0
+    connect_failures: int = 0
+
+    def add(self, other: SmtpStats) -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+@dataclass
+class GroupResult:
+    findings: dict[str, Finding] = field(default_factory=dict)  # by recipient address
+    catch_all: dict[str, bool | None] = field(default_factory=dict)  # by domain
+    catch_all_findings: dict[str, Finding] = field(default_factory=dict)
+    stats: SmtpStats = field(default_factory=SmtpStats)
+
+
+@dataclass
+class _Item:
+    domain: str
+    rcpt: str
+    is_probe: bool = False
+    attempts: int = 0
+
+
+class _SessionLost(Exception):
+    """The session broke mid-way (421, disconnect, timeout): retry elsewhere."""
+
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(finding.response)
+        self.finding = finding
+
+
+class _NoSession(Exception):
+    """No MX host of the group could be reached: the finding applies to all its work."""
+
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(finding.response)
+        self.finding = finding
+
+
+@dataclass
+class _Run:
+    """Shared state of one group's run."""
+
+    group: HostGroup
+    queue: deque[_Item]
+    result: GroupResult
+    retry_later: list[_Item] = field(default_factory=list)
+    dead_hosts: set[str] = field(default_factory=set)
+
+
+class _Session:
+    """One SMTP connection and the transaction state the prober needs."""
+
+    def __init__(
+        self, smtp: aiosmtplib.SMTP, host: MailHost, release: tuple[asyncio.Semaphore, ...]
+    ) -> None:
+        self.smtp = smtp
+        self.host = host
+        self._release = release
+        self.domain: str | None = None
+        self.rcpts = 0
+        self.rejections = 0
+        self.tx_rcpts = 0
+        self.smtputf8 = smtp.supports_extension("smtputf8")
+        self.closed = False
+
+    async def close(self, polite: bool = True) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if polite and self.smtp.is_connected:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.smtp.execute_command(b"QUIT"), 2)
+            with contextlib.suppress(Exception):
+                self.smtp.close()
+        finally:
+            for sem in self._release:
+                sem.release()
+
+
+class Prober:
+    """Runs host groups; holds per-host politeness semaphores and learned limits."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._semaphores: dict[tuple[int, str], asyncio.Semaphore] = {}
+        self._total: dict[int, asyncio.Semaphore] = {}
+        self._rcpt_limit: dict[str, int] = {}  # learned from 452
+        self._rejection_limit: dict[str, int] = {}  # learned from disconnects
+
+    def allowed_hosts(self, hosts: tuple[MailHost, ...]) -> tuple[MailHost, ...]:
+        """The hosts with at least one address we may connect to (addresses filtered)."""
+        allowed = self.settings.smtp_allow_networks
+        kept = []
+        for host in hosts:
+            addresses = tuple(a for a in host.addresses if smtp_address_allowed(a, allowed))
+            if addresses:
+                kept.append(MailHost(host.name, host.preference, addresses))
+        return tuple(kept)
+
+    async def run_group(self, group: HostGroup) -> GroupResult:
+        """Check every recipient of the group; one finding per recipient, never raises."""
+        result = GroupResult()
+        queue: deque[_Item] = deque()
+        for domain, rcpts in group.domains.items():
+            if group.probe_catch_all:
+                probe = f"vm-probe-{secrets.token_hex(6)}@{domain}"
+                queue.append(_Item(domain, probe, is_probe=True))
+            queue.extend(_Item(domain, rcpt) for rcpt in rcpts)
+        run = _Run(group, queue, result)
+        delay = self.settings.smtp_greylist_delay
+        for round_no in range(self.settings.smtp_greylist_retries + 1):
+            if round_no:
+                if not run.retry_later:
+                    break
+                await asyncio.sleep(delay)
+                delay *= 2
+                result.stats.retries += len(run.retry_later)
+                run.queue.extend(run.retry_later)
+                run.retry_later = []
+            await self._drain(run)
+        for domain in group.domains:
+            result.catch_all.setdefault(domain, None)
+        return result
+
+    async def _drain(self, run: _Run) -> None:
+        limit = self._session_rcpt_limit(run.group)
+        workers = max(
+            1, min(self.settings.smtp_max_sessions_per_host, math.ceil(len(run.queue) / limit))
+        )
+        await asyncio.gather(*(self._worker(run) for _ in range(workers)))
+
+    def _session_rcpt_limit(self, group: HostGroup) -> int:
+        learned = min((self._rcpt_limit.get(h.name, 10**9) for h in group.hosts), default=10**9)
+        return max(1, min(self.settings.smtp_rcpts_per_session, learned))
+
+    def _session_full(self, session: _Session) -> bool:
+        name = session.host.name
+        rcpt_limit = min(self.settings.smtp_rcpts_per_session, self._rcpt_limit.get(name, 10**9))
+        rej_limit = min(
+            self.settings.smtp_max_rejections_per_session,
+            self._rejection_limit.get(name, 10**9),
+        )
+        return session.rcpts >= rcpt_limit or session.rejections >= rej_limit
+
+    async def _worker(self, run: _Run) -> None:
+        """Take a session's worth of recipients, then connect; repeat until none are left.
+
+        Claiming before connecting means N workers open about ceil(recipients / limit)
+        sessions rather than one each plus idle ones that found the queue empty.
+        """
+        session: _Session | None = None
+        try:
+            while run.queue:
+                if session is not None and (session.closed or self._session_full(session)):
+                    await session.close()
+                    session = None
+                used = session.rcpts if session is not None else 0
+                room = max(1, self._session_rcpt_limit(run.group) - used)
+                claimed = [run.queue.popleft() for _ in range(min(room, len(run.queue)))]
+                if not claimed:
+                    break  # others took the rest while we were closing
+                if session is None:
+                    try:
+                        session = await self._open(run)
+                    except _NoSession as failed:
+                        for item in claimed + list(run.queue):
+                            self._record(run, item, failed.finding)
+                        run.queue.clear()
+                        return
+                for index, item in enumerate(claimed):
+                    if session.closed or self._session_full(session):
+                        run.queue.extendleft(reversed(claimed[index:]))
+                        break
+                    await self._check(run, session, item)
+        finally:
+            if session is not None:
+                await session.close()
+
+    async def _check(self, run: _Run, session: _Session, item: _Item) -> None:
+        stats = run.result.stats
+        try:
+            code, message = await self._rcpt(session, item, stats)
+        except _SessionLost as lost:
+            if session.rejections and lost.finding.outcome is SmtpOutcome.CONNECTION_FAILED:
+                # It hung up after some rejections: open fresh sessions sooner on this host.
+                self._rejection_limit[session.host.name] = session.rejections
+            await session.close(polite=False)
+            self._retry(run, item, lost.finding)
+            return
+        host = session.host.name
+        if code == 452:
+            self._rcpt_limit[host] = max(1, session.tx_rcpts)
+            await session.close()
+            self._retry(run, item, Finding(SmtpOutcome.TEMP_FAILURE, one_line(code, message), host))
+            return
+        if code == 421:
+            await session.close(polite=False)
+            self._retry(run, item, Finding(SmtpOutcome.TEMP_FAILURE, one_line(code, message), host))
+            return
+        outcome = classify_rcpt(code, message)
+        finding = Finding(outcome, one_line(code, message), host)
+        if outcome is SmtpOutcome.ACCEPTED:
+            session.tx_rcpts += 1
+        else:
+            session.rejections += 1
+        if outcome in (SmtpOutcome.GREYLISTED, SmtpOutcome.TEMP_FAILURE):
+            run.retry_later.append(item)
+        self._record(run, item, finding)
+
+    def _retry(self, run: _Run, item: _Item, finding: Finding) -> None:
+        item.attempts += 1
+        run.result.stats.retries += 1
+        if item.attempts >= MAX_ATTEMPTS:
+            self._record(run, item, finding)
+        else:
+            run.queue.appendleft(item)
+
+    def _record(self, run: _Run, item: _Item, finding: Finding) -> None:
+        result = run.result
+        if item.is_probe:
+            result.catch_all_findings[item.domain] = finding
+            if finding.outcome is SmtpOutcome.ACCEPTED:
+                result.catch_all[item.domain] = True
+            elif finding.outcome is SmtpOutcome.NO_MAILBOX:
+                result.catch_all[item.domain] = False
+            else:
+                result.catch_all[item.domain] = None
+        else:
+            result.findings[item.rcpt] = finding
+
+    async def _rcpt(self, session: _Session, item: _Item, stats: SmtpStats) -> tuple[int, str]:
+        """Send ``RCPT TO`` (switching the transaction's domain first if needed)."""
+        smtp = session.smtp
+        needs_utf8 = not item.rcpt.isascii()
+        if needs_utf8 and not session.smtputf8:
+            return 553, "5.6.7 The server does not support SMTPUTF8 for this address"
+        try:
+            if session.domain != item.domain or (needs_utf8 and session.domain is None):
+                if session.domain is not None:
+                    await smtp.execute_command(b"RSET")
+                    session.domain = None
+                session.tx_rcpts = 0
+                sender = self.settings.smtp_mail_from.encode()
+                args = [b"FROM:<" + sender + b">"]
+                if session.smtputf8:
+                    args.append(b"SMTPUTF8")
+                stats.mail_from += 1
+                reply = await smtp.execute_command(b"MAIL", *args)
+                if reply.code == 421:
+                    raise _SessionLost(self._lost(session, reply.code, reply.message))
+                if not 200 <= reply.code < 300:
+                    return reply.code, reply.message
+                session.domain = item.domain
+            stats.rcpts += 1
+            session.rcpts += 1
+            if item.is_probe:
+                stats.catch_all_probes += 1
+            reply = await smtp.execute_command(b"RCPT", b"TO:<" + item.rcpt.encode() + b">")
+            return reply.code, reply.message
+        except _SessionLost:
+            raise
+        except SMTPTimeoutError as exc:
+            raise _SessionLost(
+                Finding(
+                    SmtpOutcome.TIMEOUT,
+                    f"timed out waiting for the server: {exc}",
+                    session.host.name,
+                )
+            ) from exc
+        except SMTPResponseException as exc:
+            raise _SessionLost(
+                Finding(
+                    SmtpOutcome.PROTOCOL_ERROR, one_line(exc.code, exc.message), session.host.name
+                )
+            ) from exc
+        except (SMTPException, OSError) as exc:
+            raise _SessionLost(
+                Finding(SmtpOutcome.CONNECTION_FAILED, f"connection lost: {exc}", session.host.name)
+            ) from exc
+
+    def _lost(self, session: _Session, code: int, message: str) -> Finding:
+        return Finding(SmtpOutcome.TEMP_FAILURE, one_line(code, message), session.host.name)
+
+    def _semaphore(self, host: str) -> asyncio.Semaphore:
+        key = (id(asyncio.get_running_loop()), host)
+        sem = self._semaphores.get(key)
+        if sem is None:
+            sem = self._semaphores[key] = asyncio.Semaphore(
+                self.settings.smtp_max_sessions_per_host
+            )
+        return sem
+
+    def _total_semaphore(self) -> asyncio.Semaphore:
+        key = id(asyncio.get_running_loop())
+        sem = self._total.get(key)
+        if sem is None:
+            sem = self._total[key] = asyncio.Semaphore(self.settings.smtp_max_sessions_total)
+        return sem
+
+    async def _open(self, run: _Run) -> _Session:
+        """Connect to the best reachable MX host; raise ``_NoSession`` when none answers.
+
+        The host's politeness slot is taken before the process-wide one, so a worker
+        queued behind a busy host never holds a global slot while it waits.
+        """
+        failures: list[Finding] = []
+        for host in run.group.hosts:
+            if host.name in run.dead_hosts:
+                continue
+            for address in host.addresses:
+                held: tuple[asyncio.Semaphore, ...] = ()
+                try:
+                    for sem in (self._semaphore(host.name), self._total_semaphore()):
+                        await sem.acquire()
+                        held += (sem,)
+                    smtp = await self._connect(host, address, run.result.stats)
+                except _NoSession as failed:
+                    for sem in held:
+                        sem.release()
+                    failures.append(failed.finding)
+                    run.result.stats.connect_failures += 1
+                    continue
+                except BaseException:
+                    for sem in held:
+                        sem.release()
+                    raise
+                return _Session(smtp, host, held)
+            run.dead_hosts.add(host.name)
+        raise _NoSession(_summarise(failures))
+
+    async def _connect(self, host: MailHost, address: str, stats: SmtpStats) -> aiosmtplib.SMTP:
+        settings = self.settings
+        smtp = aiosmtplib.SMTP(
+            hostname=address,
+            port=settings.smtp_port,
+            local_hostname=settings.smtp_helo_name,
+            timeout=settings.smtp_command_timeout,
+            start_tls=False,
+            validate_certs=False,
+        )
+        try:
+            async with asyncio.timeout(settings.smtp_connect_timeout):
+                stats.sessions += 1
+                await smtp.connect(timeout=settings.smtp_connect_timeout)
+            try:
+                await smtp.ehlo()
+            except SMTPResponseException:
+                await smtp.helo()
+            if smtp.supports_extension("starttls"):
+                # Like real MTAs we encrypt when offered but do not verify MX certificates.
+                await smtp.starttls(server_hostname=host.name, validate_certs=False)
+                await smtp.ehlo()
+            return smtp
+        except SMTPConnectResponseError as exc:
+            smtp.close()
+            outcome = classify_rcpt(exc.code, exc.message)
+            if outcome is SmtpOutcome.NO_MAILBOX or exc.code == 421 or exc.code < 500:
+                outcome = SmtpOutcome.TEMP_FAILURE
+            raise _NoSession(Finding(outcome, one_line(exc.code, exc.message), host.name)) from exc
+        except (TimeoutError, SMTPTimeoutError) as exc:
+            smtp.close()
+            raise _NoSession(
+                Finding(SmtpOutcome.TIMEOUT, f"{host.name} did not answer in time", host.name)
+            ) from exc
+        except SMTPResponseException as exc:
+            smtp.close()
+            raise _NoSession(
+                Finding(SmtpOutcome.PROTOCOL_ERROR, one_line(exc.code, exc.message), host.name)
+            ) from exc
+        except (SMTPException, OSError) as exc:
+            smtp.close()
+            raise _NoSession(
+                Finding(SmtpOutcome.CONNECTION_FAILED, f"{host.name}: {exc}", host.name)
+            ) from exc
+
+
+def _summarise(failures: list[Finding]) -> Finding:
+    """One finding for "no host reachable", the most telling failure first."""
+    if not failures:
+        return Finding(SmtpOutcome.CONNECTION_FAILED, "no mail host could be reached")
+    order = [
+        SmtpOutcome.BLOCKED,
+        SmtpOutcome.TEMP_FAILURE,
+        SmtpOutcome.PROTOCOL_ERROR,
+        SmtpOutcome.TIMEOUT,
+        SmtpOutcome.CONNECTION_FAILED,
+    ]
+    for outcome in order:
+        for finding in failures:
+            if finding.outcome is outcome:
+                return finding
+    return failures[0]
+
+
+@dataclass
+class SequenceResult:
+    """The finder's probe: catch-all first, then candidates until one is accepted."""
+
+    catch_all: bool | None
+    findings: dict[str, Finding]  # candidate -> finding, only those actually tried
+    accepted: str | None  # the first accepted candidate
+    stats: SmtpStats
+    failure: Finding | None = None  # set when no session could be had at all
+
+
+async def probe_until_accepted(
+    prober: Prober,
+    hosts: tuple[MailHost, ...],
+    domain: str,
+    candidates: list[str],
+    *,
+    check_catch_all: bool = True,
+) -> SequenceResult:
+    """Try ``candidates`` in order over one session (reopened at most once if it breaks).
+
+    Stops at the first accepted address; on a catch-all domain stops after the probe,
+    because there an accepted candidate proves nothing.
+    """
+    group = HostGroup(hosts=hosts, domains={domain: []}, probe_catch_all=False)
+    run = _Run(group, deque(), GroupResult())
+    stats = run.result.stats
+    items = [_Item(domain, c) for c in candidates]
+    if check_catch_all:
+        items.insert(0, _Item(domain, f"vm-probe-{secrets.token_hex(6)}@{domain}", is_probe=True))
+    session: _Session | None = None
+    reopened = False
+    accepted: str | None = None
+    try:
+        index = 0
+        while index < len(items):
+            if session is None or session.closed:
+                try:
+                    session = await prober._open(run)
+                except _NoSession as failed:
+                    return SequenceResult(None, {}, None, stats, failure=failed.finding)
+            item = items[index]
+            try:
+                code, message = await prober._rcpt(session, item, stats)
+            except _SessionLost as lost:
+                await session.close(polite=False)
+                if reopened:
+                    prober._record(run, item, lost.finding)
+                    break
+                reopened = True
+                continue
+            index += 1
+            finding = Finding(
+                classify_rcpt(code, message), one_line(code, message), session.host.name
+            )
+            prober._record(run, item, finding)
+            if item.is_probe and run.result.catch_all.get(domain):
+                break
+            if not item.is_probe and finding.outcome is SmtpOutcome.ACCEPTED:
+                accepted = item.rcpt
+                break
+    finally:
+        if session is not None:
+            await session.close()
+    return SequenceResult(run.result.catch_all.get(domain), run.result.findings, accepted, stats)

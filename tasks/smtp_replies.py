@@ -1,0 +1,84 @@
+"""Reply codes → outcome: how one SMTP reply to ``RCPT TO`` is read.
+
+The table (DESIGN.md "Reply codes → outcome"), first matching row wins:
+
+| reply | outcome | why |
+|---|---|---|
+| 2xx | accepted | the server will take mail for the mailbox |
+| 5xx with 5.7.x, or block-list / policy text | blocked | it refused *us*, not the box |
+| 552, or 5.2.2 | mailbox_full | exists, but mail would bounce now (risky) |
+| 550/551/553 with 5.1.x, or unknown-user text | no_mailbox | the mailbox does not exist |
+| 550/551/553/554, unknown-user text | no_mailbox | the text says so |
+| other 5xx | rejected_other | a refusal we cannot read |
+| 452 | (too many recipients: the prober opens a new session, never a verdict) |
+| 450/451/4xx | greylisted / temp_failure: retried later in the run, then unknown |
+| 421 | the server is closing: retry the rest elsewhere, never a verdict |
+| anything else | protocol_error |
+"""
+
+from __future__ import annotations
+
+import re
+
+from verimail.schemas.outcomes import SmtpOutcome
+
+_ENHANCED = re.compile(r"\b([245])\.(\d{1,3})\.(\d{1,3})\b")
+_BLOCK_TEXT = re.compile(
+    r"block|blacklist|black list|denylist|spamhaus|spamcop|\bspam\b|\brbl\b|\bdnsbl\b|"
+    r"reputation|policy|not permitted|access denied|client host|poor reputation|"
+    r"relay access denied|relaying denied|rejected due to",
+    re.IGNORECASE,
+)
+_UNKNOWN_USER_TEXT = re.compile(
+    r"unknown user|user unknown|no such user|no such (mailbox|recipient|address)|"
+    r"mailbox (unavailable|not found|does not exist)|does not exist|"
+    r"recipient (address )?rejected|invalid recipient|address rejected|"
+    r"unrouteable|undeliverable address|not a valid mailbox|user not found|"
+    r"no mailbox|account (is )?(disabled|closed|inactive)|recipient unknown",
+    re.IGNORECASE,
+)
+_GREYLIST_TEXT = re.compile(r"grey ?list|gray ?list|try (again )?later|4\.7\.1|4\.2\.0", re.I)
+
+
+def enhanced_code(message: str) -> tuple[int, int, int] | None:
+    """The RFC 3463 enhanced status code in a reply text, e.g. ``(5, 1, 1)``."""
+    match = _ENHANCED.search(message[:64])
+    if not match:
+        return None
+    return int(match.group(1)), int(match.group(2)), int(match.group(3))
+
+
+def classify_rcpt(code: int, message: str) -> SmtpOutcome:
+    """Read one reply to ``RCPT TO`` (or ``MAIL FROM``) as an outcome (table above).
+
+    452 and 421 are returned as ``TEMP_FAILURE``; the prober checks those codes itself
+    before calling this, because they mean "new session" rather than a verdict.
+    """
+    enhanced = enhanced_code(message)
+    if 200 <= code < 300:
+        return SmtpOutcome.ACCEPTED
+    if 500 <= code < 600:
+        if (enhanced and enhanced[0] == 5 and enhanced[1] == 7) or (
+            _BLOCK_TEXT.search(message) and not _UNKNOWN_USER_TEXT.search(message)
+        ):
+            return SmtpOutcome.BLOCKED
+        if code == 552 or enhanced == (5, 2, 2):
+            return SmtpOutcome.MAILBOX_FULL
+        if code in (550, 551, 553) and enhanced and enhanced[1] == 1:
+            return SmtpOutcome.NO_MAILBOX
+        if code in (550, 551, 553, 554) and _UNKNOWN_USER_TEXT.search(message):
+            return SmtpOutcome.NO_MAILBOX
+        return SmtpOutcome.REJECTED_OTHER
+    if 400 <= code < 500:
+        if code in (450, 451) or _GREYLIST_TEXT.search(message):
+            return SmtpOutcome.GREYLISTED
+        return SmtpOutcome.TEMP_FAILURE
+    return SmtpOutcome.PROTOCOL_ERROR
+
+
+def one_line(code: int, message: str, limit: int = 300) -> str:
+    """A reply as one readable line (multi-line replies joined, control bytes dropped)."""
+    text = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    text = "".join(ch for ch in text if ch.isprintable())
+    line = f"{code} {text}".strip()
+    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -1,0 +1,297 @@
+"""The engine against the loopback testbed: real DNS packets, real SMTP sessions."""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import socket
+
+import pytest
+
+from verimail.schemas.outcomes import Status, SubStatus
+from verimail.tasks import dns_facts
+from verimail.tasks.engine import Engine
+from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
+
+LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dns_cache():
+    """Each test builds its own world; answers of another test's world must not leak in."""
+    dns_facts.clear_cache()
+    yield
+    dns_facts.clear_cache()
+
+
+@pytest.fixture
+def outside_connections(monkeypatch):
+    """Fail any connection outside 127.0.0.0/8 instead of sending it (and record it)."""
+    attempts: list[tuple] = []
+    real_connect = socket.socket.connect
+    real_connect_ex = socket.socket.connect_ex
+
+    def check(address) -> None:
+        host = address[0] if isinstance(address, tuple) else None
+        if host is not None and ipaddress.ip_address(host) not in LOOPBACK:
+            attempts.append(address)
+            raise ConnectionRefusedError(f"test guard: refused connection to {address}")
+
+    def connect(self, address):
+        check(address)
+        return real_connect(self, address)
+
+    def connect_ex(self, address):
+        check(address)
+        return real_connect_ex(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+    return attempts
+
+
+def _world() -> World:
+    """One domain per behaviour worth checking."""
+    hosts = [
+        HostSpec("mx.acme.test", HostBehaviour(mailboxes={"alice", "bob", "info"})),
+        HostSpec("mx.catchall.test", HostBehaviour(accept_all=True)),
+        HostSpec("mx.grey.test", HostBehaviour(mailboxes={"carol"}, greylist_tries=1)),
+        HostSpec("mx.greyforever.test", HostBehaviour(mailboxes={"dave"}, greylist_tries=99)),
+        HostSpec("mx.full.test", HostBehaviour(mailboxes={"erin"}, full_mailboxes={"frank"})),
+        HostSpec("mx.block.test", HostBehaviour(mailboxes={"gina"}, block=True)),
+        HostSpec("down.fallback.test", HostBehaviour(refuse_connections=True)),
+        HostSpec("busy.fallback.test", HostBehaviour(greeting_421=True)),
+        HostSpec("mx2.fallback.test", HostBehaviour(mailboxes={"hank"})),
+        HostSpec("mx.tls.test", HostBehaviour(mailboxes={"ivy"}, starttls=True)),
+        HostSpec("mx.slow.test", HostBehaviour(mailboxes={"jack"}, reply_delay=0.2)),
+        HostSpec("web.implicit.test", HostBehaviour(mailboxes={"kim"})),
+        HostSpec("internal.evil.test", address="10.0.0.1"),
+        HostSpec("loop6.evil.test", address="fd00::1"),
+    ]
+    domains = [
+        DomainSpec("acme.test", mx=[(10, "mx.acme.test")]),
+        DomainSpec("catchall.test", mx=[(10, "mx.catchall.test")]),
+        DomainSpec("grey.test", mx=[(10, "mx.grey.test")]),
+        DomainSpec("greyforever.test", mx=[(10, "mx.greyforever.test")]),
+        DomainSpec("full.test", mx=[(10, "mx.full.test")]),
+        DomainSpec("block.test", mx=[(10, "mx.block.test")]),
+        DomainSpec(
+            "fallback.test",
+            mx=[(5, "down.fallback.test"), (10, "busy.fallback.test"), (20, "mx2.fallback.test")],
+        ),
+        DomainSpec("noaddr.test", mx=[(5, "ghost.noaddr.test"), (10, "mx.acme.test")]),
+        DomainSpec("onlyghost.test", mx=[(10, "ghost.onlyghost.test")]),
+        DomainSpec("nullmx.test", mx=[(0, ".")]),
+        DomainSpec("servfail.test", servfail=True),
+        DomainSpec("implicit.test", a=["web.implicit.test"]),
+        DomainSpec("nothing.test"),
+        DomainSpec("tls.test", mx=[(10, "mx.tls.test")]),
+        DomainSpec("slow.test", mx=[(10, "mx.slow.test")]),
+        DomainSpec("evil.test", mx=[(10, "internal.evil.test")]),
+        DomainSpec("evil6.test", mx=[(10, "loop6.evil.test")]),
+        DomainSpec("mailinator.com", mx=[(10, "mx.catchall.test")]),
+    ]
+    return World.of(hosts, domains)
+
+
+@pytest.fixture
+def world_tb(testbed_factory):
+    return testbed_factory(_world())
+
+
+@pytest.fixture
+def engine(world_tb, tmp_path, testbed_settings):
+    return Engine(testbed_settings(world_tb, tmp_path))
+
+
+CASES = [
+    ("alice@acme.test", Status.VALID, SubStatus.OK),
+    ("info@acme.test", Status.VALID, SubStatus.ROLE_BASED),
+    ("nobody@acme.test", Status.INVALID, SubStatus.MAILBOX_NOT_FOUND),
+    ("john.smith@catchall.test", Status.LIKELY_VALID, SubStatus.CATCH_ALL),
+    ("zq8x7k2m4p9w@catchall.test", Status.CATCHALL, SubStatus.CATCH_ALL),
+    ("carol@grey.test", Status.VALID, SubStatus.OK),
+    ("dave@greyforever.test", Status.UNKNOWN, SubStatus.GREYLISTED),
+    ("frank@full.test", Status.RISKY, SubStatus.MAILBOX_FULL),
+    ("gina@block.test", Status.UNKNOWN, SubStatus.BLOCKED),
+    ("hank@fallback.test", Status.VALID, SubStatus.OK),
+    ("alice@noaddr.test", Status.VALID, SubStatus.OK),
+    ("x@onlyghost.test", Status.INVALID, SubStatus.NO_MX),
+    ("x@nullmx.test", Status.INVALID, SubStatus.NULL_MX),
+    ("x@servfail.test", Status.UNKNOWN, SubStatus.DNS_ERROR),
+    ("kim@implicit.test", Status.VALID, SubStatus.OK),
+    ("x@nothing.test", Status.INVALID, SubStatus.NO_MX),
+    ("x@doesnotexist.test", Status.INVALID, SubStatus.NXDOMAIN),
+    ("ivy@tls.test", Status.VALID, SubStatus.OK),
+    ("jack@slow.test", Status.VALID, SubStatus.OK),
+    ("x@evil.test", Status.UNKNOWN, SubStatus.PRIVATE_ADDRESS),
+    ("x@evil6.test", Status.UNKNOWN, SubStatus.PRIVATE_ADDRESS),
+    ("someone@mailinator.com", Status.DISPOSABLE, SubStatus.DISPOSABLE),
+    ("not an address", Status.INVALID, SubStatus.INVALID_SYNTAX),
+]
+
+
+async def test_every_status_in_one_batch(engine, world_tb, outside_connections):
+    batch = await engine.verify_many([address for address, _, _ in CASES])
+    got = {r.email: (r.status, r.sub_status) for r in batch.results}
+    for (address, status, sub_status), result in zip(CASES, batch.results, strict=True):
+        assert (result.status, result.sub_status) == (status, sub_status), (address, got)
+        assert result.safe_to_send is (status is Status.VALID)
+        assert 0.0 <= result.confidence_score <= 1.0
+        assert result.reason
+    assert outside_connections == []
+    assert world_tb.total_stats().data == 0
+    by_email = {r.email: r for r in batch.results}
+    assert by_email["alice@acme.test"].mx_records == ["mx.acme.test"]
+    assert by_email["alice@acme.test"].smtp_response.startswith("250")
+    assert by_email["nobody@acme.test"].smtp_response.startswith("550")
+    assert by_email["john.smith@catchall.test"].is_catch_all is True
+    assert by_email["alice@acme.test"].is_catch_all is False
+    assert by_email["info@acme.test"].is_role_based is True
+    assert by_email["x@nullmx.test"].smtp_response is None
+    # Hosts behind private addresses were never contacted, not even attempted.
+    assert world_tb.host_stats("mx.tls.test").starttls == 1
+
+
+async def test_private_mx_is_refused_without_any_connection(
+    testbed_factory, tmp_path, testbed_settings, outside_connections
+):
+    tb = testbed_factory(_world())
+    settings = testbed_settings(tb, tmp_path)
+    result = await Engine(settings).verify("x@evil.test")
+    assert result.status is Status.UNKNOWN and result.sub_status is SubStatus.PRIVATE_ADDRESS
+    assert "private" in result.reason.lower() or "internal" in result.reason.lower()
+    assert outside_connections == []
+    # Loopback too is private unless allowed: without the testbed's allowance, no session.
+    strict = testbed_settings(tb, tmp_path, smtp_allow_networks=[])
+    dns_facts.clear_cache()
+    strict_result = await Engine(strict).verify("alice@acme.test")
+    assert strict_result.sub_status is SubStatus.PRIVATE_ADDRESS
+    assert tb.total_stats().sessions == 0
+
+
+async def test_fallback_skips_refusing_and_421_hosts(engine, world_tb):
+    result = await engine.verify("hank@fallback.test")
+    assert result.status is Status.VALID
+    assert world_tb.host_stats("busy.fallback.test").sessions >= 1  # greeted with 421
+    assert world_tb.host_stats("mx2.fallback.test").rcpt_to >= 1
+
+
+async def test_greylisting_is_retried_within_the_run(engine, world_tb):
+    result = await engine.verify("carol@grey.test")
+    assert result.status is Status.VALID
+    stats = world_tb.host_stats("mx.grey.test")
+    assert stats.rcpts.count("carol@grey.test") == 2  # greylisted once, accepted on retry
+
+
+async def test_dedupe_and_input_order(engine, world_tb):
+    batch = await engine.verify_many(["bob@acme.test", "alice@acme.test", "bob@acme.test"])
+    assert [r.email for r in batch.results] == ["bob@acme.test", "alice@acme.test", "bob@acme.test"]
+    assert world_tb.host_stats("mx.acme.test").rcpts.count("bob@acme.test") == 1
+    assert batch.stats.unique_addresses == 2
+
+
+async def test_domain_is_normalised_and_local_kept(engine):
+    result = await engine.verify("  Alice@ACME.Test ")
+    assert result.email == "Alice@acme.test"
+    assert result.domain == "acme.test"
+
+
+def _hosted_world(n_hosts: int, n_domains: int, per_domain: int, **behaviour) -> tuple:
+    hosts = [HostSpec(f"mx{h}.big.test", HostBehaviour(**behaviour)) for h in range(n_hosts)]
+    domains = []
+    addresses = []
+    for d in range(n_domains):
+        host = hosts[d % n_hosts]
+        name = f"d{d}.example.test"
+        domains.append(DomainSpec(name, mx=[(10, host.name)]))
+        for i in range(per_domain):
+            local = f"user{i}"
+            host.behaviour.mailboxes.add(f"{local}@{name}")
+            addresses.append(f"{local}@{name}")
+    return World.of(hosts, domains), addresses
+
+
+async def test_counters_1000_addresses_50_domains_5_hosts(
+    testbed_factory, tmp_path, testbed_settings
+):
+    world, addresses = _hosted_world(5, 50, 20)
+    tb = testbed_factory(world)
+    settings = testbed_settings(
+        tb, tmp_path, smtp_max_sessions_per_host=3, smtp_rcpts_per_session=50
+    )
+    batch = await Engine(settings).verify_many(addresses)
+    assert all(r.status is Status.VALID for r in batch.results)
+    assert batch.stats.mx_queries == 50
+    assert sum(1 for (_, rdtype) in tb.dns_queries.elements() if rdtype == "MX") == 50
+    assert batch.stats.smtp.catch_all_probes == 50
+    for h in range(5):
+        stats = tb.host_stats(f"mx{h}.big.test")
+        probes = [r for r in stats.rcpts if r.startswith("vm-probe-")]
+        assert len(probes) == 10  # one per domain, never one per address
+        assert stats.rcpt_to == 210
+        assert stats.sessions == math.ceil(210 / 50)  # 5 sessions, not 200
+        assert stats.peak_concurrent <= 3
+        assert stats.data == 0
+
+
+async def test_rejections_open_a_fresh_session_before_the_tenth(
+    testbed_factory, tmp_path, testbed_settings
+):
+    world, _ = _hosted_world(1, 1, 0)
+    tb = testbed_factory(world)
+    settings = testbed_settings(tb, tmp_path, smtp_max_sessions_per_host=1)
+    bad = [f"nobody{i}@d0.example.test" for i in range(30)]
+    batch = await Engine(settings).verify_many(bad)
+    assert all(r.sub_status is SubStatus.MAILBOX_NOT_FOUND for r in batch.results)
+    # 31 rejections (30 + the catch-all probe), at most 9 per session.
+    assert tb.host_stats("mx0.big.test").sessions == math.ceil(31 / 9)
+
+
+async def test_disconnect_mid_session_retries_the_rest(testbed_factory, tmp_path, testbed_settings):
+    world, good = _hosted_world(1, 1, 5, disconnect_after_rejections=2)
+    tb = testbed_factory(world)
+    settings = testbed_settings(tb, tmp_path, smtp_max_sessions_per_host=1)
+    mixed = [
+        a
+        for pair in zip(good, [f"bad{i}@d0.example.test" for i in range(5)], strict=True)
+        for a in pair
+    ]
+    batch = await Engine(settings).verify_many(mixed)
+    statuses = {r.email: r.status for r in batch.results}
+    assert all(statuses[a] is Status.VALID for a in good)
+    assert all(statuses[a] is Status.INVALID for a in mixed if a.startswith("bad"))
+
+
+async def test_recipient_limit_452_and_one_per_session_host(
+    testbed_factory, tmp_path, testbed_settings
+):
+    world, addresses = _hosted_world(2, 2, 6)
+    world.hosts["mx0.big.test"].behaviour.max_rcpts_per_session = 3
+    world.hosts["mx1.big.test"].behaviour.max_rcpts_per_session = 1
+    tb = testbed_factory(world)
+    settings = testbed_settings(tb, tmp_path, smtp_max_sessions_per_host=1)
+    batch = await Engine(settings).verify_many(addresses)
+    assert all(r.status is Status.VALID for r in batch.results), [
+        (r.email, r.reason) for r in batch.results if r.status is not Status.VALID
+    ]
+    # The strict host ends up with one recipient per session.
+    strict = tb.host_stats("mx1.big.test")
+    assert strict.sessions >= 7
+
+
+async def test_tarpit_within_timeout(testbed_factory, tmp_path, testbed_settings):
+    world, addresses = _hosted_world(1, 1, 2, tarpit_delay=0.3)
+    tb = testbed_factory(world)
+    settings = testbed_settings(tb, tmp_path)
+    batch = await Engine(settings).verify_many([*addresses, "nope@d0.example.test"])
+    assert [r.status for r in batch.results] == [Status.VALID, Status.VALID, Status.INVALID]
+
+
+async def test_slow_host_beyond_timeout_is_unknown(testbed_factory, tmp_path, testbed_settings):
+    world, addresses = _hosted_world(1, 1, 1, reply_delay=1.0)
+    tb = testbed_factory(world)
+    settings = testbed_settings(tb, tmp_path, smtp_connect_timeout=0.3, smtp_command_timeout=0.3)
+    result = (await Engine(settings).verify_many(addresses)).results[0]
+    assert result.status is Status.UNKNOWN
+    assert result.sub_status is SubStatus.TIMEOUT
