@@ -1,0 +1,419 @@
+"""CSV uploads end to end: save the upload, sniff it, load its columns, write the results file.
+
+The results file is the original file byte for byte with columns appended at the end of each
+record (``Safe to Send`` for bulk verification; ``email``, ``status``, ``confidence`` for the
+Email Finder). To make that safe, one tokenizer decides where records start and end for
+counting, loading and writing alike (see :mod:`verimail.tasks.csv_detect`). Polars holds the
+loaded columns and does the vectorised normalising and de-duplication, but does not parse the
+file: Polars 2.1 refuses real-world quoting that spreadsheets produce (``5" screen``,
+``"abc"def``), does not split on bare-CR line endings, reads only UTF-8, and a second parser
+would be a second opinion on where row *n* is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import uuid
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import BinaryIO, TextIO
+from urllib.parse import urlsplit
+
+import polars as pl
+
+from verimail.tasks.csv_detect import (
+    DELIMITERS,
+    EMAIL_HEADERS,
+    CsvInfo,
+    PersonColumns,
+    UploadError,
+    UploadTooLarge,
+    bom_bytes,
+    codec_errors,
+    find_person_columns,
+    inspect_csv,
+    is_blank,
+    iter_data_cell,
+    iter_data_cells,
+    iter_records,
+    looks_like_email,
+    open_info,
+    resolve_column,
+)
+
+__all__ = [
+    "DELIMITERS",
+    "EMAIL_HEADERS",
+    "FORMULA_PREFIXES",
+    "CsvInfo",
+    "PersonColumns",
+    "UploadError",
+    "UploadTooLarge",
+    "domain_from_url",
+    "find_person_columns",
+    "inspect_csv",
+    "load_emails",
+    "load_person_rows",
+    "looks_like_email",
+    "normalise_emails",
+    "resolve_column",
+    "save_upload",
+    "save_upload_sync",
+    "unique_emails",
+    "values_for_rows",
+    "write_results_csv",
+]
+
+_CHUNK = 1 << 20
+
+# OWASP "CSV injection": a spreadsheet runs a cell starting with one of these as a formula.
+FORMULA_PREFIXES: tuple[str, ...] = ("=", "+", "-", "@", "\t", "\r")
+
+
+# --- saving an upload ------------------------------------------------------------------
+
+
+def _size_text(n: int) -> str:
+    for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n:,} bytes"
+
+
+def _too_large(max_bytes: int) -> UploadTooLarge:
+    return UploadTooLarge(f"The file is larger than the {_size_text(max_bytes)} upload limit.")
+
+
+async def save_upload(chunks: AsyncIterator[bytes], dest: Path, max_bytes: int) -> int:
+    """Stream an upload to ``dest`` and return its size.
+
+    Past ``max_bytes`` it stops reading (closing the source), deletes the partial file and
+    raises UploadTooLarge, so an oversized upload never fills the disk. Chunk writes are
+    plain blocking writes: a local write of one ≤1 MiB chunk is far shorter than a network read.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    total = 0
+    try:
+        with dest.open("wb") as out:
+            async for chunk in chunks:
+                total += len(chunk)
+                if total > max_bytes:
+                    raise _too_large(max_bytes)
+                out.write(chunk)
+    except BaseException:
+        aclose = getattr(chunks, "aclose", None)
+        if aclose is not None:
+            # The source's own clean-up failing must not hide our error.
+            with contextlib.suppress(Exception):
+                await aclose()
+        dest.unlink(missing_ok=True)
+        raise
+    return total
+
+
+def save_upload_sync(source: BinaryIO | Iterable[bytes], dest: Path, max_bytes: int) -> int:
+    """:func:`save_upload` for the CLI: ``source`` is a binary file or an iterable of chunks."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if hasattr(source, "read"):
+        reader = source
+        chunks: Iterable[bytes] = iter(lambda: reader.read(_CHUNK), b"")  # type: ignore[union-attr]
+    else:
+        chunks = source  # type: ignore[assignment]
+    total = 0
+    try:
+        with dest.open("wb") as out:
+            for chunk in chunks:
+                total += len(chunk)
+                if total > max_bytes:
+                    raise _too_large(max_bytes)
+                out.write(chunk)
+    except BaseException:
+        dest.unlink(missing_ok=True)
+        raise
+    return total
+
+
+# --- loading ---------------------------------------------------------------------------
+
+
+def _row_index(n: int) -> pl.Series:
+    return pl.int_range(0, n, dtype=pl.Int64, eager=True).alias("row")
+
+
+def load_emails(path: Path | str, info: CsvInfo) -> pl.DataFrame:
+    """``row`` (0-based data row, the order :func:`write_results_csv` expects values in) and
+    ``email`` (the cell as typed; null when blank or missing from a short row)."""
+    index = info.email_index
+    if index is None:
+        raise ValueError("CsvInfo has no email column; inspect the file with need_email=True")
+    emails: list[str | None] = []
+    add = emails.append
+    with open_info(Path(path), info) as f:
+        for value in iter_data_cell(f, info.delimiter, info.has_header, index):
+            add(value if value.strip() else None)
+    return pl.DataFrame([_row_index(len(emails)), pl.Series("email", emails, dtype=pl.String)])
+
+
+def normalise_emails(df: pl.DataFrame) -> pl.DataFrame:
+    """Add ``normalised`` (trimmed; domain lower-cased; local part kept as typed, since it may
+    be case-sensitive) and ``domain`` (null when the value has no ``@`` or nothing after it).
+
+    The domain is what follows the last ``@``. IDNA encoding is left to the syntax check.
+    (Split + slice, not a capturing regex: 20x faster on a million rows.)
+    """
+    trimmed, domain = pl.col("_vm_trimmed"), pl.col("_vm_domain")
+    has_domain = domain.str.len_chars() > 0
+    lower = domain.str.to_lowercase()
+    local = trimmed.str.head(trimmed.str.len_chars() - domain.str.len_chars() - 1)
+    return (
+        df.with_columns(pl.col("email").str.strip_chars().alias("_vm_trimmed"))
+        .with_columns(
+            pl.when(trimmed.str.contains("@", literal=True))
+            .then(trimmed.str.split("@").list.last())
+            .alias("_vm_domain")
+        )
+        .with_columns(
+            pl.when(has_domain)
+            .then(pl.concat_str(local, pl.lit("@"), lower))
+            .otherwise(pl.when(trimmed.str.len_chars() > 0).then(trimmed))
+            .alias("normalised"),
+            pl.when(has_domain).then(lower).alias("domain"),
+        )
+        .drop("_vm_trimmed", "_vm_domain")
+    )
+
+
+def unique_emails(df: pl.DataFrame) -> list[str]:
+    """Normalised addresses, each once, in first-seen order (the verification work list)."""
+    if "normalised" not in df.columns:
+        df = normalise_emails(df)
+    return df.get_column("normalised").drop_nulls().unique(maintain_order=True).to_list()
+
+
+def values_for_rows(df: pl.DataFrame, mapping: Mapping[str, str], default: str = "") -> list[str]:
+    """One value per data row by looking up its normalised address (``{"a@x.com": "Yes"}``);
+    rows without an address or missing from ``mapping`` get ``default``. Feeds
+    :func:`write_results_csv`."""
+    if "normalised" not in df.columns:
+        df = normalise_emails(df)
+    keys = list(mapping)
+    return (
+        df.get_column("normalised")
+        .replace_strict(keys, [mapping[k] for k in keys], default=default, return_dtype=pl.String)
+        .fill_null(default)
+        .to_list()
+    )
+
+
+def domain_from_url(value: str | None) -> str | None:
+    """A company domain from what people type: ``https://www.acme.com/about`` → ``acme.com``.
+
+    Also takes ``acme.com``, ``WWW.Acme.com:8080``, ``jane@acme.com``. Lower-cased, a leading
+    ``www.`` dropped; None when nothing domain-like (no dot, or spaces) remains.
+    """
+    if value is None:
+        return None
+    text = value.strip().lower()
+    if not text:
+        return None
+    if "@" in text and "://" not in text:
+        text = text.rsplit("@", 1)[1]
+    if "://" not in text:
+        text = "//" + text.lstrip("/")
+    try:
+        host = urlsplit(text).hostname or ""
+    except ValueError:
+        return None
+    host = host.strip(".")
+    host = host.removeprefix("www.")
+    if "." not in host or any(c.isspace() for c in host):
+        return None
+    return host
+
+
+_domain_cached = lru_cache(maxsize=1 << 16)(domain_from_url)
+
+
+def _column_index(info: CsvInfo, column: str | int, param: str) -> int:
+    if isinstance(column, int):
+        if not 0 <= column < len(info.columns):
+            raise ValueError(f"{param} index {column} is outside 0..{len(info.columns) - 1}")
+        return column
+    return resolve_column(info.columns, column, param)
+
+
+def load_person_rows(
+    path: Path | str,
+    info: CsvInfo,
+    first_col: str | int,
+    last_col: str | int,
+    domain_col: str | int,
+) -> pl.DataFrame:
+    """``row``, ``first_name``, ``last_name``, ``domain`` for the Email Finder.
+
+    Columns are names (as in ``CsvInfo.columns``) or 0-based indexes (``PersonColumns.*_index``;
+    prefer these when headers repeat). Names are trimmed, blank → null; the domain goes through
+    :func:`domain_from_url`.
+    """
+    i_first = _column_index(info, first_col, "first_name_column")
+    i_last = _column_index(info, last_col, "last_name_column")
+    i_domain = _column_index(info, domain_col, "domain_column")
+    firsts: list[str | None] = []
+    lasts: list[str | None] = []
+    domains: list[str | None] = []
+    indexes = [i_first, i_last, i_domain]
+    with open_info(Path(path), info) as f:
+        for first, last, domain in iter_data_cells(f, info.delimiter, info.has_header, indexes):
+            firsts.append(first.strip() or None)
+            lasts.append(last.strip() or None)
+            domain = domain.strip()
+            domains.append(_domain_cached(domain) if domain else None)
+    return pl.DataFrame(
+        [
+            _row_index(len(firsts)),
+            pl.Series("first_name", firsts, dtype=pl.String),
+            pl.Series("last_name", lasts, dtype=pl.String),
+            pl.Series("domain", domains, dtype=pl.String),
+        ]
+    )
+
+
+# --- writing results -------------------------------------------------------------------
+
+
+def _cell(value: str | None, delimiter: str, neutralise: bool) -> str:
+    """One appended or rewritten cell, quoted only when it has to be."""
+    if value is None:
+        return ""
+    if neutralise and value.startswith(FORMULA_PREFIXES):
+        value = "'" + value
+    if delimiter in value or '"' in value or "\n" in value or "\r" in value:
+        return '"' + value.replace('"', '""') + '"'
+    return value
+
+
+def _suffixes(
+    values: Sequence[Sequence[str | None]], delimiter: str, neutralise: bool
+) -> list[str]:
+    """``<delimiter><cell>…`` per data row, built column-wise in Polars (same rules as _cell)."""
+    frame = pl.DataFrame(
+        [pl.Series(f"c{i}", column, dtype=pl.String) for i, column in enumerate(values)]
+    )
+    special = "[" + re.escape(delimiter + '"\r\n') + "]"
+    cells = []
+    for name in frame.columns:
+        cell = pl.col(name).fill_null("")
+        if neutralise:
+            risky = pl.any_horizontal([cell.str.starts_with(p) for p in FORMULA_PREFIXES])
+            cell = pl.when(risky).then(pl.lit("'") + cell).otherwise(cell)
+        quoted = pl.concat_str(
+            pl.lit('"'), cell.str.replace_all('"', '""', literal=True), pl.lit('"')
+        )
+        cells.append(pl.when(cell.str.contains(special)).then(quoted).otherwise(cell))
+    suffix = pl.concat_str([pl.lit(""), *cells], separator=delimiter)
+    return frame.select(suffix.alias("s")).to_series().to_list()
+
+
+def _open_out(path: Path, info: CsvInfo) -> TextIO:
+    raw = path.open("wb", buffering=_CHUNK)
+    raw.write(bom_bytes(info))
+    # Original text always re-encodes exactly; only an appended character the 8-bit code page
+    # lacks becomes "?" instead of failing the whole job.
+    errors = codec_errors(info.encoding) if info.encoding.startswith("utf") else "replace"
+    return io.TextIOWrapper(raw, encoding=info.encoding, errors=errors, newline="")
+
+
+def write_results_csv(
+    src: Path | str,
+    info: CsvInfo,
+    dest: Path | str,
+    columns: Mapping[str, Sequence[str | None]],
+    *,
+    neutralise_formulas: bool = False,
+    pad_short_rows: bool = True,
+) -> int:
+    """Write ``src`` to ``dest`` with ``columns`` appended; return the data rows written.
+
+    ``columns`` maps each appended header to one value per data row, in ``load_emails`` row
+    order (a list or a Polars Series; None writes an empty cell). Every original character is
+    kept (encoding, BOM, delimiter, quoting, each record's own line ending, a missing final
+    newline); ``<delimiter><value>`` goes before each record's terminator, quoted only when
+    needed. The header row gets the header names; a headerless file gets none; blank records
+    pass through with nothing appended.
+
+    ``pad_short_rows``: a row with fewer cells than ``info.columns`` gets empty cells first,
+    so the appended values sit under their header in a spreadsheet (only ragged files change).
+    ``neutralise_formulas``: every cell, original or appended, that starts with ``= + - @``,
+    tab or CR gets a leading ``'`` (OWASP CSV-injection advice); records holding such a cell
+    are re-quoted minimally, so the file is deliberately no longer byte-identical.
+
+    Streams the file: memory is the appended values plus one record. Written to a temporary
+    file beside ``dest`` and renamed, so a reader never sees half a file.
+    """
+    src, dest = Path(src), Path(dest)
+    names = list(columns)
+    if not names:
+        raise ValueError("no columns to append")
+    values = [columns[name] for name in names]
+    for name, column in zip(names, values, strict=True):
+        if len(column) != info.row_count:
+            raise ValueError(
+                f"column {name!r} has {len(column)} values for {info.row_count} data rows"
+            )
+    delimiter = info.delimiter
+    width = len(info.columns) if pad_short_rows else 0
+    neutralise = neutralise_formulas
+    header_suffix = "".join(delimiter + _cell(n, delimiter, neutralise) for n in names)
+    suffixes = _suffixes(values, delimiter, neutralise)
+    total = len(suffixes)
+
+    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.part")  # unique: writers may race
+    row = 0
+    header_pending = info.has_header
+    try:
+        with open_info(src, info) as fin, _open_out(tmp, info) as fout:
+            write = fout.write
+            for body, terminator, fields in iter_records(fin, delimiter):
+                if fields is None:  # one line, no quote character
+                    if delimiter in body:
+                        n = body.count(delimiter) + 1 if width else 0
+                    elif body.strip():
+                        n = 1
+                    else:
+                        write(body + terminator)  # blank: not a row
+                        continue
+                    if neutralise:
+                        cells = body.split(delimiter)
+                        if any(c.startswith(FORMULA_PREFIXES) for c in cells):
+                            body = delimiter.join(_cell(c, delimiter, True) for c in cells)
+                else:
+                    if is_blank(fields):
+                        write(body + terminator)
+                        continue
+                    n = len(fields)
+                    if neutralise and any(f.startswith(FORMULA_PREFIXES) for f in fields):
+                        body = delimiter.join(_cell(f, delimiter, True) for f in fields)
+                if header_pending:
+                    header_pending = False
+                    suffix = header_suffix
+                else:
+                    if row >= total:
+                        raise ValueError("the file has more rows than when it was inspected")
+                    suffix = suffixes[row]
+                    row += 1
+                if n < width:
+                    body += delimiter * (width - n)
+                write(body + suffix + terminator)
+        if row != total:
+            raise ValueError(f"the file has {row} data rows, {total} when it was inspected")
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return row
