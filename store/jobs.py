@@ -408,3 +408,38 @@ def mark_failed(
             )
         )
     return True
+
+
+def set_flow_run_id(engine: Engine, job_id: int, flow_run_id: str) -> bool:
+    """Record which Prefect flow run works on the job (shown in the UI and logs)."""
+    with write_tx(engine) as conn:
+        result = conn.execute(
+            update(jobs).where(jobs.c.id == job_id).values(flow_run_id=flow_run_id)
+        )
+    return result.rowcount == 1
+
+
+def claim_for_resume(
+    engine: Engine, job_id: int, seen_heartbeat: datetime | None, *, now: datetime | None = None
+) -> int | None:
+    """Take over a stale job: beat and count the attempt, only if nobody beat meanwhile.
+
+    Returns the new attempt number, or None when another process claimed it first (its
+    heartbeat moved) or the job finished — so two API processes never resume one job twice.
+    """
+    now = now or utcnow()
+    with write_tx(engine) as conn:
+        job = _lock_job(conn, job_id)
+        if job is None or job.status in TERMINAL_STATUSES:
+            return None
+        if job.heartbeat_at != seen_heartbeat:
+            return None
+        options = json.loads(job.options) if job.options else {}
+        attempt = int(options.get("attempts", 1)) + 1
+        options["attempts"] = attempt
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.id == job_id)
+            .values(heartbeat_at=now, options=json.dumps(options))
+        )
+    return attempt

@@ -46,3 +46,16 @@ def testbed_factory() -> Iterator[Callable[..., Testbed]]:
 def testbed_settings() -> Callable[..., Settings]:
     """The ``make_testbed_settings(tb, tmp_path, **overrides)`` helper, as a fixture."""
     return make_testbed_settings
+
+
+@pytest.fixture(scope="session")
+def prefect_harness() -> Iterator[None]:
+    """One temporary Prefect server for the whole session (it takes ~15 s to start)."""
+    import os
+
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=90):
+        yield

@@ -1,0 +1,267 @@
+"""The ``bulk-verify`` flow: a stored upload in, results CSV/Parquet and history out.
+
+Thin orchestration: the work is in ``tasks/``. One Prefect task per chunk of mail-host
+groups (never per address), results caching and persistence off, progress written to the
+job row and a Prefect progress artifact as chunks finish.
+
+The same flow serves CSV uploads (``POST /api/bulk``), JSON lists (``POST /api/verify/bulk``)
+and runs started by hand from the Prefect UI with ``file_path`` and ``account_id`` (which
+create their own job row, so the API sees them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import acreate_progress_artifact, aupdate_progress_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.context import get_run_context
+
+from verimail.config import Settings, current_settings
+from verimail.flows.context import engine_for, store_for
+from verimail.schemas.results import VerificationResult
+from verimail.store import jobs as job_store
+from verimail.store.db import Store
+from verimail.tasks.bulk_io import (
+    JobInput,
+    append_history,
+    job_dir,
+    read_job_input,
+    write_job_results,
+)
+from verimail.tasks.engine import Engine, Prepared
+from verimail.tasks.smtp_probe import GroupResult, HostGroup
+
+MAX_CHUNKS = 100  # task runs per job, whatever its size
+MIN_CHUNK_ADDRESSES = 200  # below this, one task does it all
+HEARTBEAT_SECONDS = 15.0  # at most; a quarter of job_stale_after when that is shorter
+
+# Job columns counted by status. catch_all_count holds both catch-all statuses (SPEC:
+# "addresses on detected catch-all domains"); likely_valid_count is the confident part.
+STATUS_COUNTS = {
+    "valid": ("valid_count",),
+    "invalid": ("invalid_count",),
+    "catchall": ("catch_all_count",),
+    "likely_valid": ("catch_all_count", "likely_valid_count"),
+    "disposable": ("disposable_count",),
+    "unknown": ("unknown_count",),
+    "risky": ("risky_count",),
+}
+
+
+def chunk_groups(groups: Sequence[HostGroup]) -> list[list[HostGroup]]:
+    """Pack host groups into at most ``MAX_CHUNKS`` chunks of similar size (largest first)."""
+    total = sum(g.size for g in groups)
+    if not groups:
+        return []
+    n = max(1, min(MAX_CHUNKS, len(groups), math.ceil(total / MIN_CHUNK_ADDRESSES)))
+    chunks: list[list[HostGroup]] = [[] for _ in range(n)]
+    loads = [0] * n
+    for group in sorted(groups, key=lambda g: g.size, reverse=True):
+        i = loads.index(min(loads))
+        chunks[i].append(group)
+        loads[i] += group.size
+    return [c for c in chunks if c]
+
+
+@task(name="verify-host-groups", persist_result=False, cache_policy=NO_CACHE)
+async def verify_host_groups(groups: list[HostGroup]) -> list[GroupResult]:
+    """SMTP for a chunk of host groups; sessions are shared within each group."""
+    return await engine_for(current_settings()).run_groups(groups)
+
+
+@task(name="prepare-addresses", persist_result=False, cache_policy=NO_CACHE)
+async def prepare_addresses(addresses: list[str]) -> Prepared:
+    """Syntax, lists and DNS once per unique domain; SMTP work grouped by mail host."""
+    return await engine_for(current_settings()).prepare(addresses)
+
+
+class _Tally:
+    """Counts by status over data rows, as results come in."""
+
+    def __init__(self, engine: Engine, prepared: Prepared, rows_per_address: dict[str, int]):
+        self.engine = engine
+        self.prepared = prepared
+        self.rows = rows_per_address
+        self.counts: Counter[str] = Counter()
+        self.processed = 0
+
+    def add(self, addresses: Iterable[str]) -> None:
+        for address in addresses:
+            result = self.engine.result_for(self.prepared, address)
+            n = self.rows.get(address, 1)
+            self.processed += n
+            for column in STATUS_COUNTS[result.status.value]:
+                self.counts[column] += n
+
+    def job_counts(self) -> dict[str, int]:
+        return {
+            column: self.counts.get(column, 0) for cols in STATUS_COUNTS.values() for column in cols
+        }
+
+
+async def _db(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Store calls are blocking: keep them off the loop that runs the SMTP sessions."""
+    return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+async def _heartbeat(store: Store, job_id: int, stale_after: float) -> None:
+    """Beat while the run works, so recovery can tell a live job from a dead one."""
+    interval = min(HEARTBEAT_SECONDS, stale_after / 4)
+    while True:
+        await asyncio.sleep(interval)
+        await _db(job_store.heartbeat, store.engine, job_id)
+
+
+def _flow_run_id() -> str | None:
+    with contextlib.suppress(Exception):
+        return str(get_run_context().flow_run.id)
+    return None
+
+
+def create_job_for_file(
+    store: Store, settings: Settings, file_path: str, account_id: int, email_column: str | None
+) -> int:
+    """A job row for a run started from the Prefect UI: reserve like the API does."""
+    path = Path(file_path)
+    job_input = read_job_input(path, email_column, settings.upload_max_rows)
+    count = job_input.address_rows
+    job = job_store.create_job(
+        store.engine,
+        account_id,
+        "bulk_csv",
+        count,
+        reserve=count,
+        upload_path=str(path.resolve()),
+        email_column=job_input.info.email_column,
+        options={"source": "prefect"},
+    )
+    if job is None:
+        raise ValueError(f"account {account_id} has fewer than {count} credits for this file")
+    return job.id
+
+
+@flow(name="bulk-verify", persist_result=False, log_prints=True)
+async def bulk_verify(
+    job_id: int | None = None,
+    file_path: str | None = None,
+    account_id: int | None = None,
+    email_column: str | None = None,
+) -> dict[str, Any]:
+    """Verify a bulk job's addresses. Give ``job_id``, or ``file_path`` + ``account_id``."""
+    settings = current_settings()
+    store = store_for(settings)
+    if job_id is None:
+        if file_path is None or account_id is None:
+            raise ValueError("give job_id, or file_path and account_id")
+        job_id = await _db(
+            create_job_for_file, store, settings, file_path, account_id, email_column
+        )
+    job = await _db(job_store.get_job_any, store.engine, job_id)
+    if job is None:
+        raise ValueError(f"no job {job_id}")
+    if job.finished:
+        return {"job_id": job.id, "status": job.status}
+    if job.status == "pending":
+        await _db(job_store.mark_processing, store.engine, job.id, flow_run_id=_flow_run_id())
+    beat = asyncio.create_task(_heartbeat(store, job.id, settings.job_stale_after))
+    try:
+        summary = await _run(settings, store, job)
+    except BaseException as exc:
+        fresh = await _db(job_store.get_job_any, store.engine, job.id)
+        processed = fresh.processed_emails if fresh else 0
+        reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        await _db(
+            job_store.mark_failed,
+            store.engine,
+            job.id,
+            f"The job stopped with an error ({reason[:300]}).",
+            max(job.credits_reserved - processed, 0),
+        )
+        raise
+    finally:
+        beat.cancel()
+    return summary
+
+
+async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str, Any]:
+    logger = get_run_logger()
+    engine = engine_for(settings)
+    directory = job_dir(settings.data_dir, job.id)
+    upload = Path(job.upload_path or directory / "upload.csv")
+    job_input: JobInput = await asyncio.to_thread(
+        read_job_input, upload, job.email_column, settings.upload_max_rows
+    )
+    prepared = await prepare_addresses(job_input.uniques)
+    tally = _Tally(engine, prepared, job_input.row_counts())
+    tally.add(prepared.decided_inputs())
+    total = max(job_input.address_rows, 1)
+    artifact = None
+    with contextlib.suppress(Exception):
+        artifact = await acreate_progress_artifact(
+            progress=100.0 * tally.processed / total,
+            key=f"bulk-job-{job.id}",
+            description=f"Bulk job {job.id}: {job_input.address_rows} addresses",
+        )
+    await _db(job_store.update_progress, store.engine, job.id, tally.processed, tally.job_counts())
+    chunks = chunk_groups(prepared.groups)
+    logger.info(
+        "job %s: %s rows, %s unique, %s domains, %s host groups in %s tasks",
+        job.id,
+        job_input.address_rows,
+        len(job_input.uniques),
+        prepared.stats.domains,
+        len(prepared.groups),
+        len(chunks),
+    )
+    pending = [asyncio.ensure_future(_chunk(chunk)) for chunk in chunks]
+    for done in asyncio.as_completed(pending):
+        chunk, results = await done
+        for result in results:
+            engine.absorb(prepared, result)
+        for group in chunk:
+            tally.add(prepared.emails_of(group))
+        await _db(
+            job_store.update_progress, store.engine, job.id, tally.processed, tally.job_counts()
+        )
+        if artifact is not None:
+            with contextlib.suppress(Exception):
+                await aupdate_progress_artifact(artifact, progress=100.0 * tally.processed / total)
+    results: dict[str, VerificationResult] = {
+        address: engine.result_for(prepared, address) for address in job_input.uniques
+    }
+    result_csv = await asyncio.to_thread(write_job_results, directory, upload, job_input, results)
+    await asyncio.to_thread(
+        append_history,
+        settings.data_dir,
+        results.values(),
+        job_id=job.id,
+        account_id=job.account_id,
+        source="bulk",
+    )
+    await _db(
+        job_store.mark_completed,
+        store.engine,
+        job.id,
+        tally.job_counts(),
+        str(result_csv),
+        job_input.address_rows,
+        processed=tally.processed,
+    )
+    return {
+        "job_id": job.id,
+        "status": "completed",
+        **tally.job_counts(),
+        **prepared.stats.as_dict(),
+    }
+
+
+async def _chunk(chunk: list[HostGroup]) -> tuple[list[HostGroup], list[GroupResult]]:
+    return chunk, await verify_host_groups(chunk)

@@ -1,0 +1,80 @@
+"""No job stuck: resume or fail jobs whose run went quiet.
+
+A job's run beats its heartbeat while it works. A job that is ``processing`` (or
+``pending``) with no beat for ``job_stale_after`` seconds lost its runner — the API process
+or worker died. It is resumed (a fresh run restarts it; nothing was charged twice because
+credits were reserved once at creation) until ``job_max_attempts`` runs were made, then
+failed with a refund of what it did not verify.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+
+from verimail.config import Settings
+from verimail.flows.context import store_for
+from verimail.flows.runner import JobRunner
+from verimail.store import jobs as job_store
+
+log = logging.getLogger(__name__)
+
+RUNNER_KIND = {"bulk_csv": "bulk", "bulk_json": "bulk", "finder_csv": "finder"}
+
+
+def recover_stale_jobs(settings: Settings, runner: JobRunner) -> list[tuple[int, str]]:
+    """One sweep: returns (job id, "resumed" | "failed") for each stale job handled."""
+    store = store_for(settings)
+    handled: list[tuple[int, str]] = []
+    stale = job_store.find_stale_processing(
+        store.engine, timedelta(seconds=settings.job_stale_after), include_pending=True
+    )
+    for job in stale:
+        attempt = job_store.claim_for_resume(store.engine, job.id, job.heartbeat_at)
+        if attempt is None:
+            continue  # another process took it, or it finished
+        kind = RUNNER_KIND.get(job.kind)
+        if kind is not None and attempt <= settings.job_max_attempts:
+            log.warning("job %s lost its runner; resuming (run %s)", job.id, attempt)
+            try:
+                runner.submit(kind, job.id)
+                handled.append((job.id, "resumed"))
+                continue
+            except Exception as exc:  # could not even start a run: fail below
+                log.exception("resuming job %s failed: %s", job.id, exc)
+        job_store.mark_failed(
+            store.engine,
+            job.id,
+            "The job's runner stopped (process or worker died) and it could not be resumed.",
+            max(job.credits_reserved - job.processed_emails, 0),
+        )
+        handled.append((job.id, "failed"))
+    return handled
+
+
+class Reaper:
+    """Runs ``recover_stale_jobs`` at start-up and then every quarter of the stale time."""
+
+    def __init__(self, settings: Settings, runner: JobRunner) -> None:
+        self.settings = settings
+        self.runner = runner
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="verimail-reaper", daemon=True)
+
+    def start(self) -> Reaper:
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        interval = max(self.settings.job_stale_after / 4, 0.5)
+        while not self._stop.is_set():
+            try:
+                recover_stale_jobs(self.settings, self.runner)
+            except Exception:
+                log.exception("job recovery sweep failed")
+            self._stop.wait(interval)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)

@@ -1,0 +1,113 @@
+"""The ``reverify-stored`` flow: verify a stored list again and report what changed.
+
+What to re-verify, in this order: a past job (``job_id``), a file (``file_path``), or —
+on the weekly schedule, with no parameters — every address whose latest verification
+is older than ``older_than_days``. Runs are operator work: nothing is charged.
+
+Writes the new results to the history and a change report CSV
+(``<data_dir>/reports/reverify-<time>.csv``: email, previous_status, status,
+previous_verified_at, reason) and returns the transitions counted, e.g.
+``{"valid->invalid": 3}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from prefect import flow, get_run_logger
+
+from verimail.config import current_settings
+from verimail.flows.bulk import chunk_groups, prepare_addresses, verify_host_groups
+from verimail.flows.context import engine_for, store_for
+from verimail.store import jobs as job_store
+from verimail.tasks.bulk_io import append_history, job_dir, read_job_input
+from verimail.tasks.history import latest_statuses, query
+
+
+def _addresses(
+    job_id: int | None, file_path: str | None, older_than_days: int, max_rows: int
+) -> list[str]:
+    settings = current_settings()
+    if job_id is not None:
+        job = job_store.get_job_any(store_for(settings).engine, job_id)
+        if job is None or job.status != "completed":
+            raise ValueError(f"job {job_id} is not a completed job")
+        frame = pl.read_parquet(job_dir(settings.data_dir, job_id) / "results.parquet")
+        return frame.get_column("normalised").drop_nulls().unique(maintain_order=True).to_list()
+    if file_path is not None:
+        return read_job_input(Path(file_path), None, max_rows).uniques
+    cutoff = datetime.now(UTC) - timedelta(days=older_than_days)
+    frame = query(
+        settings.data_dir,
+        f"SELECT email FROM latest WHERE verified_at < TIMESTAMPTZ '{cutoff.isoformat()}'",
+    )
+    return frame.get_column("email").to_list()
+
+
+@flow(name="reverify-stored", persist_result=False, log_prints=True)
+async def reverify_stored(
+    job_id: int | None = None, file_path: str | None = None, older_than_days: int = 30
+) -> dict[str, Any]:
+    """Re-verify a job's, a file's, or all stale addresses; report status changes."""
+    settings = current_settings()
+    logger = get_run_logger()
+    addresses = await asyncio.to_thread(
+        _addresses, job_id, file_path, older_than_days, settings.upload_max_rows
+    )
+    before = await asyncio.to_thread(latest_statuses, settings.data_dir, addresses)
+    previous = {
+        row["email"]: (row["status"], row["verified_at"]) for row in before.iter_rows(named=True)
+    }
+    engine = engine_for(settings)
+    prepared = await prepare_addresses(addresses)
+    chunks = chunk_groups(prepared.groups)
+    for results in await asyncio.gather(*(verify_host_groups(c) for c in chunks)):
+        for result in results:
+            engine.absorb(prepared, result)
+    results = [engine.result_for(prepared, a) for a in addresses]
+    await asyncio.to_thread(
+        append_history,
+        settings.data_dir,
+        results,
+        job_id=job_id,
+        account_id=None,
+        source="reverify",
+    )
+    transitions: Counter[str] = Counter()
+    changed = []
+    for address, result in zip(addresses, results, strict=True):
+        old = previous.get(address)
+        if old is not None and old[0] != result.status.value:
+            transitions[f"{old[0]}->{result.status.value}"] += 1
+            changed.append(
+                {
+                    "email": address,
+                    "previous_status": old[0],
+                    "status": result.status.value,
+                    "previous_verified_at": old[1],
+                    "reason": result.reason,
+                }
+            )
+    reports = Path(settings.data_dir) / "reports"
+    reports.mkdir(parents=True, exist_ok=True)
+    report = reports / f"reverify-{datetime.now(UTC):%Y%m%dT%H%M%S%f}.csv"
+    schema = {
+        "email": pl.String,
+        "previous_status": pl.String,
+        "status": pl.String,
+        "previous_verified_at": pl.Datetime(time_zone="UTC"),
+        "reason": pl.String,
+    }
+    pl.DataFrame(changed, schema=schema).write_csv(report)
+    logger.info("re-verified %s addresses, %s changed", len(addresses), len(changed))
+    return {
+        "addresses": len(addresses),
+        "changed": len(changed),
+        "transitions": dict(transitions),
+        "report": str(report),
+    }

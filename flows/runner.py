@@ -1,0 +1,157 @@
+"""Starting flow runs for jobs: one interface, two modes (setting ``runner``).
+
+- ``local`` (default): the API process runs the flow itself in a small thread pool, on
+  Prefect's embedded server — nothing else to install or start. The first flow run of a
+  process waits for that server (≈ 10–20 s), so the API warms it up in the background at
+  start-up instead of making start-up slow.
+- ``deployment``: ``run_deployment(..., timeout=0)`` hands the run to a work pool; workers
+  on any number of machines run it against the shared PostgreSQL store and results dir.
+
+Either way a job never stays ``pending``/``processing`` because its run never started or
+died early: the local runner checks the job after the flow returns, and ``recovery``
+reaps jobs whose heartbeat stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Protocol
+
+from verimail.config import Settings, using_settings
+from verimail.flows.context import store_for
+from verimail.store import jobs as job_store
+
+log = logging.getLogger(__name__)
+
+# Deployment names as prefect.yaml defines them ("<flow name>/<deployment name>").
+DEPLOYMENTS = {
+    "bulk": "bulk-verify/bulk-verify",
+    "finder": "find-emails/find-emails",
+    "reverify": "reverify-stored/reverify-stored",
+}
+
+
+class JobRunner(Protocol):
+    """Starts the flow run of a job and returns at once."""
+
+    def submit(self, kind: str, job_id: int) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
+def _flow_for(kind: str) -> Any:
+    """The flow object of a job kind (imported lazily: ``import prefect`` takes ~2 s)."""
+    if kind == "bulk":
+        from verimail.flows.bulk import bulk_verify
+
+        return bulk_verify
+    if kind == "finder":
+        from verimail.flows.finder import find_emails
+
+        return find_emails
+    raise ValueError(f"unknown job kind {kind!r}")
+
+
+class LocalRunner:
+    """Runs flows in this process, in background threads, on Prefect's embedded server."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._pool = ThreadPoolExecutor(
+            max_workers=settings.local_runner_workers, thread_name_prefix="verimail-job"
+        )
+        self._futures: set[Future[None]] = set()
+        self._lock = threading.Lock()
+
+    def warm_up(self) -> Future[None]:
+        """Import Prefect and start its embedded server in the background."""
+        return self._pool.submit(self._warm)
+
+    def _warm(self) -> None:
+        try:
+            from prefect.client.orchestration import get_client
+
+            async def hello() -> None:
+                async with get_client() as client:
+                    await client.hello()
+
+            asyncio.run(hello())
+        except Exception:  # warming is best effort; the first job will try again
+            log.exception("warming up Prefect failed")
+
+    def submit(self, kind: str, job_id: int) -> None:
+        future = self._pool.submit(self._run, kind, job_id)
+        with self._lock:
+            self._futures.add(future)
+        future.add_done_callback(self._forget)
+
+    def _forget(self, future: Future[None]) -> None:
+        with self._lock:
+            self._futures.discard(future)
+
+    def _run(self, kind: str, job_id: int) -> None:
+        error: BaseException | None = None
+        try:
+            with using_settings(self.settings):
+                asyncio.run(_flow_for(kind)(job_id=job_id))
+        except BaseException as exc:  # the flow has marked the job failed if it got that far
+            error = exc
+            log.warning("job %s (%s) ended with %r", job_id, kind, exc)
+        finally:
+            _fail_if_unfinished(self.settings, job_id, error)
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for every submitted run (tests, shutdown)."""
+        with self._lock:
+            futures = list(self._futures)
+        for future in futures:
+            future.result(timeout=timeout)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _fail_if_unfinished(settings: Settings, job_id: int, error: BaseException | None) -> None:
+    """A run that returned (or crashed before its first line) must not leave the job open."""
+    try:
+        store = store_for(settings)
+        job = job_store.get_job_any(store.engine, job_id)
+        if job is None or job.finished:
+            return
+        why = f" ({type(error).__name__}: {error})" if error else ""
+        job_store.mark_failed(
+            store.engine,
+            job_id,
+            f"The job's run ended without finishing{why}."[:500],
+            max(job.credits_reserved - job.processed_emails, 0),
+        )
+    except Exception:
+        log.exception("could not settle job %s", job_id)
+
+
+class DeploymentRunner:
+    """Hands runs to Prefect workers through the deployments of ``prefect.yaml``."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def submit(self, kind: str, job_id: int) -> None:
+        from prefect.deployments import run_deployment
+
+        flow_run = run_deployment(
+            DEPLOYMENTS[kind], parameters={"job_id": job_id}, timeout=0, as_subflow=False
+        )
+        job_store.set_flow_run_id(store_for(self.settings).engine, job_id, str(flow_run.id))
+
+    def shutdown(self) -> None:
+        return None
+
+
+def make_runner(settings: Settings) -> JobRunner:
+    """The runner the settings ask for."""
+    if settings.runner == "deployment":
+        return DeploymentRunner(settings)
+    return LocalRunner(settings)

@@ -1,0 +1,200 @@
+"""A bulk job's files: read the upload into a work list, write results and history.
+
+Layout under ``<data_dir>/jobs/<job_id>/``:
+
+- ``upload.csv`` — the upload exactly as received (or the JSON list, as a headerless CSV);
+- ``results.parquet`` — one row per data row: ``row``, the original cell, every result field;
+- ``results.csv`` — the upload byte-for-byte plus ``Safe to Send`` (``Yes``/``No``);
+- ``results-details.csv`` — the same plus ``Status``, ``Reason``, ``Score`` (made on demand).
+
+History: ``<data_dir>/history/date=YYYY-MM-DD/*.parquet``, one file per job or run, read by
+DuckDB (``tasks/history.py``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+
+from verimail.schemas.results import VerificationResult
+from verimail.tasks.csv_detect import CsvInfo, inspect_csv
+from verimail.tasks.csv_io import load_emails, normalise_emails, values_for_rows, write_results_csv
+
+SAFE_COLUMN = "Safe to Send"
+DETAIL_COLUMNS = ("Status", "Reason", "Score")
+RESULT_FIELDS = tuple(VerificationResult.model_fields)
+
+
+def job_dir(data_dir: Path, job_id: int) -> Path:
+    return Path(data_dir) / "jobs" / str(job_id)
+
+
+def write_address_list(path: Path, emails: Sequence[str]) -> None:
+    """Store a JSON-submitted list as a headerless one-column CSV (same path as uploads)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        for email in emails:
+            writer.writerow([email])
+
+
+@dataclass
+class JobInput:
+    """The upload read for verification."""
+
+    info: CsvInfo
+    rows: pl.DataFrame  # row, email, normalised, domain — one per data row
+    uniques: list[str]  # normalised addresses, each once, first-seen order
+
+    @property
+    def address_rows(self) -> int:
+        """Rows that hold an address (what a job is charged for)."""
+        return int(self.rows.get_column("normalised").is_not_null().sum())
+
+    def row_counts(self) -> dict[str, int]:
+        """How many rows each normalised address stands in."""
+        counts = self.rows.get_column("normalised").drop_nulls().value_counts()
+        return dict(zip(counts[:, 0].to_list(), counts[:, 1].to_list(), strict=True))
+
+
+def read_job_input(upload: Path, email_column: str | None, max_rows: int) -> JobInput:
+    """Sniff, load, normalise and dedupe the upload (Polars; raises ``UploadError``)."""
+    info = inspect_csv(upload, max_rows=max_rows, email_column=email_column)
+    rows = normalise_emails(load_emails(upload, info))
+    uniques = rows.get_column("normalised").drop_nulls().unique(maintain_order=True).to_list()
+    return JobInput(info, rows, uniques)
+
+
+def save_info(directory: Path, info: CsvInfo) -> None:
+    (directory / "upload-info.json").write_text(json.dumps(asdict(info)), encoding="utf-8")
+
+
+def load_info(directory: Path) -> CsvInfo:
+    data = json.loads((directory / "upload-info.json").read_text(encoding="utf-8"))
+    data["columns"] = tuple(data["columns"])
+    return CsvInfo(**data)
+
+
+def _result_frame(job_input: JobInput, results: Mapping[str, VerificationResult]) -> pl.DataFrame:
+    """One row per data row with every result field (empty cells get no result)."""
+    records = [r.model_dump(mode="json") for r in results.values()]
+    by_address = pl.DataFrame(
+        {"normalised": list(results), **{f: [rec[f] for rec in records] for f in RESULT_FIELDS}},
+        schema_overrides={"mx_records": pl.List(pl.String)},
+        strict=False,
+    ).rename({"email": "verified_email"})
+    return job_input.rows.select("row", "email", "normalised").join(
+        by_address, on="normalised", how="left", maintain_order="left"
+    )
+
+
+def write_job_results(
+    directory: Path,
+    upload: Path,
+    job_input: JobInput,
+    results: Mapping[str, VerificationResult],
+) -> Path:
+    """Write ``results.parquet`` and ``results.csv``; returns the CSV's path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    frame = _result_frame(job_input, results)
+    frame.write_parquet(directory / "results.parquet")
+    safe = {k: ("Yes" if r.safe_to_send else "No") for k, r in results.items()}
+    out = directory / "results.csv"
+    write_results_csv(
+        upload, job_input.info, out, {SAFE_COLUMN: values_for_rows(job_input.rows, safe, "No")}
+    )
+    save_info(directory, job_input.info)
+    return out
+
+
+def details_csv(directory: Path, upload: Path, *, neutralise_formulas: bool = False) -> Path:
+    """The results CSV with ``Status``, ``Reason``, ``Score`` too (made once, then reused)."""
+    suffix = "-safe" if neutralise_formulas else ""
+    out = directory / f"results-details{suffix}.csv"
+    if out.exists():
+        return out
+    frame = pl.read_parquet(
+        directory / "results.parquet",
+        columns=["row", "safe_to_send", "status", "reason", "confidence_score"],
+    ).sort("row")
+    columns = {
+        SAFE_COLUMN: ["Yes" if v else "No" for v in frame.get_column("safe_to_send").to_list()],
+        "Status": [v or "invalid" for v in frame.get_column("status").to_list()],
+        "Reason": [v or "The cell holds no address." for v in frame.get_column("reason").to_list()],
+        "Score": [
+            "" if v is None else f"{v:.2f}" for v in frame.get_column("confidence_score").to_list()
+        ],
+    }
+    tmp = out.with_suffix(f".{uuid.uuid4().hex}.tmp")
+    write_results_csv(
+        upload, load_info(directory), tmp, columns, neutralise_formulas=neutralise_formulas
+    )
+    tmp.replace(out)
+    return out
+
+
+def safe_csv(directory: Path, upload: Path) -> Path:
+    """The plain results CSV with spreadsheet formulas neutralised (made once)."""
+    out = directory / "results-safe.csv"
+    if out.exists():
+        return out
+    frame = pl.read_parquet(directory / "results.parquet", columns=["row", "safe_to_send"]).sort(
+        "row"
+    )
+    values = ["Yes" if v else "No" for v in frame.get_column("safe_to_send").to_list()]
+    tmp = out.with_suffix(f".{uuid.uuid4().hex}.tmp")
+    write_results_csv(
+        upload, load_info(directory), tmp, {SAFE_COLUMN: values}, neutralise_formulas=True
+    )
+    tmp.replace(out)
+    return out
+
+
+def read_result_page(directory: Path, offset: int, limit: int) -> list[dict]:
+    """Rows ``offset .. offset+limit`` of a job's results as SPEC §2.2 dicts."""
+    frame = (
+        pl.scan_parquet(directory / "results.parquet").sort("row").slice(offset, limit).collect()
+    )
+    out = []
+    for rec in frame.iter_rows(named=True):
+        item = {f: rec[f] for f in RESULT_FIELDS if f != "email"}
+        item["email"] = rec["verified_email"] if rec["verified_email"] is not None else rec["email"]
+        out.append(item)
+    return out
+
+
+def append_history(
+    data_dir: Path,
+    results: Iterable[VerificationResult],
+    *,
+    job_id: int | None,
+    account_id: int | None,
+    source: str,
+    now: datetime | None = None,
+) -> Path | None:
+    """Add results to the history dataset (a new Parquet file in today's partition)."""
+    now = now or datetime.now(UTC)
+    rows = [r.model_dump(mode="json") for r in results]
+    if not rows:
+        return None
+    frame = pl.DataFrame(rows, schema_overrides={"mx_records": pl.List(pl.String)}, strict=False)
+    frame = frame.with_columns(
+        pl.lit(now).alias("verified_at"),
+        pl.lit(job_id, dtype=pl.Int64).alias("job_id"),
+        pl.lit(account_id, dtype=pl.Int64).alias("account_id"),
+        pl.lit(source).alias("source"),
+    )
+    part = Path(data_dir) / "history" / f"date={now:%Y-%m-%d}"
+    part.mkdir(parents=True, exist_ok=True)
+    path = part / f"{source}-{job_id or 'x'}-{now:%H%M%S}-{uuid.uuid4().hex[:8]}.parquet"
+    tmp = path.with_suffix(".tmp")
+    frame.write_parquet(tmp)
+    tmp.replace(path)
+    return path

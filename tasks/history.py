@@ -1,0 +1,100 @@
+"""The verification history: Parquet files that DuckDB queries through views.
+
+Every result of a bulk job or re-verification lands as a new Parquet file under
+``<data_dir>/history/date=YYYY-MM-DD/``; nothing is ever rewritten, so any number of API
+processes and workers can add to it at once (no single-writer database file). DuckDB
+reads it on demand with three views:
+
+- ``history`` — every verification (``email``, ``status``, ``verified_at``, ``job_id`` …);
+- ``latest`` — the most recent verification of each address;
+- ``changes`` — verifications whose status differs from the address's previous one
+  (``previous_status``, ``previous_verified_at``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+_EMPTY = """
+CREATE VIEW history AS SELECT
+  NULL::VARCHAR AS email, NULL::VARCHAR AS status, NULL::VARCHAR AS sub_status,
+  NULL::BOOLEAN AS safe_to_send, NULL::DOUBLE AS confidence_score, NULL::VARCHAR AS reason,
+  NULL::VARCHAR AS domain, NULL::TIMESTAMPTZ AS verified_at, NULL::BIGINT AS job_id,
+  NULL::BIGINT AS account_id, NULL::VARCHAR AS source
+WHERE false
+"""
+
+
+def history_dir(data_dir: Path) -> Path:
+    return Path(data_dir) / "history"
+
+
+def connect(data_dir: Path) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with the ``history``, ``latest`` and ``changes`` views."""
+    con = duckdb.connect(":memory:")
+    root = history_dir(data_dir)
+    if any(root.glob("date=*/*.parquet")):
+        pattern = str(root / "date=*" / "*.parquet").replace("'", "''")
+        con.execute(
+            "CREATE VIEW history AS SELECT * EXCLUDE (date) FROM read_parquet("
+            f"'{pattern}', hive_partitioning = true, union_by_name = true)"
+        )
+    else:
+        con.execute(_EMPTY)
+    con.execute(
+        """
+        CREATE VIEW latest AS
+        SELECT * EXCLUDE (rn) FROM (
+          SELECT *, row_number() OVER (PARTITION BY email ORDER BY verified_at DESC) AS rn
+          FROM history)
+        WHERE rn = 1
+        """
+    )
+    con.execute(
+        """
+        CREATE VIEW changes AS
+        SELECT * FROM (
+          SELECT *,
+            lag(status) OVER w AS previous_status,
+            lag(verified_at) OVER w AS previous_verified_at
+          FROM history
+          WINDOW w AS (PARTITION BY email ORDER BY verified_at))
+        WHERE previous_status IS NOT NULL AND previous_status <> status
+        """
+    )
+    return con
+
+
+def _frame(result: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """A DuckDB result as a Polars frame, through Arrow (no copy of the columns)."""
+    frame = pl.from_arrow(result.to_arrow_table())
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
+def query(data_dir: Path, sql: str) -> pl.DataFrame:
+    """Run SQL over the views; the result as a Polars frame."""
+    con = connect(data_dir)
+    try:
+        return _frame(con.execute(sql))
+    finally:
+        con.close()
+
+
+def latest_statuses(data_dir: Path, emails: list[str] | None = None) -> pl.DataFrame:
+    """``email, status, verified_at`` of the latest verification (of ``emails`` if given)."""
+    con = connect(data_dir)
+    try:
+        if emails is None:
+            return _frame(con.execute("SELECT email, status, verified_at FROM latest"))
+        wanted = pl.DataFrame({"email": emails})  # noqa: F841 - DuckDB reads it by name
+        return _frame(
+            con.execute(
+                "SELECT l.email, l.status, l.verified_at FROM latest l JOIN wanted USING (email)"
+            )
+        )
+    finally:
+        con.close()

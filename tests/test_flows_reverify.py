@@ -1,0 +1,69 @@
+"""Re-verification and the DuckDB history, against a testbed world that changes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import polars as pl
+import pytest
+
+from verimail.config import using_settings
+from verimail.flows.bulk import bulk_verify
+from verimail.flows.context import forget, store_for
+from verimail.flows.reverify import reverify_stored
+from verimail.store import accounts
+from verimail.store import jobs as job_store
+from verimail.tasks import dns_facts
+from verimail.tasks.history import query
+from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+
+def _world(mailboxes: set[str]) -> World:
+    return World.of(
+        [HostSpec("mx.acme.test", HostBehaviour(mailboxes=mailboxes))],
+        [DomainSpec("acme.test", mx=[(10, "mx.acme.test")])],
+    )
+
+
+def test_reverify_reports_what_changed(testbed_factory, testbed_settings, tmp_path):
+    dns_facts.clear_cache()
+    tb = testbed_factory(_world({"alice", "bob"}))
+    settings = testbed_settings(tb, tmp_path)
+    store = store_for(settings)
+    try:
+        account = accounts.create_account(store.engine, settings, plan="enterprise")
+        upload = tmp_path / "list.csv"
+        upload.write_text("email\nalice@acme.test\nbob@acme.test\ncarl@acme.test\n")
+        job = job_store.create_job(
+            store.engine, account.id, "bulk_csv", 3, reserve=3, upload_path=str(upload)
+        )
+        with using_settings(settings):
+            asyncio.run(bulk_verify(job_id=job.id))
+            # Bob leaves the company; Carl joins.
+            tb.replace_world(_world({"alice", "carl"}))
+            summary = asyncio.run(reverify_stored(job_id=job.id))
+        assert summary["addresses"] == 3
+        assert summary["transitions"] == {"valid->invalid": 1, "invalid->valid": 1}
+        report = pl.read_csv(summary["report"])
+        assert sorted(report.get_column("email").to_list()) == ["bob@acme.test", "carl@acme.test"]
+        bob = report.filter(pl.col("email") == "bob@acme.test").row(0, named=True)
+        assert (bob["previous_status"], bob["status"]) == ("valid", "invalid")
+        # The history answers "latest status per address" and "what changed".
+        latest = query(settings.data_dir, "SELECT email, status FROM latest ORDER BY email")
+        assert latest.rows() == [
+            ("alice@acme.test", "valid"),
+            ("bob@acme.test", "invalid"),
+            ("carl@acme.test", "valid"),
+        ]
+        changes = query(settings.data_dir, "SELECT email FROM changes ORDER BY email")
+        assert changes.get_column("email").to_list() == ["bob@acme.test", "carl@acme.test"]
+        assert query(settings.data_dir, "SELECT count(*) AS n FROM history").item() == 6
+    finally:
+        forget(settings)
+
+
+def test_history_is_empty_but_queryable(tmp_path):
+    assert query(tmp_path, "SELECT count(*) FROM latest").item() == 0
+    assert query(tmp_path, "SELECT count(*) FROM changes").item() == 0
