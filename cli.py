@@ -31,11 +31,13 @@ def _register() -> None:
     from verimail.api.demo import demo_command
     from verimail.api.serve import serve_command
     from verimail.store.cli import accounts_app, credits_app, keys_app
+    from verimail.tasks.cli_find import find_command
     from verimail.tasks.cli_verify import verify_command
     from verimail.testbed.cli import app as testbed_app
 
     app.add_typer(testbed_app, name="testbed")
     app.command("verify")(verify_command)
+    app.command("find")(find_command)
     app.command("serve")(serve_command)
     app.command("demo")(demo_command)
     app.add_typer(accounts_app, name="accounts")

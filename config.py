@@ -136,6 +136,9 @@ class Settings(BaseSettings):
     job_max_attempts: int = Field(
         2, ge=1, description="Runs of one job (first + resumes) before it fails with a refund."
     )
+    prefect_warm_up: bool = Field(
+        True, description="Start Prefect's embedded server at API start-up (local runner)."
+    )
     prefect_work_pool: str = Field("verimail", description="Work pool of the deployments.")
 
     # --- API server ----------------------------------------------------------------

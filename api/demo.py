@@ -1,0 +1,204 @@
+"""``verimail demo`` (what ``make demo`` runs): the whole service on one machine, shown working.
+
+It starts the simulated mail world (``data/worlds/demo.yaml``: real DNS and SMTP servers on
+loopback addresses), points a fresh API at it with its own data dir (``.verimail/demo``,
+SQLite), creates or reuses a demo account, serves the API, and then calls it itself — a
+``valid``, an ``invalid`` and a ``catchall`` address — printing each response and a
+``curl`` line to repeat it. Then it keeps serving until Ctrl-C (``--once`` exits instead).
+
+The raw demo key is kept in ``<data dir>/demo-api-key`` (the store only has its hash) so a
+second run prints the same key; if it no longer works a new one is issued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import socket
+from pathlib import Path
+
+import httpx
+import typer
+from rich.console import Console
+
+from verimail.config import Settings
+from verimail.store.accounts import (
+    authenticate,
+    create_account,
+    create_api_key,
+    get_account_by_email,
+)
+from verimail.store.credits import balance, grant
+from verimail.store.db import Store, init_store
+from verimail.testbed.cli import DEFAULT_WORLD
+from verimail.testbed.server import Testbed
+from verimail.testbed.world import load_world
+
+DEMO_EMAIL = "demo@verimail.localhost"
+DEMO_PLAN = "business"
+DEMO_TOP_UP = 100
+KEY_FILE = "demo-api-key"
+
+# (address, what the demo world makes of it)
+SHOWCASE = [
+    ("alice@acme.test", "a mailbox the server confirms"),
+    ("nobody@acme.test", "a mailbox the server says does not exist"),
+    ("anyone@catchall.test", "a domain that accepts every address"),
+]
+MORE = [
+    "john.doe@catchall.test",
+    "info@acme.test",
+    "hello@implicit.test",
+    "x@nullmx.test",
+    "eve@blocked.test",
+    "someone@nowhere.test",
+    "not-an-address",
+]
+
+
+def demo_key(store: Store, data_dir: Path) -> str:
+    """The demo account's raw key: the saved one if it still works, else a new one."""
+    key_path = data_dir / KEY_FILE
+    if key_path.exists():
+        saved = key_path.read_text().strip()
+        if authenticate(store.engine, saved) is not None:
+            _top_up(store, saved)
+            return saved
+    account = get_account_by_email(store.engine, DEMO_EMAIL) or create_account(
+        store.engine, store.settings, plan=DEMO_PLAN, email=DEMO_EMAIL
+    )
+    key, _info = create_api_key(store.engine, account.id, name="demo")
+    key_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(key + "\n")
+    _top_up(store, key)
+    return key
+
+
+def _top_up(store: Store, key: str) -> None:
+    """Keep the demo account able to run the showcase however often the demo is run."""
+    account = authenticate(store.engine, key)
+    assert account is not None
+    have = balance(store.engine, account.id).total
+    if have < DEMO_TOP_UP // 2:
+        grant(store.engine, account.id, DEMO_TOP_UP - have, reason="demo top-up")
+
+
+def curl_line(base_url: str, key: str, email: str) -> str:
+    """A ready-to-paste shell command repeating one showcase request."""
+    body = json.dumps({"email": email})
+    return (
+        f"curl -s -X POST {base_url}/api/verify/single "
+        f"-H {shlex.quote('Authorization: Bearer ' + key)} "
+        f"-H 'Content-Type: application/json' -d {shlex.quote(body)}"
+    )
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+async def _serve_and_show(
+    console: Console, settings: Settings, host: str, port: int, key: str, once: bool
+) -> int:
+    import uvicorn
+
+    from verimail.api.app import create_app
+
+    config = uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve())
+    while not server.started:  # uvicorn offers no event to await; its own flag is polled
+        if serving.done():
+            await serving
+            console.print(f"[red]The API did not start on {host}:{port}.[/red]")
+            return 1
+        await asyncio.sleep(0.02)
+
+    base_url = f"http://{host}:{port}"
+    plain = {"markup": False, "highlight": False, "soft_wrap": True}
+    console.print(f"\n[bold]API[/bold] {base_url}  (docs: {base_url}/docs)")
+    console.print("[bold]API key[/bold] ", end="")
+    console.print(key, **plain)
+    failed = False
+    async with httpx.AsyncClient(base_url=base_url, timeout=60) as client:
+        for email, what in SHOWCASE:
+            response = await client.post(
+                "/api/verify/single",
+                json={"email": email},
+                headers={"Authorization": f"Bearer {key}"},
+            )
+            console.rule(f"{email} — {what}")
+            console.print(f"POST /api/verify/single -> HTTP {response.status_code}", **plain)
+            try:
+                console.print_json(data=response.json())
+            except ValueError:
+                console.print(response.text, **plain)
+            if response.status_code == 200:
+                result = response.json()
+                console.print(f"RESULT {email} status={result['status']}", **plain)
+            else:
+                failed = True
+            console.print("Try it yourself:", **plain)
+            console.print(curl_line(base_url, key, email), **plain)
+    console.rule()
+    console.print("More addresses of the demo world to try: " + ", ".join(MORE), **plain)
+
+    if once:
+        server.should_exit = True
+        await serving
+        return 1 if failed else 0
+    console.print(f"Serving on {base_url}; press Ctrl-C to stop.", **plain)
+    await serving
+    return 1 if failed else 0
+
+
+def demo_command(
+    port: int = typer.Option(8000, "--port", help="Port of the API (on 127.0.0.1)."),
+    once: bool = typer.Option(
+        False, "--once", "--no-serve", help="Exit after showing the requests."
+    ),
+    data_dir: Path = typer.Option(
+        Path(".verimail/demo"), "--data-dir", help="Where the demo keeps its database."
+    ),
+) -> None:
+    """Start the mail testbed and the API, show three verifications, keep serving."""
+    console = Console()
+    host = "127.0.0.1"
+    if not _port_free(host, port):
+        console.print(f"[red]Port {port} on {host} is in use; choose another with --port.[/red]")
+        raise typer.Exit(2)
+    data_dir = data_dir.resolve()
+    world = load_world(DEFAULT_WORLD)
+    with Testbed(world) as tb:
+        ns_ip, ns_port = tb.nameserver
+        console.print(
+            f"[bold]Testbed[/bold] {DEFAULT_WORLD.name}: DNS {ns_ip}:{ns_port}, "
+            f"{len(world.hosts)} SMTP hosts on port {tb.smtp_port}"
+        )
+        settings = Settings(
+            data_dir=data_dir,
+            database_url=f"sqlite:///{data_dir / 'verimail.db'}",
+            redis_url=None,
+            **tb.settings_overrides(),
+        )
+        store = init_store(settings)
+        try:
+            key = demo_key(store, data_dir)
+        finally:
+            store.close()
+        console.print(f"[bold]Data dir[/bold] {data_dir}")
+        try:
+            code = asyncio.run(_serve_and_show(console, settings, host, port, key, once))
+        except KeyboardInterrupt:
+            code = 0
+        console.print("demo stopped", highlight=False)
+    raise typer.Exit(code)

@@ -1,0 +1,146 @@
+"""Request and response models of the HTTP API, every field described for OpenAPI.
+
+The result record is the engine's :class:`~verimail.schemas.results.VerificationResult`
+(SPEC §2.2 plus ``sub_status``, ``did_you_mean`` and ``catch_all_score``); it is re-declared
+here only to give every field a description in the published schema.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from verimail.schemas.outcomes import Status, SubStatus
+from verimail.schemas.results import VerificationResult
+
+MAX_EMAIL_LENGTH = 320
+"""Longest ``email`` accepted (64-octet local part + ``@`` + 255-octet domain); longer is 422."""
+MAX_BATCH = 500
+"""Most addresses per batch request (SPEC §8)."""
+
+EmailText = Annotated[
+    str,
+    Field(
+        strict=True,
+        max_length=MAX_EMAIL_LENGTH,
+        json_schema_extra={"format": "email"},
+        description=(
+            "Address to verify. Any string up to 320 characters is accepted: a malformed "
+            "address is not a 422 but a result with status `invalid` and the syntax reason."
+        ),
+        examples=["alice@example.com"],
+    ),
+]
+
+
+class SingleRequest(BaseModel):
+    """Body of `POST /api/verify/single` (SPEC §2.1)."""
+
+    model_config = ConfigDict(json_schema_extra={"example": {"email": "alice@example.com"}})
+
+    email: EmailText
+
+
+class BatchRequest(BaseModel):
+    """Body of `POST /api/verify/batch` (SPEC §2.3)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"example": {"emails": ["alice@example.com", "bob@example.org"]}}
+    )
+
+    emails: list[EmailText] = Field(
+        min_length=1,
+        max_length=MAX_BATCH,
+        description="1 to 500 addresses. Each submitted address costs 1 credit, duplicates "
+        "included; a duplicate is verified only once.",
+    )
+
+
+class VerifyResult(VerificationResult):
+    """One verification result (SPEC §2.2) with our extra fields."""
+
+    email: str = Field(description="Address that was verified, as submitted (trimmed).")
+    safe_to_send: bool = Field(description="True only when `status` is `valid`.")
+    status: Status = Field(
+        description="Overall verdict: `valid`, `invalid`, `disposable`, `catchall`, "
+        "`unknown`, `likely_valid` or `risky`."
+    )
+    confidence_score: float = Field(
+        ge=0.0, le=1.0, description="Confidence in `status`, 0.0 to 1.0 inclusive."
+    )
+    reason: str = Field(description="Human-readable explanation of the verdict.")
+    domain: str = Field(description="Domain of the address (lower-case, IDNA/ASCII form).")
+    is_disposable: bool = Field(description="The domain belongs to a disposable email service.")
+    is_role_based: bool = Field(
+        description="The local part is a role (info@, support@ …) rather than a person."
+    )
+    is_free: bool = Field(description="The domain is a free email provider.")
+    is_catch_all: bool = Field(description="The domain's mail server accepts any address.")
+    mx_records: list[str] = Field(description="MX hosts of the domain, by preference.")
+    smtp_response: str | None = Field(
+        None, description="Last SMTP reply about this address; null when there was none."
+    )
+    verification_time_ms: int | None = Field(
+        None, ge=0, description="Time the verification took, in milliseconds."
+    )
+    api_version: str | None = Field(None, description="API version that produced the result.")
+    sub_status: SubStatus = Field(
+        SubStatus.OK, description="A finer reason than `status`, e.g. `mailbox_not_found`."
+    )
+    did_you_mean: str | None = Field(
+        None, description="Suggested correction for a likely typo in the domain; else null."
+    )
+    catch_all_score: int | None = Field(
+        None,
+        ge=0,
+        le=100,
+        description="On catch-all domains, 0-100 likelihood that the mailbox exists (80 and "
+        "above: high confidence, status `likely_valid`); null elsewhere.",
+    )
+
+    @classmethod
+    def of(cls, result: VerificationResult) -> VerifyResult:
+        """The API form of an engine result (same fields)."""
+        return cls.model_validate(result.model_dump())
+
+
+class BatchSummary(BaseModel):
+    """How many submitted addresses got each status (duplicates counted each time)."""
+
+    valid: int = Field(description="Results with status `valid`.")
+    invalid: int = Field(description="Results with status `invalid`.")
+    disposable: int = Field(description="Results with status `disposable`.")
+    catchall: int = Field(description="Results with status `catchall`.")
+    unknown: int = Field(description="Results with status `unknown`.")
+    likely_valid: int = Field(description="Results with status `likely_valid`.")
+    risky: int = Field(description="Results with status `risky`.")
+
+
+class BatchResponse(BaseModel):
+    """Response of `POST /api/verify/batch`."""
+
+    results: list[VerifyResult] = Field(
+        description="One result per submitted address, in the order submitted."
+    )
+    credits_used: int = Field(
+        description="Credits charged: 1 per submitted address, duplicates included."
+    )
+    summary: BatchSummary = Field(description="Count of results per status.")
+
+
+class HealthResult(BaseModel):
+    """Service health (SPEC §2.8); 200 when healthy, 503 with the same body when not."""
+
+    status: Literal["healthy", "unhealthy"] = Field(
+        description="`healthy` when the database answers and the verifier is ready."
+    )
+    version: str = Field(description="API version.")
+    uptime_seconds: float = Field(description="Seconds since this API process started.")
+    database_connected: bool = Field(description="The database answered `SELECT 1` just now.")
+    verifier_ready: bool = Field(
+        description="The verification engine has a usable DNS resolver configuration."
+    )
+    verification_provider: str = Field(description="Verification service identifier.")
+    timestamp: datetime = Field(description="Current server time, ISO 8601, UTC.")

@@ -1,0 +1,209 @@
+"""Per-account request rate (the ``limits`` library) and concurrency caps, from the plan.
+
+Both come in two storages behind one interface:
+
+* **memory** (default): counters live in this process; right for one API process.
+* **Redis** (``VERIMAIL_REDIS_URL``): every API process shares the counters, so an account
+  gets its plan's limits in total, not per process.
+
+Rate: a moving window of 60 s (``limits``' ``MovingWindowRateLimiter``): the 11th request of
+a Free account inside any 60 s is refused, and ``Retry-After`` says when the oldest of the
+ten leaves the window.
+
+Concurrency in Redis is a sorted set per account whose members are the requests in flight,
+scored by a lease expiry. A request renews its lease while it runs; a process that crashes
+stops renewing, and its slots expire after :data:`SLOT_LEASE_SECONDS` instead of leaking
+forever. Expired members are swept by the same Lua script that admits requests, so the
+check-and-add is atomic across processes.
+
+Redis failures fail *open* (the request is allowed, a warning is logged): limits protect
+fairness, and an outage of the counter store should not take the whole API down with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from limits import RateLimitItemPerMinute
+from limits.aio.storage import MemoryStorage, RedisStorage, Storage
+from limits.aio.strategies import MovingWindowRateLimiter
+
+log = logging.getLogger("verimail.api.ratelimit")
+
+SLOT_LEASE_SECONDS = 60
+"""A Redis concurrency slot lives this long without renewal (a crashed process's slots)."""
+SLOT_RENEW_SECONDS = 20
+"""How often a running request renews its slot's lease."""
+
+_ACQUIRE = """
+local now = redis.call('TIME')
+local now_s = tonumber(now[1]) + tonumber(now[2]) / 1000000
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_s)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], now_s + tonumber(ARGV[2]), ARGV[3])
+redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2])) + 1)
+return 1
+"""
+
+_RENEW = """
+local now = redis.call('TIME')
+local now_s = tonumber(now[1]) + tonumber(now[2]) / 1000000
+redis.call('ZADD', KEYS[1], 'XX', now_s + tonumber(ARGV[1]), ARGV[2])
+redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[1])) + 1)
+return 1
+"""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a request was refused, and how long to wait (whole seconds, >= 1)."""
+
+    detail: str
+    retry_after: int
+
+
+class Limiter:
+    """Rate and concurrency limits for accounts; one per app."""
+
+    def __init__(self, redis_url: str | None = None, prefix: str = "verimail") -> None:
+        self.redis_url = redis_url
+        self.prefix = prefix
+        self._storage: Storage
+        self._redis = None
+        if redis_url:
+            import redis.asyncio as aioredis
+
+            scheme_url = redis_url if redis_url.startswith("async+") else f"async+{redis_url}"
+            self._storage = RedisStorage(
+                scheme_url, implementation="redispy", key_prefix=f"{prefix}:rate"
+            )
+            self._redis = aioredis.Redis.from_url(redis_url)
+            self._acquire = self._redis.register_script(_ACQUIRE)
+            self._renew = self._redis.register_script(_RENEW)
+        else:
+            self._storage = MemoryStorage()
+        self._window = MovingWindowRateLimiter(self._storage)
+        self._in_flight: dict[int, int] = {}  # memory mode: account id -> requests running
+
+    @property
+    def backend(self) -> str:
+        """``redis`` or ``memory``: where the counters live."""
+        return "redis" if self._redis is not None else "memory"
+
+    async def close(self) -> None:
+        """Release Redis connections (app shutdown)."""
+        if self._redis is not None:
+            await self._redis.aclose()
+            bridge = getattr(self._storage, "bridge", None)
+            storage_client = getattr(bridge, "storage", None)
+            if storage_client is not None:
+                with contextlib.suppress(Exception):
+                    await storage_client.aclose()
+
+    # --- rate --------------------------------------------------------------------------------
+
+    async def hit(self, account_id: int, per_minute: int | None) -> Refusal | None:
+        """Count one request; a :class:`Refusal` when it is over the plan's rate."""
+        if per_minute is None:
+            return None
+        item = RateLimitItemPerMinute(per_minute)
+        key = ("account", str(account_id))
+        try:
+            if await self._window.hit(item, *key):
+                return None
+            stats = await self._window.get_window_stats(item, *key)
+        except Exception as exc:  # storage down: fail open (see module docstring)
+            log.warning("rate limiter storage failed, request allowed: %s", exc)
+            return None
+        wait = max(1, math.ceil(stats.reset_time - time.time()))
+        return Refusal(
+            f"Rate limit exceeded: your plan allows {per_minute} requests per minute. "
+            f"Retry in {wait} s.",
+            wait,
+        )
+
+    # --- concurrency -------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def slot(self, account_id: int, cap: int | None) -> AsyncIterator[Refusal | None]:
+        """Hold one of the account's concurrent-request slots for the ``with`` body.
+
+        Yields None when admitted, or a :class:`Refusal` (nothing held) when all are taken.
+        """
+        if cap is None:
+            yield None
+            return
+        if self._redis is None:
+            async with self._memory_slot(account_id, cap) as refusal:
+                yield refusal
+        else:
+            async with self._redis_slot(account_id, cap) as refusal:
+                yield refusal
+
+    @staticmethod
+    def _refusal(cap: int) -> Refusal:
+        noun = "request" if cap == 1 else "requests"
+        return Refusal(
+            f"Too many concurrent requests: your plan allows {cap} {noun} in flight at once. "
+            "Retry when one has finished.",
+            1,
+        )
+
+    @contextlib.asynccontextmanager
+    async def _memory_slot(self, account_id: int, cap: int) -> AsyncIterator[Refusal | None]:
+        # One event loop per app: no await between the check and the increment, so no lock.
+        if self._in_flight.get(account_id, 0) >= cap:
+            yield self._refusal(cap)
+            return
+        self._in_flight[account_id] = self._in_flight.get(account_id, 0) + 1
+        try:
+            yield None
+        finally:
+            left = self._in_flight[account_id] - 1
+            if left:
+                self._in_flight[account_id] = left
+            else:
+                del self._in_flight[account_id]
+
+    @contextlib.asynccontextmanager
+    async def _redis_slot(self, account_id: int, cap: int) -> AsyncIterator[Refusal | None]:
+        assert self._redis is not None
+        key = f"{self.prefix}:concurrency:{account_id}"
+        member = uuid.uuid4().hex
+        try:
+            admitted = await self._acquire(keys=[key], args=[cap, SLOT_LEASE_SECONDS, member])
+        except Exception as exc:  # fail open
+            log.warning("concurrency storage failed, request allowed: %s", exc)
+            yield None
+            return
+        if not admitted:
+            yield self._refusal(cap)
+            return
+        renewer = asyncio.create_task(self._keep_renewing(key, member))
+        try:
+            yield None
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+            try:
+                await self._redis.zrem(key, member)
+            except Exception as exc:  # the lease expires by itself
+                log.warning("could not release a concurrency slot (it will expire): %s", exc)
+
+    async def _keep_renewing(self, key: str, member: str) -> None:
+        while True:
+            await asyncio.sleep(SLOT_RENEW_SECONDS)
+            try:
+                await self._renew(keys=[key], args=[SLOT_LEASE_SECONDS, member])
+            except Exception as exc:
+                log.warning("could not renew a concurrency slot: %s", exc)

@@ -1,0 +1,27 @@
+"""``verimail serve``: the API under uvicorn, settings from the environment (``VERIMAIL_*``)."""
+
+from __future__ import annotations
+
+import typer
+
+from verimail.config import get_settings
+
+
+def serve_command(
+    host: str | None = typer.Option(None, "--host", help="Address to bind (default: API_HOST)."),
+    port: int | None = typer.Option(None, "--port", help="Port to bind (default: API_PORT)."),
+    log_level: str = typer.Option("info", "--log-level", help="uvicorn log level."),
+) -> None:
+    """Serve the HTTP API (one process; run several behind a proxy with PostgreSQL + Redis)."""
+    import uvicorn
+
+    from verimail.api.app import create_app
+
+    settings = get_settings()
+    uvicorn.run(
+        create_app(settings),
+        host=host or settings.api_host,
+        port=port or settings.api_port,
+        log_level=log_level,
+        proxy_headers=False,
+    )

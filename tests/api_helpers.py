@@ -1,0 +1,244 @@
+"""Shared helpers for the API tests: running apps (in-process and as uvicorn processes),
+accounts with keys, and the small worlds the tests verify against.
+
+Everything is real: the app runs its lifespan (migrations, engine, limiter), requests go
+through httpx (ASGI in-process, or TCP to uvicorn subprocesses), the store is SQLite or
+PostgreSQL, and addresses are verified against the loopback testbed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+
+from verimail.api.app import create_app
+from verimail.config import Settings
+from verimail.store.accounts import create_account, create_api_key
+from verimail.store.credits import balance, ledger
+from verimail.store.db import Store, make_engine
+from verimail.testbed.server import Testbed
+from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
+
+VENV_BIN = Path(sys.executable).parent
+VERIMAIL_BIN = VENV_BIN / "verimail"
+
+SLOW_REPLY_DELAY = 0.3
+"""Seconds each SMTP reply of ``mx.slow.test`` takes: long enough to overlap requests."""
+
+
+def api_world() -> World:
+    """A small world: a normal domain, a catch-all one and a slow one."""
+    return World.of(
+        hosts=[
+            HostSpec("mx.acme.test", HostBehaviour(mailboxes={"alice", "bob", "info"})),
+            HostSpec("mx.catchall.test", HostBehaviour(accept_all=True)),
+            HostSpec(
+                "mx.slow.test", HostBehaviour(mailboxes={"sam"}, reply_delay=SLOW_REPLY_DELAY)
+            ),
+        ],
+        domains=[
+            DomainSpec("acme.test", mx=[(10, "mx.acme.test")]),
+            DomainSpec("catchall.test", mx=[(10, "mx.catchall.test")]),
+            DomainSpec("slow.test", mx=[(10, "mx.slow.test")]),
+        ],
+    )
+
+
+@dataclass
+class Customer:
+    """An account and a raw API key for it."""
+
+    account_id: int
+    key: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+
+def make_customer(store: Store, plan: str = "enterprise", credits: int = 100) -> Customer:
+    """A new account on ``plan`` holding exactly ``credits`` prepaid credits, with a key.
+
+    Credits come from a signup grant of that size, so the ledger reads naturally. Plans with
+    an allowance (free, starter …) also have that allowance on top; tests that count
+    credits exactly use enterprise, which has none.
+    """
+    settings = store.settings.model_copy(update={"signup_credits": credits})
+    account = create_account(store.engine, settings, plan=plan)
+    key, _info = create_api_key(store.engine, account.id, name="test")
+    return Customer(account.id, key)
+
+
+def total_balance(store: Store, account_id: int) -> int:
+    """What the account can spend now (prepaid plus allowance left)."""
+    return balance(store.engine, account_id).total
+
+
+def ledger_size(store: Store, account_id: int) -> int:
+    return len(ledger(store.engine, account_id, limit=10_000))
+
+
+@dataclass
+class RunningApp:
+    """An app with its lifespan running, an httpx client on it, and its own store handle."""
+
+    app: FastAPI
+    client: httpx.AsyncClient
+    store: Store
+
+    def customer(self, plan: str = "enterprise", credits: int = 100) -> Customer:
+        return make_customer(self.store, plan, credits)
+
+
+@contextlib.asynccontextmanager
+async def running_app(
+    settings: Settings,
+    *,
+    rate_limit_prefix: str = "verimail",
+    raise_app_exceptions: bool = True,
+) -> AsyncIterator[RunningApp]:
+    """``create_app(settings)`` with its lifespan, and an ASGI httpx client talking to it."""
+    app = create_app(settings, rate_limit_prefix=rate_limit_prefix)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=raise_app_exceptions)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://verimail.test", timeout=60
+        ) as client:
+            # The app migrated the database (or found it down); the test's own handle on it.
+            store = Store(engine=make_engine(settings), settings=settings)
+            try:
+                yield RunningApp(app, client, store)
+            finally:
+                store.close()
+
+
+def assert_error_body(response: httpx.Response, status: int) -> str:
+    """The response is ``status`` with a JSON ``{"detail": str}`` body; returns the detail."""
+    assert response.status_code == status, (response.status_code, response.text)
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert isinstance(body, dict)
+    assert isinstance(body.get("detail"), str) and body["detail"], body
+    extra = set(body) - {"detail", "errors"}
+    assert not extra, f"unexpected keys {extra} in error body {body}"
+    return body["detail"]
+
+
+async def wait_until(predicate: Any, timeout: float = 10.0, what: str = "condition") -> None:
+    """Poll ``predicate()`` (cheap, non-blocking) until true; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
+# --- processes ---------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def env_for_testbed(tb: Testbed) -> dict[str, str]:
+    """The environment that points a ``verimail`` process at the testbed."""
+    overrides = tb.settings_overrides()
+    return {
+        "VERIMAIL_DNS_NAMESERVERS": ",".join(overrides["dns_nameservers"]),
+        "VERIMAIL_SMTP_PORT": str(overrides["smtp_port"]),
+        "VERIMAIL_SMTP_ALLOW_NETWORKS": ",".join(str(n) for n in overrides["smtp_allow_networks"]),
+        "VERIMAIL_SMTP_CONNECT_TIMEOUT": "3",
+        "VERIMAIL_SMTP_COMMAND_TIMEOUT": "5",
+        "VERIMAIL_DNS_TIMEOUT": "2",
+    }
+
+
+def clean_env(extra: Mapping[str, str]) -> dict[str, str]:
+    """The current environment without any ``VERIMAIL_*`` setting, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VERIMAIL_")}
+    env.update(extra)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@dataclass
+class ServerProcess:
+    """A ``verimail serve`` subprocess and its base URL."""
+
+    process: subprocess.Popen[bytes]
+    base_url: str
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def serve_processes(
+    count: int, env: Mapping[str, str], workdir: Path, ready_timeout: float = 60.0
+) -> Iterator[list[ServerProcess]]:
+    """Start ``count`` ``verimail serve`` processes and wait until each says it is healthy.
+
+    Readiness is polled on ``/api/health``; a process that exits early fails the test with
+    its log. All are terminated (then killed if need be) at the end.
+    """
+    servers: list[ServerProcess] = []
+    try:
+        for i in range(count):
+            port = free_port()
+            log_path = workdir / f"serve-{i}.log"
+            with log_path.open("wb") as log_file:
+                process = subprocess.Popen(
+                    [str(VERIMAIL_BIN), "serve", "--host", "127.0.0.1", "--port", str(port)],
+                    env=clean_env(env),
+                    cwd=workdir,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                )
+            servers.append(ServerProcess(process, f"http://127.0.0.1:{port}", log_path))
+        for server in servers:
+            _wait_healthy(server, ready_timeout)
+        yield servers
+    finally:
+        for server in servers:
+            if server.process.poll() is None:
+                server.process.terminate()
+        for server in servers:
+            try:
+                server.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                server.process.kill()
+                server.process.wait()
+
+
+def _wait_healthy(server: ServerProcess, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    with httpx.Client(timeout=2) as client:
+        while True:
+            if server.process.poll() is not None:
+                raise AssertionError(
+                    f"verimail serve exited with {server.process.returncode}:\n{server.log()}"
+                )
+            try:
+                if client.get(f"{server.base_url}/api/health").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{server.base_url} not healthy in time:\n{server.log()}")
+            time.sleep(0.05)

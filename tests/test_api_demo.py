@@ -1,0 +1,34 @@
+"""``verimail demo --once`` as a user runs it: testbed, API, three verifications, exit 0."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+from api_helpers import VERIMAIL_BIN, clean_env, free_port
+
+
+def test_demo_once_shows_valid_invalid_and_catch_all(tmp_path: Path) -> None:
+    port = free_port()
+    command = [str(VERIMAIL_BIN), "demo", "--once", "--port", str(port)]
+    run = subprocess.run(
+        command, cwd=tmp_path, env=clean_env({}), capture_output=True, text=True, timeout=120
+    )
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output
+    statuses = dict(re.findall(r"^RESULT (\S+) status=(\S+)$", run.stdout, re.MULTILINE))
+    assert statuses["alice@acme.test"] == "valid", output
+    assert statuses["nobody@acme.test"] == "invalid", output
+    assert statuses["anyone@catchall.test"] in ("catchall", "likely_valid"), output
+    key = re.search(r"\bvm_[A-Za-z0-9_-]{43}\b", run.stdout)
+    assert key, output
+    assert f"curl -s -X POST http://127.0.0.1:{port}/api/verify/single" in run.stdout
+    assert (tmp_path / ".verimail" / "demo" / "verimail.db").exists()
+
+    # A second run reuses the account and prints the same key.
+    again = subprocess.run(
+        command, cwd=tmp_path, env=clean_env({}), capture_output=True, text=True, timeout=120
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert key.group(0) in again.stdout

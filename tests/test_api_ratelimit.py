@@ -1,0 +1,193 @@
+"""Plan limits: requests per minute and requests in flight, in memory and shared via Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from api_helpers import (
+    RunningApp,
+    api_world,
+    assert_error_body,
+    running_app,
+    wait_until,
+)
+
+from verimail.api.ratelimit import SLOT_LEASE_SECONDS
+from verimail.config import Settings
+from verimail.testbed.server import Testbed
+
+SINGLE = "/api/verify/single"
+OFFLINE = {"email": "not-an-address"}  # verified without any network traffic
+SLOW = {"email": "sam@slow.test"}  # every SMTP reply of mx.slow.test is delayed
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture
+def tb(testbed_factory) -> Testbed:
+    return testbed_factory(api_world())
+
+
+@pytest.fixture
+def settings(tb, tmp_path, testbed_settings) -> Settings:
+    return testbed_settings(tb, tmp_path)
+
+
+@pytest.fixture
+async def api(settings) -> AsyncIterator[RunningApp]:
+    async with running_app(settings) as running:
+        yield running
+
+
+@pytest.fixture
+def redis_prefix() -> Iterator[str]:
+    """A key prefix of this test's own in the local Redis (skips when Redis is absent)."""
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        pytest.skip(f"Redis at {REDIS_URL} did not answer: {exc}")
+    prefix = f"verimail-test-{secrets.token_hex(6)}"
+    yield prefix
+    for key in client.scan_iter(match=f"*{prefix}*"):
+        client.delete(key)
+    client.close()
+
+
+def _retry_after(response) -> int:
+    value = int(response.headers["retry-after"])
+    assert 1 <= value <= 60, value
+    return value
+
+
+async def test_free_plan_11th_request_in_a_minute_is_429(api: RunningApp) -> None:
+    free = api.customer(plan="free")
+    for i in range(10):
+        response = await api.client.post(SINGLE, json=OFFLINE, headers=free.headers)
+        assert response.status_code == 200, (i, response.text)
+    refused = await api.client.post(SINGLE, json=OFFLINE, headers=free.headers)
+    detail = assert_error_body(refused, 429)
+    assert "10 requests per minute" in detail
+    _retry_after(refused)
+
+    # Counted per account: another free account and unauthenticated calls are unaffected.
+    other = api.customer(plan="free")
+    assert (await api.client.post(SINGLE, json=OFFLINE, headers=other.headers)).status_code == 200
+    for _ in range(15):
+        assert (await api.client.get("/api/health")).status_code == 200
+    assert (await api.client.post(SINGLE, json=OFFLINE)).status_code == 401
+
+
+async def test_unlimited_plan_is_not_rate_limited(api: RunningApp) -> None:
+    enterprise = api.customer(plan="enterprise", credits=30)
+    responses = await asyncio.gather(
+        *(api.client.post(SINGLE, json=OFFLINE, headers=enterprise.headers) for _ in range(30))
+    )
+    assert [r.status_code for r in responses] == [200] * 30
+
+
+async def test_free_plan_second_concurrent_request_is_429(api: RunningApp, tb: Testbed) -> None:
+    free = api.customer(plan="free")
+    first = asyncio.create_task(api.client.post(SINGLE, json=SLOW, headers=free.headers))
+    await wait_until(
+        lambda: tb.host_stats("mx.slow.test").active >= 1, what="the first request's session"
+    )
+    second = await api.client.post(SINGLE, json=OFFLINE, headers=free.headers)
+    assert "in flight" in assert_error_body(second, 429)
+    _retry_after(second)
+    done = await first
+    assert done.status_code == 200 and done.json()["status"] == "valid"
+    # The slot is released with the response: the next request goes through.
+    assert (await api.client.post(SINGLE, json=OFFLINE, headers=free.headers)).status_code == 200
+
+
+async def test_rate_limit_is_shared_between_apps_through_redis(
+    tb: Testbed, tmp_path: Path, testbed_settings, redis_prefix: str
+) -> None:
+    settings = testbed_settings(tb, tmp_path, redis_url=REDIS_URL)
+    async with (
+        running_app(settings, rate_limit_prefix=redis_prefix) as one,
+        running_app(settings, rate_limit_prefix=redis_prefix) as two,
+    ):
+        assert one.app.state.limiter.backend == "redis"
+        free = one.customer(plan="free")
+        for i in range(10):
+            api = (one, two)[i % 2]
+            response = await api.client.post(SINGLE, json=OFFLINE, headers=free.headers)
+            assert response.status_code == 200, (i, response.text)
+        for api in (one, two):
+            refused = await api.client.post(SINGLE, json=OFFLINE, headers=free.headers)
+            assert_error_body(refused, 429)
+            _retry_after(refused)
+
+
+async def test_concurrency_cap_is_shared_between_apps_through_redis(
+    tb: Testbed, tmp_path: Path, testbed_settings, redis_prefix: str
+) -> None:
+    settings = testbed_settings(tb, tmp_path, redis_url=REDIS_URL)
+    async with (
+        running_app(settings, rate_limit_prefix=redis_prefix) as one,
+        running_app(settings, rate_limit_prefix=redis_prefix) as two,
+    ):
+        free = one.customer(plan="free")
+        first = asyncio.create_task(one.client.post(SINGLE, json=SLOW, headers=free.headers))
+        await wait_until(lambda: tb.host_stats("mx.slow.test").active >= 1, what="a session")
+        second = await two.client.post(SINGLE, json=OFFLINE, headers=free.headers)
+        assert "in flight" in assert_error_body(second, 429)
+        # The slot held in Redis carries a lease, so a crashed holder cannot keep it.
+        with redis.Redis.from_url(REDIS_URL) as client:
+            key = f"{redis_prefix}:concurrency:{free.account_id}"
+            assert client.zcard(key) == 1
+            assert 0 < client.ttl(key) <= SLOT_LEASE_SECONDS + 1
+        assert (await first).status_code == 200
+        assert (
+            await two.client.post(SINGLE, json=OFFLINE, headers=free.headers)
+        ).status_code == 200
+
+
+async def test_without_redis_each_app_counts_alone(
+    tb: Testbed, tmp_path: Path, testbed_settings
+) -> None:
+    """The default (memory) limiter is per process: documents why Redis exists."""
+    settings = testbed_settings(tb, tmp_path)
+    async with running_app(settings) as one, running_app(settings) as two:
+        assert one.app.state.limiter.backend == "memory"
+        free = one.customer(plan="free")
+        for _ in range(10):
+            assert (
+                await one.client.post(SINGLE, json=OFFLINE, headers=free.headers)
+            ).status_code == 200
+        assert (
+            await one.client.post(SINGLE, json=OFFLINE, headers=free.headers)
+        ).status_code == 429
+        assert (
+            await two.client.post(SINGLE, json=OFFLINE, headers=free.headers)
+        ).status_code == 200
+
+
+async def test_slots_left_by_a_crashed_process_expire(
+    tb: Testbed, tmp_path: Path, testbed_settings, redis_prefix: str
+) -> None:
+    """A slot whose lease ran out (its process died without releasing it) frees itself;
+    a slot with a live lease (a request running elsewhere) is respected."""
+    settings = testbed_settings(tb, tmp_path, redis_url=REDIS_URL)
+    async with running_app(settings, rate_limit_prefix=redis_prefix) as api:
+        free = api.customer(plan="free")
+        key = f"{redis_prefix}:concurrency:{free.account_id}"
+        client = redis.Redis.from_url(REDIS_URL)
+        try:
+            now = client.time()[0]
+            client.zadd(key, {"live-request-elsewhere": now + SLOT_LEASE_SECONDS})
+            blocked = await api.client.post(SINGLE, json=OFFLINE, headers=free.headers)
+            assert "in flight" in assert_error_body(blocked, 429)
+
+            client.zadd(key, {"live-request-elsewhere": now - 1})  # its lease ran out
+            admitted = await api.client.post(SINGLE, json=OFFLINE, headers=free.headers)
+            assert admitted.status_code == 200, admitted.text
+            assert client.zcard(key) == 0  # swept, and our own slot released
+        finally:
+            client.close()
