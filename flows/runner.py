@@ -66,9 +66,11 @@ class LocalRunner:
         self._futures: set[Future[None]] = set()
         self._lock = threading.Lock()
 
-    def warm_up(self) -> Future[None]:
-        """Import Prefect and start its embedded server in the background."""
-        return self._pool.submit(self._warm)
+    def warm_up(self) -> threading.Thread:
+        """Import Prefect and start its embedded server in a background thread."""
+        thread = threading.Thread(target=self._warm, name="verimail-prefect-warm-up", daemon=True)
+        thread.start()
+        return thread
 
     def _warm(self) -> None:
         try:

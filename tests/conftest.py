@@ -21,6 +21,7 @@ def make_testbed_settings(tb: Testbed, tmp_path: Path, **overrides: Any) -> Sett
         "smtp_connect_timeout": 3.0,
         "smtp_command_timeout": 3.0,
         "smtp_greylist_delay": 0.05,
+        "prefect_warm_up": False,  # a test session shares one Prefect server (prefect_harness)
         **tb.settings_overrides(),
     }
     values.update(overrides)

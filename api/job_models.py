@@ -1,0 +1,88 @@
+"""Response models of bulk jobs (SPEC §2.4 plus progress and settlement fields)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from verimail.store.jobs import Job
+
+
+class BulkJob(BaseModel):
+    """A bulk verification job (SPEC §2.4) with progress and settlement details."""
+
+    job_id: int = Field(description="Unique job identifier.")
+    status: Literal["pending", "processing", "completed", "failed"] = Field(
+        description="`pending` (accepted, not started) → `processing` → `completed` or "
+        "`failed` (see `failed_reason`; unverified addresses are refunded)."
+    )
+    total_emails: int = Field(description="Addresses in the upload (rows with an address).")
+    processed_emails: int = Field(description="Addresses verified so far.")
+    percent_complete: float = Field(description="processed_emails / total_emails × 100.")
+    valid_count: int = Field(description="Addresses verified valid.")
+    invalid_count: int = Field(description="Addresses verified invalid.")
+    catch_all_count: int = Field(
+        description="Addresses on detected catch-all domains (statuses catchall and likely_valid)."
+    )
+    likely_valid_count: int = Field(description="The catch-all addresses scored likely valid.")
+    disposable_count: int = Field(description="Addresses on disposable services.")
+    unknown_count: int = Field(description="Addresses not conclusively verified.")
+    risky_count: int = Field(description="Addresses that exist but would bounce now (full).")
+    unique_emails: int | None = Field(None, description="Distinct addresses (each probed once).")
+    credits_reserved: int = Field(description="Credits reserved at creation (1 per address).")
+    credits_refunded: int = Field(description="Credits returned (a failed job's unverified).")
+    created_at: datetime = Field(description="Job creation time (UTC).")
+    completed_at: datetime | None = Field(None, description="When it completed or failed.")
+    failed_reason: str | None = Field(None, description="Why the job failed, when it did.")
+
+    @classmethod
+    def of(cls, job: Job) -> BulkJob:
+        total = job.total_emails
+        percent = 100.0 if total == 0 else round(100.0 * job.processed_emails / total, 2)
+        if job.status == "completed":
+            percent = 100.0
+        return cls(
+            job_id=job.id,
+            status=job.status,  # type: ignore[arg-type]
+            total_emails=total,
+            processed_emails=job.processed_emails,
+            percent_complete=min(percent, 100.0),
+            valid_count=job.valid_count,
+            invalid_count=job.invalid_count,
+            catch_all_count=job.catch_all_count,
+            likely_valid_count=job.likely_valid_count,
+            disposable_count=job.disposable_count,
+            unknown_count=job.unknown_count,
+            risky_count=job.risky_count,
+            unique_emails=job.unique_emails,
+            credits_reserved=job.credits_reserved,
+            credits_refunded=job.credits_refunded,
+            created_at=job.created_at,
+            completed_at=job.completed_at,
+            failed_reason=job.failed_reason,
+        )
+
+
+class JsonBulkCreated(BaseModel):
+    """Answer to ``POST /api/verify/bulk``: poll ``GET /api/verify/bulk/{job_id}``."""
+
+    job_id: int = Field(description="Job identifier to poll.")
+    status: Literal["pending", "processing", "completed", "failed"] = Field(
+        description="`pending` right after creation."
+    )
+    total_emails: int = Field(description="Addresses accepted (empty entries are dropped).")
+
+
+class JsonBulkJob(BulkJob):
+    """A JSON bulk job with a page of its results once completed."""
+
+    results: list[dict[str, Any]] | None = Field(
+        None,
+        description="SPEC §2.2 records in submission order, `limit` from `offset`; null "
+        "until the job completes.",
+    )
+    offset: int = Field(0, description="Index of the first result on this page.")
+    limit: int = Field(100, description="Results per page (at most 1,000).")
+    next_offset: int | None = Field(None, description="Offset of the next page, if any.")

@@ -1,0 +1,279 @@
+"""Bulk jobs: ``POST /api/bulk`` (CSV upload), ``GET /api/bulk/{id}``, ``…/download``;
+``POST /api/verify/bulk`` (JSON list) and ``GET /api/verify/bulk/{id}`` (with results).
+
+Both kinds are the same job and the same ``bulk-verify`` flow; the JSON list is stored as a
+headerless one-column CSV. A job id of another account is a 404, exactly like an unknown
+one, so ids reveal nothing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from anyio import to_thread
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import FileResponse
+from pydantic import AnyHttpUrl, BaseModel, Field
+
+from verimail.api.deps import AccountDep, StoreDep
+from verimail.api.errors import AUTH_ERRORS, COMMON_ERRORS, ApiError, ValidationErrorBody, error_doc
+from verimail.api.job_models import BulkJob, JsonBulkCreated, JsonBulkJob
+from verimail.api.jobs import create_and_start, uploads_dir
+from verimail.api.uploads import receive_upload
+from verimail.store import jobs as job_store
+from verimail.tasks.bulk_io import (
+    details_csv,
+    job_dir,
+    read_result_page,
+    safe_csv,
+    write_address_list,
+)
+from verimail.tasks.csv_detect import UploadError, UploadTooLarge, inspect_csv
+
+router = APIRouter(tags=["bulk jobs"])
+
+MAX_JSON_BULK = 10_000
+BULK_KINDS = ("bulk_csv", "bulk_json")
+
+_422 = {
+    "model": ValidationErrorBody,
+    "description": "Invalid request: no file, not a CSV, empty, no email column found (or "
+    "`email_column` names none), no addresses, or a bad parameter. `detail` says which.",
+}
+_404 = error_doc("No such job for this account (unknown ids and other accounts' jobs alike).")
+_409 = error_doc("The job has not completed yet (or it failed: `detail` says why).")
+
+
+def _docs(*codes: int) -> dict[int | str, dict[str, Any]]:
+    table: dict[int | str, dict[str, Any]] = {
+        **AUTH_ERRORS,
+        402: error_doc("Not enough credits for 1 per address; nothing was stored or charged."),
+        404: _404,
+        409: _409,
+        413: error_doc("The upload is larger than the byte or row limit; nothing was stored."),
+        422: _422,
+        **COMMON_ERRORS,
+    }
+    keep = {401, 429, 500, 503, *codes}
+    return {k: v for k, v in sorted(table.items(), key=lambda i: str(i[0])) if k in keep}
+
+
+UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {
+                        "file": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "The CSV (UTF-8/UTF-16/Latin-1; `,` `;` tab or `|`).",
+                        },
+                        "email_column": {
+                            "type": "string",
+                            "description": "The column holding the addresses, when it is "
+                            "not one of the recognised headers (a name, or a 1-based number).",
+                        },
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+@router.post(
+    "/api/bulk",
+    response_model=BulkJob,
+    summary="Upload a CSV for bulk verification",
+    description="Creates a job and reserves 1 credit per address (every row with an "
+    "address, duplicates included). Poll `GET /api/bulk/{job_id}` until `completed`, then "
+    "download. Recognised email headers: `email`, `Email`, `Email Address`, `emails`, "
+    "`work_email`, `business_email`, `contact_email` (case and spacing ignored); a "
+    "headerless one-column file is accepted.",
+    responses=_docs(402, 413, 422),
+    openapi_extra=UPLOAD_BODY,
+)
+async def create_bulk(request: Request, account: AccountDep, store: StoreDep) -> BulkJob:
+    settings = request.app.state.settings
+    folder = uploads_dir(request) / uuid.uuid4().hex
+    received = await receive_upload(
+        request, folder / "upload.csv", max_bytes=settings.upload_max_bytes
+    )
+    column = received.fields.get("email_column") or None
+    try:
+        info = await to_thread.run_sync(
+            lambda: inspect_csv(
+                received.path, max_rows=settings.upload_max_rows, email_column=column
+            )
+        )
+    except UploadTooLarge as exc:
+        _drop(folder)
+        raise ApiError(413, f"{exc.detail} Nothing was stored.") from exc
+    except UploadError as exc:
+        _drop(folder)
+        raise ApiError(422, exc.detail) from exc
+    if info.email_count == 0:
+        _drop(folder)
+        raise ApiError(422, f"The column {info.email_column!r} holds no addresses.")
+    job = await create_and_start(
+        request,
+        store,
+        account.id,
+        kind="bulk_csv",
+        runner_kind="bulk",
+        total=info.email_count,
+        upload=received.path,
+        email_column=info.email_column,
+        options={"filename": received.filename},
+    )
+    return BulkJob.of(job)
+
+
+def _drop(folder: Path) -> None:
+    """Nothing of a refused upload stays on disk."""
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+async def _job(store: StoreDep, account_id: int, job_id: int) -> job_store.Job:
+    job = await to_thread.run_sync(lambda: job_store.get_job(store.engine, account_id, job_id))
+    if job is None or job.kind not in BULK_KINDS:
+        raise ApiError(404, f"No bulk job {job_id} for this account.")
+    return job
+
+
+@router.get(
+    "/api/bulk/{job_id}",
+    response_model=BulkJob,
+    summary="Poll a bulk job",
+    responses=_docs(404, 422),
+)
+async def get_bulk(job_id: int, account: AccountDep, store: StoreDep) -> BulkJob:
+    return BulkJob.of(await _job(store, account.id, job_id))
+
+
+def _not_ready(job: job_store.Job) -> ApiError:
+    if job.status == "failed":
+        return ApiError(
+            409, f"Job {job.id} failed, so it has no results: {job.failed_reason or 'unknown'}"
+        )
+    return ApiError(
+        409,
+        f"Job {job.id} is {job.status} ({job.processed_emails} of {job.total_emails} "
+        "verified); download it once its status is completed.",
+    )
+
+
+@router.get(
+    "/api/bulk/{job_id}/download",
+    summary="Download a completed job's results CSV",
+    description="The uploaded file byte for byte, with a `Safe to Send` column (`Yes`/`No`) "
+    "appended. `include=details` adds `Status`, `Reason`, `Score`; `format=parquet` gives "
+    "every result field as Parquet; `neutralise_formulas=true` prefixes cells that a "
+    "spreadsheet would run as formulas (`=`, `+`, `-`, `@`) with `'`.",
+    response_class=FileResponse,
+    responses={
+        200: {"content": {"text/csv": {}, "application/vnd.apache.parquet": {}}},
+        **_docs(404, 409, 422),
+    },
+)
+async def download_bulk(
+    job_id: int,
+    account: AccountDep,
+    store: StoreDep,
+    request: Request,
+    format: Annotated[Literal["csv", "parquet"], Query(description="csv or parquet")] = "csv",
+    include: Annotated[Literal["details"] | None, Query(description="`details`")] = None,
+    neutralise_formulas: bool = False,
+) -> FileResponse:
+    job = await _job(store, account.id, job_id)
+    if job.status != "completed":
+        raise _not_ready(job)
+    directory = job_dir(request.app.state.settings.data_dir, job.id)
+    upload = Path(job.upload_path or "")
+    if format == "parquet":
+        return FileResponse(
+            directory / "results.parquet",
+            media_type="application/vnd.apache.parquet",
+            filename=f"bulk-{job.id}-results.parquet",
+        )
+    if include == "details":
+        path = await to_thread.run_sync(
+            lambda: details_csv(directory, upload, neutralise_formulas=neutralise_formulas)
+        )
+    elif neutralise_formulas:
+        path = await to_thread.run_sync(lambda: safe_csv(directory, upload))
+    else:
+        path = Path(job.result_path or directory / "results.csv")
+    return FileResponse(path, media_type="text/csv", filename=f"bulk-{job.id}-results.csv")
+
+
+class JsonBulkRequest(BaseModel):
+    """``POST /api/verify/bulk``: up to 10,000 addresses verified as a job."""
+
+    emails: list[Annotated[str, Field(max_length=320)]] = Field(
+        min_length=1, max_length=MAX_JSON_BULK, description="1 to 10,000 addresses."
+    )
+    webhook_url: AnyHttpUrl | None = Field(
+        None, description="Reserved: completion is learned by polling (SPEC §6)."
+    )
+
+
+@router.post(
+    "/api/verify/bulk",
+    response_model=JsonBulkCreated,
+    summary="Verify up to 10,000 addresses as a job",
+    description="Reserves 1 credit per non-empty address (duplicates included); poll "
+    "`GET /api/verify/bulk/{job_id}` for progress and, once completed, the results.",
+    responses=_docs(402, 422),
+)
+async def create_json_bulk(
+    body: JsonBulkRequest, request: Request, account: AccountDep, store: StoreDep
+) -> JsonBulkCreated:
+    emails = [e for e in body.emails if e.strip()]
+    if not emails:
+        raise ApiError(422, "emails: every entry is empty; send at least one address.")
+    folder = uploads_dir(request) / uuid.uuid4().hex
+    upload = folder / "upload.csv"
+    await to_thread.run_sync(write_address_list, upload, emails)
+    job = await create_and_start(
+        request,
+        store,
+        account.id,
+        kind="bulk_json",
+        runner_kind="bulk",
+        total=len(emails),
+        upload=upload,
+    )
+    return JsonBulkCreated(job_id=job.id, status=job.status, total_emails=job.total_emails)  # type: ignore[arg-type]
+
+
+@router.get(
+    "/api/verify/bulk/{job_id}",
+    response_model=JsonBulkJob,
+    summary="Poll a JSON bulk job; its results once completed",
+    responses=_docs(404, 422),
+)
+async def get_json_bulk(
+    job_id: int,
+    account: AccountDep,
+    store: StoreDep,
+    request: Request,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> JsonBulkJob:
+    job = await _job(store, account.id, job_id)
+    out = JsonBulkJob(**BulkJob.of(job).model_dump(), offset=offset, limit=limit)
+    if job.status == "completed":
+        directory = job_dir(request.app.state.settings.data_dir, job.id)
+        page = await to_thread.run_sync(lambda: read_result_page(directory, offset, limit))
+        out.results = page
+        rows = job.total_emails
+        out.next_offset = offset + limit if offset + limit < rows else None
+    return out

@@ -1,0 +1,224 @@
+"""Bulk jobs over real HTTP: upload → poll → download on the local runner, against the
+testbed; JSON bulk; every error status of endpoints 3, 4, 5, 11, 12."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import time
+
+import pytest
+from api_helpers import api_world, assert_error_body, running_app, total_balance
+
+from verimail.tasks import dns_facts
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dns_cache():
+    dns_facts.clear_cache()
+    yield
+    dns_facts.clear_cache()
+
+
+@pytest.fixture
+def settings(testbed_factory, testbed_settings, tmp_path):
+    tb = testbed_factory(api_world())
+    return testbed_settings(tb, tmp_path, upload_max_bytes=200_000, upload_max_rows=1000)
+
+
+async def _poll(client, url: str, headers, timeout: float = 60.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        response = await client.get(url, headers=headers)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        if body["status"] in ("completed", "failed"):
+            return body
+        assert time.monotonic() < deadline, f"job still {body['status']}"
+        await asyncio.sleep(0.05)
+
+
+def _upload(content: bytes | str, name: str = "list.csv", **fields: str) -> dict:
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    return {"files": {"file": (name, data, "text/csv")}, "data": fields}
+
+
+ORIGINAL = (
+    "id,Name,Email Address,Comment\r\n"
+    '1,"Smith, Alice",alice@acme.test,"quoted ""comma"", fine"\r\n'
+    "2,Bøb Ünïcode,bob@acme.test,\r\n"
+    "3,Nobody,nobody@acme.test,gone\r\n"
+    "4,Catch,someone@catchall.test,\r\n"
+    "5,Empty,,no address\r\n"
+    "6,Dup,alice@acme.test,again\r\n"
+)
+
+
+async def test_upload_poll_download(settings):
+    async with running_app(settings) as app:
+        customer = app.customer(credits=100)
+        response = await app.client.post("/api/bulk", headers=customer.headers, **_upload(ORIGINAL))
+        assert response.status_code == 200, response.text
+        job = response.json()
+        assert job["status"] in ("pending", "processing")
+        assert job["total_emails"] == 5  # rows with an address
+        assert total_balance(app.store, customer.account_id) == 95  # reserved at creation
+        done = await _poll(app.client, f"/api/bulk/{job['job_id']}", customer.headers)
+        assert done["status"] == "completed", done
+        assert done["processed_emails"] == 5 and done["percent_complete"] == 100.0
+        assert (done["valid_count"], done["invalid_count"], done["catch_all_count"]) == (3, 1, 1)
+        assert done["credits_refunded"] == 0 and done["completed_at"]
+        download = await app.client.get(
+            f"/api/bulk/{job['job_id']}/download", headers=customer.headers
+        )
+        assert download.status_code == 200
+        assert download.headers["content-type"].startswith("text/csv")
+        text = download.content.decode("utf-8")
+        rows = list(csv.reader(io.StringIO(text)))
+        assert rows[0] == ["id", "Name", "Email Address", "Comment", "Safe to Send"]
+        assert [r[-1] for r in rows[1:]] == ["Yes", "Yes", "No", "No", "No", "Yes"]
+        # Byte for byte: removing the appended cell gives back each original line.
+        original_lines = ORIGINAL.split("\r\n")
+        for got, want in zip(text.split("\r\n"), original_lines, strict=True):
+            if want:
+                assert got.rsplit(",", 1)[0] == want
+        details = await app.client.get(
+            f"/api/bulk/{job['job_id']}/download?include=details", headers=customer.headers
+        )
+        detail_rows = list(csv.reader(io.StringIO(details.content.decode("utf-8"))))
+        assert detail_rows[0][-4:] == ["Safe to Send", "Status", "Reason", "Score"]
+        assert detail_rows[3][-3] == "invalid"
+        parquet = await app.client.get(
+            f"/api/bulk/{job['job_id']}/download?format=parquet", headers=customer.headers
+        )
+        assert parquet.status_code == 200 and parquet.content[:4] == b"PAR1"
+        assert total_balance(app.store, customer.account_id) == 95
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "email",
+        "Email",
+        "Email Address",
+        "emails",
+        "work_email",
+        "business_email",
+        " CONTACT_EMAIL ",
+    ],
+)
+async def test_each_recognised_header(settings, header):
+    async with running_app(settings) as app:
+        customer = app.customer()
+        content = f"name,{header}\nA,alice@acme.test\nB,nobody@acme.test\n"
+        response = await app.client.post("/api/bulk", headers=customer.headers, **_upload(content))
+        assert response.status_code == 200, response.text
+        done = await _poll(app.client, f"/api/bulk/{response.json()['job_id']}", customer.headers)
+        assert (done["valid_count"], done["invalid_count"]) == (1, 1)
+
+
+async def test_headerless_file_and_column_override(settings):
+    async with running_app(settings) as app:
+        customer = app.customer()
+        headerless = await app.client.post(
+            "/api/bulk", headers=customer.headers, **_upload("alice@acme.test\nbob@acme.test\n")
+        )
+        assert headerless.status_code == 200, headerless.text
+        done = await _poll(app.client, f"/api/bulk/{headerless.json()['job_id']}", customer.headers)
+        assert done["valid_count"] == 2
+        download = await app.client.get(
+            f"/api/bulk/{done['job_id']}/download", headers=customer.headers
+        )
+        assert download.text == "alice@acme.test,Yes\nbob@acme.test,Yes\n"
+        override = await app.client.post(
+            "/api/bulk",
+            headers=customer.headers,
+            **_upload("who,where\nalice@acme.test,x\n", email_column="who"),
+        )
+        assert override.status_code == 200, override.text
+        wrong = await app.client.post(
+            "/api/bulk",
+            headers=customer.headers,
+            **_upload("who,where\nalice@acme.test,x\n", email_column="nope"),
+        )
+        assert "nope" in assert_error_body(wrong, 422)
+
+
+async def test_download_before_completion_is_409_and_foreign_job_404(settings):
+    async with running_app(settings) as app:
+        owner, other = app.customer(), app.customer()
+        slow = "email\n" + "".join(f"sam{i}@slow.test\n" for i in range(3))
+        created = await app.client.post("/api/bulk", headers=owner.headers, **_upload(slow))
+        job_id = created.json()["job_id"]
+        early = await app.client.get(f"/api/bulk/{job_id}/download", headers=owner.headers)
+        assert "download it once" in assert_error_body(early, 409)
+        for url in (f"/api/bulk/{job_id}", f"/api/bulk/{job_id}/download"):
+            assert_error_body(await app.client.get(url, headers=other.headers), 404)
+        assert_error_body(await app.client.get("/api/bulk/999999", headers=owner.headers), 404)
+        assert_error_body(await app.client.get(f"/api/bulk/{job_id}"), 401)
+        done = await _poll(app.client, f"/api/bulk/{job_id}", owner.headers)
+        assert done["status"] == "completed"
+
+
+async def test_refusals_store_and_charge_nothing(settings):
+    async with running_app(settings) as app:
+        poor = app.customer(credits=2)
+        three = "email\na@acme.test\nb@acme.test\nc@acme.test\n"
+        short = await app.client.post("/api/bulk", headers=poor.headers, **_upload(three))
+        assert "needs 3" in assert_error_body(short, 402)
+        assert total_balance(app.store, poor.account_id) == 2
+        too_big = await app.client.post(
+            "/api/bulk", headers=poor.headers, **_upload("email\n" + "x@acme.test\n" * 30_000)
+        )
+        assert_error_body(too_big, 413)
+        too_many_rows = await app.client.post(
+            "/api/bulk", headers=poor.headers, **_upload("email\n" + "a@acme.test\n" * 1001)
+        )
+        assert_error_body(too_many_rows, 413)
+        for bad, why in [
+            (b"", "empty"),
+            (b"name,phone\nann,123\n", "email column"),
+            (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)), "PNG image"),
+            (b"email\n\x00\x01\x02\x03junk\x00" * 50, "binary"),
+            (b"email\n\n", ""),
+        ]:
+            response = await app.client.post("/api/bulk", headers=poor.headers, **_upload(bad))
+            assert why.lower() in assert_error_body(response, 422).lower()
+        no_file = await app.client.post("/api/bulk", headers=poor.headers, data={"x": "1"})
+        assert_error_body(no_file, 422)
+        assert total_balance(app.store, poor.account_id) == 2
+        uploads = settings.data_dir / "uploads"
+        assert not uploads.exists() or not any(uploads.rglob("*.csv"))
+
+
+async def test_json_bulk_create_poll_results(settings):
+    async with running_app(settings) as app:
+        customer = app.customer()
+        emails = ["alice@acme.test", "nobody@acme.test", "bob@acme.test", "alice@acme.test"]
+        created = await app.client.post(
+            "/api/verify/bulk", headers=customer.headers, json={"emails": emails}
+        )
+        assert created.status_code == 200, created.text
+        body = created.json()
+        assert body["status"] == "pending" and body["total_emails"] == 4
+        done = await _poll(app.client, f"/api/verify/bulk/{body['job_id']}", customer.headers)
+        assert done["status"] == "completed"
+        page = await app.client.get(
+            f"/api/verify/bulk/{body['job_id']}?offset=1&limit=2", headers=customer.headers
+        )
+        results = page.json()["results"]
+        assert [r["email"] for r in results] == ["nobody@acme.test", "bob@acme.test"]
+        assert [r["status"] for r in results] == ["invalid", "valid"]
+        assert page.json()["next_offset"] == 3
+        too_many = await app.client.post(
+            "/api/verify/bulk", headers=customer.headers, json={"emails": ["a@b.test"] * 10_001}
+        )
+        assert_error_body(too_many, 422)
+        empty = await app.client.post(
+            "/api/verify/bulk", headers=customer.headers, json={"emails": []}
+        )
+        assert_error_body(empty, 422)
+        assert total_balance(app.store, customer.account_id) == 96
