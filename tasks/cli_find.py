@@ -1,0 +1,66 @@
+"""``verimail find FIRST LAST DOMAIN``: the Email Finder from the command line.
+
+Runs the engine directly: no API, no account, no credits. The CSV form (``--file``) comes
+with the finder CSV job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from verimail.config import get_settings
+from verimail.tasks.engine import Engine
+from verimail.tasks.finder import FinderInputError, FinderResult, find_email
+
+STATUS_STYLE = {"found": "green", "catch_all": "yellow", "not_found": "red"}
+
+
+def find_command(
+    first_name: str = typer.Argument(..., metavar="FIRST", help="The person's first name."),
+    last_name: str = typer.Argument(..., metavar="LAST", help="The person's last name."),
+    domain: str = typer.Argument(
+        ..., metavar="DOMAIN", help="The company's domain, e.g. example.com."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
+    max_probes: int | None = typer.Option(
+        None,
+        "--max-probes",
+        min=1,
+        help="Candidate addresses to try (default: the finder_max_probes setting).",
+    ),
+) -> None:
+    """Find a person's email address at a company domain (never a role inbox)."""
+    settings = get_settings()
+    engine = Engine(settings)
+    probes = max_probes or settings.finder_max_probes
+    try:
+        result = asyncio.run(find_email(engine, first_name, last_name, domain, max_probes=probes))
+    except FinderInputError as exc:
+        param = {"first_name": "FIRST", "last_name": "LAST", "domain": "DOMAIN"}
+        raise typer.BadParameter(exc.detail, param_hint=param.get(exc.field or "")) from exc
+    if as_json:
+        sys.stdout.write(result.model_dump_json() + "\n")
+    else:
+        _print(result)
+
+
+def _print(result: FinderResult) -> None:
+    style = STATUS_STYLE.get(result.status, "")
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    table.add_row("status", f"[{style}]{result.status}[/]")
+    table.add_row("email", result.email or "—")
+    table.add_row("confidence", f"{result.confidence:.2f}")
+    if result.pattern:
+        table.add_row("pattern", result.pattern)
+    if result.alternatives:
+        table.add_row("tried", "\n".join(result.alternatives))
+    table.add_row("reason", result.reason)
+    table.add_row("time", f"{result.elapsed_ms} ms")
+    Console().print(table)

@@ -1,0 +1,342 @@
+"""The Email Finder engine (``tasks/finder.py``) against the loopback testbed: real DNS
+packets, real SMTP sessions, one session per lookup."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from api_helpers import VERIMAIL_BIN, clean_env, env_for_testbed
+
+from verimail.config import Settings
+from verimail.tasks import dns_facts
+from verimail.tasks.engine import Engine
+from verimail.tasks.finder import (
+    CATCH_ALL_FACTOR,
+    FinderInputError,
+    find_email,
+    normalise_finder_domain,
+)
+from verimail.tasks.finder_patterns import pattern_confidence
+from verimail.testbed.server import Testbed
+from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
+
+MAX_PROBES = 8
+JOHN_SMITH_FIRST_THREE = ["john.smith", "john", "jsmith"]  # rank order of finder_patterns
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dns_cache():
+    """Each test builds its own world; answers of another test's world must not leak in."""
+    dns_facts.clear_cache()
+    yield
+    dns_facts.clear_cache()
+
+
+def _world() -> World:
+    """One domain per situation the finder must tell apart."""
+    hosts = [
+        HostSpec("mx.people.test", HostBehaviour(mailboxes={"john.smith", "info"})),
+        HostSpec("mx.jsmith.test", HostBehaviour(mailboxes={"jsmith"})),
+        HostSpec("mx.catchall.test", HostBehaviour(accept_all=True)),
+        HostSpec("mx.infoonly.test", HostBehaviour(mailboxes={"info", "sales"})),
+        HostSpec("mx.nobody.test", HostBehaviour(mailboxes={"someone.else"})),
+        HostSpec("mx.grey.test", HostBehaviour(mailboxes={"john.smith"}, greylist_tries=99)),
+        HostSpec("mx.block.test", HostBehaviour(mailboxes={"john.smith"}, block=True)),
+        HostSpec("mx.idn.test", HostBehaviour(mailboxes={"john.smith"})),
+        HostSpec("mx.throwaway.test", HostBehaviour(accept_all=True)),
+        HostSpec("internal.evil.test", address="10.0.0.1"),
+    ]
+    domains = [
+        DomainSpec("people.test", mx=[(10, "mx.people.test")]),
+        DomainSpec("jsmith.test", mx=[(10, "mx.jsmith.test")]),
+        DomainSpec("catchall.test", mx=[(10, "mx.catchall.test")]),
+        DomainSpec("infoonly.test", mx=[(10, "mx.infoonly.test")]),
+        DomainSpec("nobody.test", mx=[(10, "mx.nobody.test")]),
+        DomainSpec("grey.test", mx=[(10, "mx.grey.test")]),
+        DomainSpec("block.test", mx=[(10, "mx.block.test")]),
+        DomainSpec("xn--bcher-kva.test", mx=[(10, "mx.idn.test")]),  # bücher.test
+        DomainSpec("throwaway.test", mx=[(10, "mx.throwaway.test")]),
+        DomainSpec("null.test", mx=[(0, ".")]),
+        DomainSpec("broken.test", servfail=True),
+        DomainSpec("private.test", mx=[(10, "internal.evil.test")]),
+    ]
+    return World.of(hosts, domains)
+
+
+@pytest.fixture
+def tb(testbed_factory) -> Testbed:
+    return testbed_factory(_world())
+
+
+@pytest.fixture
+def settings(tb, tmp_path, testbed_settings) -> Settings:
+    return testbed_settings(tb, tmp_path, disposable_extra=["throwaway.test"])
+
+
+@pytest.fixture
+def engine(settings) -> Engine:
+    return Engine(settings)
+
+
+def _locals(rcpts: list[str]) -> list[str]:
+    return [r.rpartition("@")[0] for r in rcpts]
+
+
+# --- found -----------------------------------------------------------------------------
+
+
+async def test_finds_first_last_in_one_session_with_one_probe_and_one_candidate(
+    engine: Engine, tb: Testbed
+) -> None:
+    result = await find_email(engine, "John", "Smith", "people.test", max_probes=MAX_PROBES)
+
+    assert result.found is True and result.status == "found"
+    assert result.email == "john.smith@people.test"
+    assert result.pattern == "first.last"
+    assert result.alternatives == []
+    assert result.verification_status == "valid"
+    assert result.confidence == round(pattern_confidence(0) * 0.97, 2) == 0.92
+    assert result.reason and "people.test" in result.reason
+    assert result.elapsed_ms >= 0
+    stats = tb.host_stats("mx.people.test")
+    assert stats.sessions == 1
+    assert stats.data == 0
+    locals_ = _locals(stats.rcpts)
+    assert len(locals_) == 2 and locals_[0].startswith("vm-probe-")  # catch-all probe first
+    assert locals_[1] == "john.smith"
+
+
+async def test_finds_a_later_pattern_after_trying_the_earlier_ones(
+    engine: Engine, tb: Testbed
+) -> None:
+    result = await find_email(engine, "John", "Smith", "jsmith.test", max_probes=MAX_PROBES)
+
+    assert result.status == "found" and result.email == "jsmith@jsmith.test"
+    assert result.pattern == "flast"
+    assert result.alternatives == ["john.smith@jsmith.test", "john@jsmith.test"]
+    # The rank prior lowers confidence: jsmith could as well be Jane Smith's mailbox.
+    assert result.confidence == round(pattern_confidence(2) * 0.97, 2)
+    assert result.confidence < 0.92
+    stats = tb.host_stats("mx.jsmith.test")
+    assert stats.sessions == 1
+    assert _locals(stats.rcpts)[1:] == JOHN_SMITH_FIRST_THREE
+
+
+async def test_domain_input_is_normalised_before_lookup(engine: Engine, tb: Testbed) -> None:
+    pasted = await find_email(
+        engine, "John", "Smith", "  https://WWW.People.TEST/about?x=1 ", max_probes=MAX_PROBES
+    )
+    assert pasted.email == "john.smith@people.test" and pasted.domain == "people.test"
+
+    idn = await find_email(engine, "John", "Smith", "Bücher.test", max_probes=MAX_PROBES)
+    assert idn.status == "found" and idn.email == "john.smith@xn--bcher-kva.test"
+    assert tb.host_stats("mx.idn.test").sessions == 1
+
+
+async def test_max_probes_bounds_the_candidates_and_the_rcpts(engine: Engine, tb: Testbed) -> None:
+    result = await find_email(engine, "John", "Smith", "jsmith.test", max_probes=2)
+
+    assert result.status == "not_found" and result.email is None and result.confidence == 0
+    assert result.alternatives == ["john.smith@jsmith.test", "john@jsmith.test"]
+    stats = tb.host_stats("mx.jsmith.test")
+    assert stats.sessions == 1
+    assert stats.rcpt_to == 2 + 1  # the candidates plus the catch-all probe
+
+
+# --- catch-all and not found -------------------------------------------------------------
+
+
+async def test_catch_all_returns_the_most_likely_guess_after_only_the_probe(
+    engine: Engine, tb: Testbed
+) -> None:
+    result = await find_email(engine, "John", "Smith", "catchall.test", max_probes=MAX_PROBES)
+
+    assert result.status == "catch_all" and result.found is False
+    assert result.email == "john.smith@catchall.test" and result.pattern == "first.last"
+    assert result.confidence == round(pattern_confidence(0) * CATCH_ALL_FACTOR, 2) <= 0.6
+    assert result.alternatives == []
+    assert "any address" in result.reason
+    stats = tb.host_stats("mx.catchall.test")
+    assert stats.sessions == 1
+    assert stats.rcpt_to == 1 and _locals(stats.rcpts)[0].startswith("vm-probe-")
+
+
+async def test_nobody_matches_after_every_candidate_in_one_session(
+    engine: Engine, tb: Testbed
+) -> None:
+    result = await find_email(engine, "John", "Smith", "nobody.test", max_probes=MAX_PROBES)
+
+    assert result.status == "not_found" and result.found is False
+    assert result.email is None and result.pattern is None and result.confidence == 0
+    assert len(result.alternatives) == MAX_PROBES
+    assert result.alternatives[:3] == [f"{x}@nobody.test" for x in JOHN_SMITH_FIRST_THREE]
+    assert "refused all 8" in result.reason
+    stats = tb.host_stats("mx.nobody.test")
+    assert stats.sessions == 1
+    assert stats.rcpt_to == MAX_PROBES + 1
+
+
+@pytest.mark.parametrize(
+    ("domain", "words"),
+    [
+        ("doesnotexist.test", "does not exist"),
+        ("null.test", "null MX"),
+        ("broken.test", "unknown"),
+    ],
+)
+async def test_dns_failures_are_not_found_without_smtp(
+    engine: Engine, tb: Testbed, domain: str, words: str
+) -> None:
+    result = await find_email(engine, "John", "Smith", domain, max_probes=MAX_PROBES)
+
+    assert result.status == "not_found" and result.email is None and result.confidence == 0
+    assert words in result.reason
+    assert tb.total_stats().sessions == 0
+
+
+async def test_private_mx_is_not_found_without_any_connection(engine: Engine, tb: Testbed) -> None:
+    result = await find_email(engine, "John", "Smith", "private.test", max_probes=MAX_PROBES)
+
+    assert result.status == "not_found" and result.email is None
+    assert "private" in result.reason
+    assert tb.total_stats().sessions == 0
+
+
+@pytest.mark.parametrize(
+    ("domain", "host", "words"),
+    [
+        ("grey.test", "mx.grey.test", "greylisting"),
+        ("block.test", "mx.block.test", "refused to talk"),
+    ],
+)
+async def test_unreadable_servers_are_not_found_and_say_so(
+    engine: Engine, tb: Testbed, domain: str, host: str, words: str
+) -> None:
+    """Greylisting is not waited out in an interactive lookup: one session, then a reason."""
+    result = await find_email(engine, "John", "Smith", domain, max_probes=MAX_PROBES)
+
+    assert result.status == "not_found" and result.email is None and result.confidence == 0
+    assert words in result.reason and "could not be checked" in result.reason
+    assert tb.host_stats(host).sessions == 1
+
+
+async def test_disposable_and_free_domains_are_refused_without_network(
+    engine: Engine, tb: Testbed
+) -> None:
+    disposable = await find_email(engine, "John", "Smith", "throwaway.test", max_probes=8)
+    assert disposable.status == "not_found" and "disposable" in disposable.reason
+
+    free = await find_email(engine, "John", "Smith", "Gmail.com", max_probes=8)
+    assert free.status == "not_found" and "free email provider" in free.reason
+    assert free.domain == "gmail.com"
+
+    assert not tb.dns_queries
+    assert tb.total_stats().sessions == 0
+
+
+# --- never a role inbox --------------------------------------------------------------------
+
+
+async def test_a_person_called_info_sales_never_gets_a_role_inbox(
+    engine: Engine, tb: Testbed
+) -> None:
+    is_role = engine.lists.is_role
+
+    only_roles = await find_email(engine, "Info", "Sales", "infoonly.test", max_probes=8)
+    assert only_roles.status == "not_found" and only_roles.email is None
+    probed = _locals(tb.host_stats("mx.infoonly.test").rcpts)
+    assert "info" not in probed and "sales" not in probed and "info.sales" not in probed
+    assert not any(is_role(local) for local in probed)
+    assert not any(is_role(a.rpartition("@")[0]) for a in only_roles.alternatives)
+
+    catch_all = await find_email(engine, "Info", "Sales", "catchall.test", max_probes=8)
+    assert catch_all.status == "catch_all" and catch_all.email is not None
+    assert not is_role(catch_all.email.rpartition("@")[0])
+    assert tb.host_stats("mx.catchall.test").rcpt_to == 1
+
+    # On a domain where the person's role-like name exists as a role inbox, still none.
+    people = await find_email(engine, "Info", "Sales", "people.test", max_probes=8)
+    assert people.email is None
+    assert "info" not in _locals(tb.host_stats("mx.people.test").rcpts)
+
+
+# --- input errors ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("first", "last", "domain", "field", "words"),
+    [
+        ("John", "Smith", "", "domain", "empty"),
+        ("John", "Smith", "127.0.0.1", "domain", "IP address"),
+        ("John", "Smith", "[127.0.0.1]", "domain", "IP address"),
+        ("John", "Smith", "acme", "domain", "no dot"),
+        ("John", "Smith", "localhost", "domain", "no dot"),
+        ("John", "Smith", "acme..test", "domain", "two dots"),
+        ("John", "Smith", "john@acme.test", "domain", "not an email address"),
+        ("John", "Smith", "ac me.test", "domain", "space"),
+        ("!!!", "Smith", "people.test", "first_name", "first name"),
+        ("John", " - ", "people.test", "last_name", "last name"),
+        ("   ", "Smith", "people.test", "first_name", "first name"),
+    ],
+)
+async def test_bad_input_raises_finder_input_error_before_any_network(
+    engine: Engine, tb: Testbed, first: str, last: str, domain: str, field: str, words: str
+) -> None:
+    with pytest.raises(FinderInputError) as caught:
+        await find_email(engine, first, last, domain, max_probes=8)
+    assert caught.value.field == field
+    assert words in caught.value.detail, caught.value.detail
+    assert not tb.dns_queries
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("Example.COM", "example.com"),
+        ("example.com.", "example.com"),
+        ("@example.com", "example.com"),
+        ("http://example.com:8080/path", "example.com"),
+        ("www.example.com", "example.com"),
+        ("mail.example.com", "mail.example.com"),
+        ("bücher.de", "xn--bcher-kva.de"),
+    ],
+)
+def test_domain_normalisation(raw: str, expected: str) -> None:
+    assert normalise_finder_domain(raw) == expected
+
+
+# --- the command line ------------------------------------------------------------------------
+
+
+def _run_cli(tb: Testbed, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(VERIMAIL_BIN), "find", *args],
+        env=clean_env(env_for_testbed(tb)),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_cli_find_prints_json(tb: Testbed, tmp_path: Path) -> None:
+    done = _run_cli(tb, tmp_path, "John", "Smith", "jsmith.test", "--json")
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    assert body["status"] == "found" and body["email"] == "jsmith@jsmith.test"
+    assert body["alternatives"] == ["john.smith@jsmith.test", "john@jsmith.test"]
+    assert tb.host_stats("mx.jsmith.test").sessions == 1
+
+    table = _run_cli(tb, tmp_path, "John", "Smith", "catchall.test")
+    assert table.returncode == 0, table.stderr
+    assert "catch_all" in table.stdout and "john.smith@catchall.test" in table.stdout
+
+
+def test_cli_find_refuses_a_bad_domain(tb: Testbed, tmp_path: Path) -> None:
+    done = _run_cli(tb, tmp_path, "John", "Smith", "10.0.0.1")
+    assert done.returncode == 2
+    assert "IP address" in done.stderr
+    assert tb.total_stats().sessions == 0
