@@ -30,6 +30,7 @@ def _register() -> None:
     """Attach the sub-command groups of each area (imported lazily to keep start-up fast)."""
     from verimail.api.demo import demo_command
     from verimail.api.serve import serve_command
+    from verimail.flows.cli import bulk_command, deploy_command, history_app
     from verimail.store.cli import accounts_app, credits_app, keys_app
     from verimail.tasks.cli_find import find_command
     from verimail.tasks.cli_verify import verify_command
@@ -43,6 +44,9 @@ def _register() -> None:
     app.add_typer(accounts_app, name="accounts")
     app.add_typer(keys_app, name="keys")
     app.add_typer(credits_app, name="credits")
+    app.command("bulk")(bulk_command)
+    app.add_typer(history_app, name="history")
+    app.command("deploy")(deploy_command)
 
 
 def main() -> None:

@@ -25,9 +25,10 @@ from fastapi import FastAPI
 from sqlalchemy.exc import OperationalError
 
 from verimail import API_VERSION
+from verimail.api.dashboard import install_dashboard
 from verimail.api.errors import install_error_handlers
 from verimail.api.ratelimit import Limiter
-from verimail.api.routes import bulk, finder, health, verify
+from verimail.api.routes import bulk, finder, finder_csv, health, verify
 from verimail.api.routes.health import verifier_ready
 from verimail.config import Settings, get_settings
 from verimail.flows.recovery import Reaper
@@ -118,4 +119,6 @@ def create_app(settings: Settings | None = None, *, rate_limit_prefix: str = "ve
     app.include_router(verify.router)
     app.include_router(finder.router)
     app.include_router(bulk.router)
+    app.include_router(finder_csv.router)
+    install_dashboard(app)
     return app

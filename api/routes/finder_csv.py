@@ -1,0 +1,245 @@
+"""Email Finder CSV jobs: ``POST /api/find-email/csv``, ``GET …/{job_id}``, ``…/download``.
+
+Job ids are strings (SPEC §2.7): the job's public id (``fj_…``), never the row number.
+Finds are charged one by one as the job goes (``flows/finder.py``); creating the job
+charges nothing but needs a balance that can pay for at least one find (else 402).
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from anyio import to_thread
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from verimail.api.deps import StoreDep
+from verimail.api.errors import AUTH_ERRORS, COMMON_ERRORS, ApiError, ValidationErrorBody, error_doc
+from verimail.api.jobs import uploads_dir
+from verimail.api.routes.finder import FINDER_DISABLED, FinderAccountDep, SettingsDep
+from verimail.api.uploads import receive_upload
+from verimail.store import jobs as job_store
+from verimail.store.credits import balance
+from verimail.tasks.csv_detect import UploadError, UploadTooLarge, find_person_columns, inspect_csv
+
+router = APIRouter(tags=["email finder"])
+
+
+class FinderJob(BaseModel):
+    """An Email Finder CSV job (SPEC §2.7: `job_id`, `status`, and these further fields)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    job_id: str = Field(description="Unique job identifier (a string such as `fj_…`).")
+    status: Literal["pending", "processing", "completed", "failed"] = Field(
+        description="`pending` → `processing` → `completed` (download the CSV) or `failed`."
+    )
+    total_rows: int = Field(description="Data rows in the upload.")
+    processed_rows: int = Field(description="Rows looked up so far.")
+    percent_complete: float = Field(description="processed_rows / total_rows × 100.")
+    found_count: int = Field(description="Rows with a verified address (each charged).")
+    not_found_count: int = Field(description="Rows with no address found (free).")
+    catch_all_count: int = Field(description="Rows on catch-all domains: a guess, free.")
+    invalid_input_count: int = Field(description="Rows with an empty name or bad domain.")
+    skipped_no_credits_count: int = Field(
+        description="Rows not looked up, or finds not revealed, because credits ran out."
+    )
+    credits_used: int = Field(description="Credits charged so far (finder charge per find).")
+    created_at: datetime = Field(description="Job creation time (UTC).")
+    completed_at: datetime | None = Field(None, description="When it completed or failed.")
+    failed_reason: str | None = Field(None, description="Why the job failed, when it did.")
+
+    @classmethod
+    def of(cls, job: job_store.Job) -> FinderJob:
+        total = job.total_emails
+        done = job.processed_emails
+        percent = 100.0 if job.status == "completed" or total == 0 else 100.0 * done / total
+        return cls(
+            job_id=job.public_id,
+            status=job.status,  # type: ignore[arg-type]
+            total_rows=total,
+            processed_rows=done,
+            percent_complete=round(min(percent, 100.0), 2),
+            found_count=job.found_count,
+            not_found_count=job.invalid_count,
+            catch_all_count=job.catch_all_count,
+            invalid_input_count=job.risky_count,
+            skipped_no_credits_count=job.unknown_count,
+            credits_used=job.credits_used,
+            created_at=job.created_at,
+            completed_at=job.completed_at,
+            failed_reason=job.failed_reason,
+        )
+
+
+def _docs(*codes: int) -> dict[int | str, dict[str, Any]]:
+    table: dict[int | str, dict[str, Any]] = {
+        **AUTH_ERRORS,
+        402: error_doc("The balance cannot pay for even one find; nothing was stored."),
+        403: error_doc(FINDER_DISABLED),
+        404: error_doc("No such finder job for this account."),
+        409: error_doc("The job has not completed yet (or it failed: `detail` says why)."),
+        413: error_doc("The upload is larger than the byte or row limit; nothing was stored."),
+        422: {
+            "model": ValidationErrorBody,
+            "description": "No file, not a CSV, or a first-name, last-name or domain column "
+            "that is neither detected nor named (the `detail` names what is missing).",
+        },
+        **COMMON_ERRORS,
+    }
+    keep = {401, 403, 429, 500, 503, *codes}
+    return {k: v for k, v in sorted(table.items(), key=lambda i: str(i[0])) if k in keep}
+
+
+UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {
+                        "file": {"type": "string", "format": "binary", "description": "CSV."},
+                        "first_name_column": {
+                            "type": "string",
+                            "description": "Column of first names; optional when a header "
+                            "like `first_name`, `First Name`, `firstname` is present.",
+                        },
+                        "last_name_column": {
+                            "type": "string",
+                            "description": "Column of last names; optional when a header "
+                            "like `last_name`, `surname` is present.",
+                        },
+                        "domain_column": {
+                            "type": "string",
+                            "description": "Column of company domains; optional when a "
+                            "header like `domain`, `company_domain`, `website` is present "
+                            "(URLs are reduced to their domain).",
+                        },
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+@router.post(
+    "/api/find-email/csv",
+    response_model=FinderJob,
+    summary="Upload a CSV of people for the Email Finder",
+    description="Creates a job; each verified find is charged as the job goes, and when "
+    "credits run out the remaining rows become `skipped_no_credits`. Poll "
+    "`GET /api/find-email/csv/{job_id}`, then download: the upload plus `email`, `status`, "
+    "`confidence` columns.",
+    responses=_docs(402, 413, 422),
+    openapi_extra=UPLOAD_BODY,
+)
+async def create_finder_job(
+    request: Request, account: FinderAccountDep, store: StoreDep, settings: SettingsDep
+) -> FinderJob:
+    folder = uploads_dir(request) / uuid.uuid4().hex
+    received = await receive_upload(
+        request, folder / "upload.csv", max_bytes=settings.upload_max_bytes
+    )
+    fields = received.fields
+    mapping = {
+        key: fields.get(key) or None
+        for key in ("first_name_column", "last_name_column", "domain_column")
+    }
+
+    def inspect() -> int:
+        info = inspect_csv(received.path, max_rows=settings.upload_max_rows, need_email=False)
+        find_person_columns(
+            info, mapping["first_name_column"], mapping["last_name_column"],
+            mapping["domain_column"],
+        )  # fmt: skip
+        return info.row_count
+
+    try:
+        rows = await to_thread.run_sync(inspect)
+    except UploadTooLarge as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise ApiError(413, f"{exc.detail} Nothing was stored.") from exc
+    except UploadError as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise ApiError(422, exc.detail) from exc
+    if rows == 0:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise ApiError(422, "The file has no data rows.")
+    have = await to_thread.run_sync(lambda: balance(store.engine, account.id).total)
+    if have < settings.finder_charge:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise ApiError(
+            402,
+            f"Not enough credits: a found address costs {settings.finder_charge}, the "
+            f"balance is {have}; nothing was stored.",
+        )
+    job = await to_thread.run_sync(
+        lambda: job_store.create_job(
+            store.engine,
+            account.id,
+            "finder_csv",
+            rows,
+            reserve=0,
+            upload_path=str(received.path),
+            options={**mapping, "filename": received.filename},
+        )
+    )
+    assert job is not None  # nothing to reserve
+    try:
+        await to_thread.run_sync(request.app.state.runner.submit, "finder", job.id)
+    except Exception as exc:
+        await to_thread.run_sync(
+            lambda: job_store.mark_failed(store.engine, job.id, "The job could not be started.")
+        )
+        raise ApiError(503, "The job could not be started right now; nothing was charged.") from exc
+    return FinderJob.of(job)
+
+
+async def _job(store: StoreDep, account_id: int, job_id: str) -> job_store.Job:
+    job = await to_thread.run_sync(
+        lambda: job_store.get_job_by_public_id(store.engine, account_id, job_id)
+    )
+    if job is None or job.kind != "finder_csv":
+        raise ApiError(404, f"No finder job {job_id!r} for this account.")
+    return job
+
+
+@router.get(
+    "/api/find-email/csv/{job_id}",
+    response_model=FinderJob,
+    summary="Poll an Email Finder CSV job",
+    responses=_docs(404, 422),
+)
+async def get_finder_job(job_id: str, account: FinderAccountDep, store: StoreDep) -> FinderJob:
+    return FinderJob.of(await _job(store, account.id, job_id))
+
+
+@router.get(
+    "/api/find-email/csv/{job_id}/download",
+    summary="Download an Email Finder job's results CSV",
+    response_class=FileResponse,
+    responses={200: {"content": {"text/csv": {}}}, **_docs(404, 409, 422)},
+)
+async def download_finder_job(
+    job_id: str, account: FinderAccountDep, store: StoreDep
+) -> FileResponse:
+    job = await _job(store, account.id, job_id)
+    if job.status == "failed":
+        raise ApiError(409, f"Job {job_id} failed, so it has no results: {job.failed_reason}")
+    if job.status != "completed":
+        raise ApiError(
+            409,
+            f"Job {job_id} is {job.status} ({job.processed_emails} of {job.total_emails} rows "
+            "done); download it once its status is completed.",
+        )
+    return FileResponse(
+        Path(job.result_path or ""), media_type="text/csv", filename=f"{job_id}-results.csv"
+    )

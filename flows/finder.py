@@ -1,0 +1,274 @@
+"""The ``find-emails`` flow: an Email Finder CSV job.
+
+Rows are grouped by domain; domains are worked concurrently (bounded) in Prefect tasks of
+several domains each, rows of one domain one after the other so that the domain's DNS
+facts are resolved once and a catch-all domain is probed once: after one row shows the
+domain accepts everything, its other rows get the most likely pattern without SMTP.
+
+Billing as the job goes: each verified find is charged ``finder_charge`` on its own
+(atomically). When a find cannot be paid for, the row is ``skipped_no_credits`` (its
+address is not revealed) and so is every row not yet looked up; nothing else is charged.
+
+Results CSV: the upload byte for byte plus ``email``, ``status``, ``confidence`` (all three
+prefixed ``finder_`` when the upload already has a column of one of those names).
+Row statuses: ``found``, ``not_found``, ``catch_all``, ``invalid_input`` (empty name or
+unusable domain), ``skipped_no_credits``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from verimail.config import Settings, current_settings
+from verimail.flows.context import engine_for, store_for
+from verimail.store import jobs as job_store
+from verimail.store.credits import charge
+from verimail.store.db import Store
+from verimail.tasks.bulk_io import job_dir, save_info
+from verimail.tasks.csv_detect import find_person_columns, inspect_csv
+from verimail.tasks.csv_io import load_person_rows, write_results_csv
+from verimail.tasks.finder import (
+    CATCH_ALL_FACTOR,
+    FinderInputError,
+    find_email,
+    normalise_finder_domain,
+)
+from verimail.tasks.finder_patterns import most_likely, pattern_confidence
+
+DOMAINS_PER_TASK = 50
+DOMAIN_CONCURRENCY = 20  # domains looked up at once within a task
+
+# Where each row status is counted on the job row (finder jobs reuse the count columns).
+STATUS_COLUMN = {
+    "found": "found_count",
+    "catch_all": "catch_all_count",
+    "not_found": "invalid_count",
+    "invalid_input": "risky_count",
+    "skipped_no_credits": "unknown_count",
+}
+
+
+class _Billing:
+    """Charges finds one by one; after the first refusal everything left is skipped."""
+
+    def __init__(self, store: Store, job: job_store.Job, price: int) -> None:
+        self.store = store
+        self.job = job
+        self.price = price
+        self.exhausted = False
+        self.used = 0
+        self.lock = asyncio.Lock()
+
+    async def pay(self, email: str) -> bool:
+        async with self.lock:
+            if self.exhausted:
+                return False
+            ok = await asyncio.to_thread(
+                charge,
+                self.store.engine,
+                self.job.account_id,
+                self.price,
+                reason=f"email finder: {email}",
+                reference=f"job:{self.job.id}",
+            )
+            if ok:
+                self.used += self.price
+            else:
+                self.exhausted = True
+            return ok
+
+
+class _Progress:
+    """Row outcomes as they come, flushed to the job row now and then."""
+
+    def __init__(self, store: Store, job_id: int, billing: _Billing) -> None:
+        self.store = store
+        self.job_id = job_id
+        self.billing = billing
+        self.rows: dict[int, tuple[str, str, str]] = {}  # row -> (email, status, confidence)
+        self.counts: Counter[str] = Counter()
+
+    def record(self, row: int, email: str | None, status: str, confidence: float) -> None:
+        self.rows[row] = (email or "", status, f"{confidence:.2f}")
+        self.counts[STATUS_COLUMN[status]] += 1
+
+    async def flush(self) -> None:
+        await asyncio.to_thread(
+            job_store.update_progress,
+            self.store.engine,
+            self.job_id,
+            len(self.rows),
+            dict(self.counts),
+            credits_used=self.billing.used,
+        )
+
+
+async def _domain(
+    settings: Settings,
+    rows: list[dict[str, Any]],
+    billing: _Billing,
+    progress: _Progress,
+) -> None:
+    """Every row of one domain, in order; a catch-all answer is reused for the rest."""
+    engine = engine_for(settings)
+    catch_all = False
+    for row in rows:
+        first, last, domain = row["first_name"], row["last_name"], row["domain"]
+        if not (first and last and domain):
+            progress.record(row["row"], None, "invalid_input", 0.0)
+            continue
+        if billing.exhausted:
+            progress.record(row["row"], None, "skipped_no_credits", 0.0)
+            continue
+        if catch_all:
+            try:
+                ascii_domain = normalise_finder_domain(domain)
+            except FinderInputError:
+                ascii_domain = None
+            guess = ascii_domain and most_likely(first, last, ascii_domain, engine.lists.is_role)
+            if guess:
+                confidence = pattern_confidence(guess.rank) * CATCH_ALL_FACTOR
+                progress.record(row["row"], guess.email, "catch_all", confidence)
+                continue
+        try:
+            result = await find_email(
+                engine, first, last, domain, max_probes=settings.finder_max_probes
+            )
+        except FinderInputError:
+            progress.record(row["row"], None, "invalid_input", 0.0)
+            continue
+        if result.status == "catch_all":
+            catch_all = True
+        if result.found and result.email:
+            if await billing.pay(result.email):
+                progress.record(row["row"], result.email, "found", result.confidence)
+            else:
+                progress.record(row["row"], None, "skipped_no_credits", 0.0)
+            continue
+        progress.record(row["row"], result.email, result.status, result.confidence)
+
+
+@task(name="find-domains", persist_result=False, cache_policy=NO_CACHE)
+async def find_domains(
+    by_domain: list[list[dict[str, Any]]], billing: _Billing, progress: _Progress
+) -> int:
+    """Look up the rows of several domains (bounded concurrency); returns rows done."""
+    settings = current_settings()
+    gate = asyncio.Semaphore(DOMAIN_CONCURRENCY)
+
+    async def one(rows: list[dict[str, Any]]) -> None:
+        async with gate:
+            await _domain(settings, rows, billing, progress)
+
+    await asyncio.gather(*(one(rows) for rows in by_domain))
+    await progress.flush()
+    return sum(len(rows) for rows in by_domain)
+
+
+def read_finder_upload(
+    upload: Path, options: dict[str, Any], max_rows: int
+) -> tuple[Any, pl.DataFrame]:
+    """Sniff the upload, find the person columns, load the rows (raises UploadError)."""
+    info = inspect_csv(upload, max_rows=max_rows, need_email=False)
+    columns = find_person_columns(
+        info, options.get("first_name_column"), options.get("last_name_column"),
+        options.get("domain_column"),
+    )  # fmt: skip
+    rows = load_person_rows(
+        upload, info, columns.first_name_index, columns.last_name_index, columns.domain_index
+    )
+    return info, rows
+
+
+def _appended_names(columns: tuple[str, ...]) -> tuple[str, str, str]:
+    """``email, status, confidence`` — all three prefixed ``finder_`` if any is taken."""
+    names = ("email", "status", "confidence")
+    taken = {c.strip().lower() for c in columns}
+    if taken.intersection(names):
+        return ("finder_email", "finder_status", "finder_confidence")
+    return names
+
+
+@flow(name="find-emails", persist_result=False, log_prints=True)
+async def find_emails(job_id: int) -> dict[str, Any]:
+    """Run an Email Finder CSV job (created by ``POST /api/find-email/csv``)."""
+    settings = current_settings()
+    store = store_for(settings)
+    job = await asyncio.to_thread(job_store.get_job_any, store.engine, job_id)
+    if job is None:
+        raise ValueError(f"no job {job_id}")
+    if job.finished:
+        return {"job_id": job.id, "status": job.status}
+    if job.status == "pending":
+        await asyncio.to_thread(job_store.mark_processing, store.engine, job.id)
+    billing = _Billing(store, job, settings.finder_charge)
+    progress = _Progress(store, job.id, billing)
+    try:
+        return await _run(settings, store, job, billing, progress)
+    except BaseException as exc:
+        with contextlib.suppress(Exception):
+            await progress.flush()
+        reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        await asyncio.to_thread(
+            job_store.mark_failed,
+            store.engine,
+            job.id,
+            f"The job stopped with an error ({reason[:300]}).",
+            0,
+        )
+        raise
+
+
+async def _run(
+    settings: Settings,
+    store: Store,
+    job: job_store.Job,
+    billing: _Billing,
+    progress: _Progress,
+) -> dict[str, Any]:
+    logger = get_run_logger()
+    upload = Path(job.upload_path or "")
+    info, rows = await asyncio.to_thread(
+        read_finder_upload, upload, job.options or {}, settings.upload_max_rows
+    )
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows.iter_rows(named=True):
+        groups[(row["domain"] or "").lower()].append(row)
+    domains = list(groups.values())
+    n_tasks = max(1, math.ceil(len(domains) / DOMAINS_PER_TASK))
+    logger.info("finder job %s: %s rows, %s domains", job.id, rows.height, len(domains))
+    await asyncio.gather(
+        *(find_domains(domains[i::n_tasks], billing, progress) for i in range(n_tasks))
+    )
+    directory = job_dir(settings.data_dir, job.id)
+    directory.mkdir(parents=True, exist_ok=True)
+    ordered = [progress.rows[r] for r in range(rows.height)]
+    names = _appended_names(info.columns)
+    out = directory / "results.csv"
+    await asyncio.to_thread(
+        write_results_csv,
+        upload,
+        info,
+        out,
+        {name: [cells[i] for cells in ordered] for i, name in enumerate(names)},
+    )
+    save_info(directory, info)
+    await asyncio.to_thread(
+        job_store.mark_completed,
+        store.engine,
+        job.id,
+        dict(progress.counts),
+        str(out),
+        billing.used,
+        processed=rows.height,
+    )
+    return {"job_id": job.id, "status": "completed", **progress.counts, "credits": billing.used}

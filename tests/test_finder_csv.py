@@ -1,0 +1,170 @@
+"""Email Finder CSV jobs over real HTTP against the testbed: found / not found / catch-all,
+charging per find, running out of credits, 402/403/404/409/422."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import time
+
+import pytest
+from api_helpers import assert_error_body, running_app, total_balance
+
+from verimail.store.accounts import set_finder
+from verimail.store.credits import ledger
+from verimail.tasks import dns_facts
+from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dns_cache():
+    dns_facts.clear_cache()
+    yield
+    dns_facts.clear_cache()
+
+
+def _world() -> World:
+    return World.of(
+        [
+            HostSpec("mx.acme.test", HostBehaviour(mailboxes={"john.smith", "jdoe", "info"})),
+            HostSpec("mx.beta.test", HostBehaviour(mailboxes={"ann"})),
+            HostSpec("mx.catchall.test", HostBehaviour(accept_all=True)),
+        ],
+        [
+            DomainSpec("acme.test", mx=[(10, "mx.acme.test")]),
+            DomainSpec("beta.test", mx=[(10, "mx.beta.test")]),
+            DomainSpec("catchall.test", mx=[(10, "mx.catchall.test")]),
+        ],
+    )
+
+
+PEOPLE = (
+    "First Name,Last Name,Company Website,email\r\n"
+    "John,Smith,https://www.acme.test/about,old@x.test\r\n"
+    "Jane,Doe,acme.test,\r\n"
+    "Nobody,Here,acme.test,\r\n"
+    "Cat,Chall,catchall.test,\r\n"
+    ",NoFirst,acme.test,\r\n"
+)
+
+
+@pytest.fixture
+def settings(testbed_factory, testbed_settings, tmp_path):
+    tb = testbed_factory(_world())
+    return testbed_settings(tb, tmp_path, finder_charge=10)
+
+
+async def _poll(client, url, headers, timeout=60.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        body = (await client.get(url, headers=headers)).json()
+        if body["status"] in ("completed", "failed"):
+            return body
+        assert time.monotonic() < deadline, body
+        await asyncio.sleep(0.05)
+
+
+def _form(text: str, **fields: str) -> dict:
+    return {"files": {"file": ("people.csv", text.encode(), "text/csv")}, "data": fields}
+
+
+async def test_finder_csv_end_to_end(settings):
+    async with running_app(settings) as app:
+        customer = app.customer(credits=100)
+        created = await app.client.post(
+            "/api/find-email/csv",
+            headers=customer.headers,
+            **_form(PEOPLE, domain_column="Company Website"),
+        )
+        assert created.status_code == 200, created.text
+        job = created.json()
+        assert isinstance(job["job_id"], str) and job["job_id"].startswith("fj_")
+        assert job["status"] == "pending" and job["total_rows"] == 5
+        url = f"/api/find-email/csv/{job['job_id']}"
+        done = await _poll(app.client, url, customer.headers)
+        assert done["status"] == "completed", done
+        assert (done["found_count"], done["not_found_count"], done["catch_all_count"]) == (2, 1, 1)
+        assert done["invalid_input_count"] == 1 and done["credits_used"] == 20
+        assert total_balance(app.store, customer.account_id) == 80
+        charges = [e for e in ledger(app.store.engine, customer.account_id) if e.kind == "charge"]
+        assert sorted(e.delta for e in charges) == [-10, -10]
+        download = await app.client.get(f"{url}/download", headers=customer.headers)
+        rows = list(csv.reader(io.StringIO(download.content.decode())))
+        assert rows[0] == [
+            "First Name", "Last Name", "Company Website", "email",
+            "finder_email", "finder_status", "finder_confidence",
+        ]  # fmt: skip
+        assert rows[1][4:6] == ["john.smith@acme.test", "found"]
+        assert rows[2][4:6] == ["jdoe@acme.test", "found"]
+        assert rows[3][4:6] == ["", "not_found"]
+        assert rows[4][5] == "catch_all" and rows[4][4].endswith("@catchall.test")
+        assert rows[5][5] == "invalid_input"
+        assert rows[1][:4] == ["John", "Smith", "https://www.acme.test/about", "old@x.test"]
+
+
+async def test_running_out_of_credits_skips_the_rest(settings):
+    async with running_app(settings) as app:
+        customer = app.customer(credits=10)  # pays for exactly one find
+        people = "first_name,last_name,domain\nJohn,Smith,acme.test\nAnn,X,beta.test\n"
+        created = await app.client.post(
+            "/api/find-email/csv", headers=customer.headers, **_form(people)
+        )
+        done = await _poll(
+            app.client, f"/api/find-email/csv/{created.json()['job_id']}", customer.headers
+        )
+        assert done["found_count"] == 1 and done["skipped_no_credits_count"] == 1
+        assert done["credits_used"] == 10
+        assert total_balance(app.store, customer.account_id) == 0
+
+
+async def test_finder_csv_errors(settings):
+    async with running_app(settings) as app:
+        customer, other = app.customer(credits=100), app.customer(credits=100)
+        poor = app.customer(credits=5)
+        people = "first_name,last_name,domain\nJohn,Smith,acme.test\n"
+        short = await app.client.post("/api/find-email/csv", headers=poor.headers, **_form(people))
+        assert_error_body(short, 402)
+        missing = await app.client.post(
+            "/api/find-email/csv", headers=customer.headers, **_form("name,company\nJ,acme\n")
+        )
+        detail = assert_error_body(missing, 422)
+        assert "first" in detail.lower() and "last" in detail.lower()
+        created = await app.client.post(
+            "/api/find-email/csv", headers=customer.headers, **_form(people)
+        )
+        job_id = created.json()["job_id"]
+        for url in (f"/api/find-email/csv/{job_id}", f"/api/find-email/csv/{job_id}/download"):
+            assert_error_body(await app.client.get(url, headers=other.headers), 404)
+        assert_error_body(
+            await app.client.get("/api/find-email/csv/fj_unknown", headers=customer.headers), 404
+        )
+        await _poll(app.client, f"/api/find-email/csv/{job_id}", customer.headers)
+        set_finder(app.store.engine, customer.account_id, False)
+        off = await app.client.post(
+            "/api/find-email/csv", headers=customer.headers, **_form(people)
+        )
+        assert_error_body(off, 403)
+        assert_error_body(await app.client.post("/api/find-email/csv", **_form(people)), 401)
+
+
+async def test_download_before_done_is_409(settings, testbed_factory, testbed_settings, tmp_path):
+    slow = World.of(
+        [HostSpec("mx.slow.test", HostBehaviour(mailboxes={"zed"}, reply_delay=0.3))],
+        [DomainSpec("slow.test", mx=[(10, "mx.slow.test")])],
+    )
+    tb = testbed_factory(slow)
+    async with running_app(testbed_settings(tb, tmp_path / "slow")) as app:
+        customer = app.customer(credits=100)
+        people = "first_name,last_name,domain\nZed,Zulu,slow.test\n"
+        created = await app.client.post(
+            "/api/find-email/csv", headers=customer.headers, **_form(people)
+        )
+        job_id = created.json()["job_id"]
+        early = await app.client.get(
+            f"/api/find-email/csv/{job_id}/download", headers=customer.headers
+        )
+        assert "once its status is completed" in assert_error_body(early, 409)
+        await _poll(app.client, f"/api/find-email/csv/{job_id}", customer.headers)
