@@ -30,9 +30,8 @@ def _register() -> None:
     """Attach the sub-command groups of each area (imported lazily to keep start-up fast)."""
     from verimail.api.demo import demo_command
     from verimail.api.serve import serve_command
-    from verimail.flows.cli import bulk_command, deploy_command, history_app
+    from verimail.flows.cli import bulk_command, deploy_command, find_command, history_app
     from verimail.store.cli import accounts_app, credits_app, keys_app
-    from verimail.tasks.cli_find import find_command
     from verimail.tasks.cli_verify import verify_command
     from verimail.testbed.cli import app as testbed_app
 

@@ -19,6 +19,46 @@ history_app = typer.Typer(help="Query the verification history (DuckDB over Parq
 CLI_ACCOUNT_EMAIL = "cli@verimail.localhost"
 
 
+def _cli_account(store, settings):  # type: ignore[no-untyped-def]
+    """The operator account CLI jobs are booked to (made on first use, no signup credits)."""
+    from verimail.store import accounts
+
+    account = accounts.get_account_by_email(store.engine, CLI_ACCOUNT_EMAIL)
+    if account is None:
+        account = accounts.create_account(
+            store.engine,
+            settings.model_copy(update={"signup_credits": 0}),
+            plan="enterprise",
+            email=CLI_ACCOUNT_EMAIL,
+        )
+    return account
+
+
+def _run_here(settings, store, kind: str, job_id: int, total: int):  # type: ignore[no-untyped-def]
+    """Run a job's flow in this process with a progress bar; the finished job row."""
+    from verimail.flows.runner import LocalRunner
+    from verimail.store import jobs as job_store
+
+    runner = LocalRunner(settings)
+    runner.submit(kind, job_id)
+    columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        bar = progress.add_task("working", total=max(total, 1))
+        while True:
+            current = job_store.get_job_any(store.engine, job_id)
+            assert current is not None
+            progress.update(bar, completed=current.processed_emails)
+            if current.finished:
+                break
+            time.sleep(0.2)
+    runner.wait()
+    runner.shutdown()
+    if current.status != "completed":
+        console.print(f"[red]job {job_id} failed:[/] {current.failed_reason}")
+        raise typer.Exit(1)
+    return current
+
+
 def bulk_command(
     file: Path = typer.Argument(..., exists=True, dir_okay=False, help="CSV of addresses."),
     column: str | None = typer.Option(None, "--column", "-c", help="The email column."),
@@ -30,8 +70,7 @@ def bulk_command(
     that is granted exactly the credits the file needs, so the ledger stays complete.
     """
     from verimail.flows.context import store_for
-    from verimail.flows.runner import LocalRunner
-    from verimail.store import accounts, credits
+    from verimail.store import credits
     from verimail.store import jobs as job_store
     from verimail.tasks.bulk_io import read_job_input
     from verimail.tasks.csv_detect import UploadError
@@ -43,14 +82,7 @@ def bulk_command(
         raise typer.BadParameter(exc.detail, param_hint="FILE") from exc
     count = job_input.address_rows
     store = store_for(settings)
-    account = accounts.get_account_by_email(store.engine, CLI_ACCOUNT_EMAIL)
-    if account is None:
-        account = accounts.create_account(
-            store.engine,
-            settings.model_copy(update={"signup_credits": 0}),
-            plan="enterprise",
-            email=CLI_ACCOUNT_EMAIL,
-        )
+    account = _cli_account(store, settings)
     credits.grant(store.engine, account.id, count, reason=f"verimail bulk {file.name}")
     job = job_store.create_job(
         store.engine,
@@ -68,23 +100,7 @@ def bulk_command(
         f"column {job_input.info.email_column!r}; starting the flow (Prefect may take a few "
         "seconds to start)…"
     )
-    runner = LocalRunner(settings)
-    runner.submit("bulk", job.id)
-    columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
-        bar = progress.add_task("verifying", total=max(count, 1))
-        while True:
-            current = job_store.get_job_any(store.engine, job.id)
-            assert current is not None
-            progress.update(bar, completed=current.processed_emails)
-            if current.finished:
-                break
-            time.sleep(0.2)
-    runner.wait()
-    runner.shutdown()
-    if current.status != "completed":
-        console.print(f"[red]job {job.id} failed:[/] {current.failed_reason}")
-        raise typer.Exit(1)
+    current = _run_here(settings, store, "bulk", job.id, count)
     target = out or file.with_name(f"{file.stem}.results.csv")
     shutil.copyfile(current.result_path or "", target)
     table = Table("status", "addresses")
@@ -92,6 +108,64 @@ def bulk_command(
         table.add_row(name, str(getattr(current, f"{name}_count")))
     Console().print(table)
     console.print(f"results: {target}")
+
+
+def find_command(
+    first_name: str | None = typer.Argument(None, metavar="FIRST", help="First name."),
+    last_name: str | None = typer.Argument(None, metavar="LAST", help="Last name."),
+    domain: str | None = typer.Argument(None, metavar="DOMAIN", help="Company domain."),
+    file: Path | None = typer.Option(
+        None, "--file", "-f", exists=True, dir_okay=False, help="CSV of people (a finder job)."
+    ),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Results CSV (with --file)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
+    max_probes: int | None = typer.Option(None, "--max-probes", min=1, help="Candidates to try."),
+) -> None:
+    """Find a person's email address at a company domain (never a role inbox).
+
+    ``verimail find FIRST LAST DOMAIN`` looks one person up with the engine directly;
+    ``verimail find --file people.csv`` runs the find-emails flow on a CSV here.
+    """
+    if file is None:
+        if not (first_name and last_name and domain):
+            raise typer.BadParameter("give FIRST LAST DOMAIN, or --file people.csv")
+        from verimail.tasks.cli_find import find_one
+
+        find_one(first_name, last_name, domain, as_json=as_json, max_probes=max_probes)
+        return
+    from verimail.flows.context import store_for
+    from verimail.flows.finder import read_finder_upload
+    from verimail.store import credits
+    from verimail.store import jobs as job_store
+    from verimail.tasks.csv_detect import UploadError
+
+    settings = get_settings()
+    try:
+        _, rows = read_finder_upload(file, {}, settings.upload_max_rows)
+    except UploadError as exc:
+        raise typer.BadParameter(exc.detail, param_hint="--file") from exc
+    store = store_for(settings)
+    account = _cli_account(store, settings)
+    credits.grant(
+        store.engine, account.id, rows.height * settings.finder_charge, reason=f"find {file.name}"
+    )
+    job = job_store.create_job(
+        store.engine,
+        account.id,
+        "finder_csv",
+        rows.height,
+        reserve=0,
+        upload_path=str(file.resolve()),
+        options={"source": "cli"},
+    )
+    assert job is not None
+    current = _run_here(settings, store, "finder", job.id, rows.height)
+    target = out or file.with_name(f"{file.stem}.found.csv")
+    shutil.copyfile(current.result_path or "", target)
+    console.print(
+        f"{current.found_count} found, {current.catch_all_count} catch-all guesses, "
+        f"{current.invalid_count} not found of {rows.height} rows; results: {target}"
+    )
 
 
 @history_app.command("query")

@@ -1,7 +1,7 @@
-"""``verimail find FIRST LAST DOMAIN``: the Email Finder from the command line.
+"""``verimail find FIRST LAST DOMAIN``: one Email Finder lookup from the command line.
 
-Runs the engine directly: no API, no account, no credits. The CSV form (``--file``) comes
-with the finder CSV job.
+Runs the engine directly: no API, no account, no credits. The command itself (with its
+``--file`` form, which runs the find-emails flow) is in ``flows/cli.py``.
 """
 
 from __future__ import annotations
@@ -20,21 +20,10 @@ from verimail.tasks.finder import FinderInputError, FinderResult, find_email
 STATUS_STYLE = {"found": "green", "catch_all": "yellow", "not_found": "red"}
 
 
-def find_command(
-    first_name: str = typer.Argument(..., metavar="FIRST", help="The person's first name."),
-    last_name: str = typer.Argument(..., metavar="LAST", help="The person's last name."),
-    domain: str = typer.Argument(
-        ..., metavar="DOMAIN", help="The company's domain, e.g. example.com."
-    ),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
-    max_probes: int | None = typer.Option(
-        None,
-        "--max-probes",
-        min=1,
-        help="Candidate addresses to try (default: the finder_max_probes setting).",
-    ),
+def find_one(
+    first_name: str, last_name: str, domain: str, *, as_json: bool, max_probes: int | None
 ) -> None:
-    """Find a person's email address at a company domain (never a role inbox)."""
+    """Look one person up and print the answer (a table, or JSON)."""
     settings = get_settings()
     engine = Engine(settings)
     probes = max_probes or settings.finder_max_probes

@@ -1,0 +1,68 @@
+"""`verimail bulk`, `verimail find --file` and `verimail history query` as a user runs them:
+the installed command in a subprocess, against the testbed, on the session's Prefect."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+
+import pytest
+from api_helpers import VERIMAIL_BIN, clean_env, env_for_testbed
+
+from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+
+def _world() -> World:
+    return World.of(
+        [HostSpec("mx.acme.test", HostBehaviour(mailboxes={"alice", "john.smith"}))],
+        [DomainSpec("acme.test", mx=[(10, "mx.acme.test")])],
+    )
+
+
+def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(VERIMAIL_BIN), *args], env=env, capture_output=True, text=True, timeout=180
+    )
+
+
+def test_bulk_find_and_history_commands(testbed_factory, tmp_path):
+    from prefect.settings import PREFECT_API_URL
+
+    tb = testbed_factory(_world())
+    env = clean_env(
+        {
+            **env_for_testbed(tb),
+            "VERIMAIL_DATA_DIR": str(tmp_path / "data"),
+            "VERIMAIL_PREFECT_WARM_UP": "false",
+            "PREFECT_API_URL": str(PREFECT_API_URL.value()),
+        }
+    )
+    people = tmp_path / "list.csv"
+    people.write_text("Name,E-mail\nAlice,alice@acme.test\nNo,nobody@acme.test\n")
+    bulk = _run(["bulk", str(people), "--out", str(tmp_path / "out.csv")], env)
+    assert bulk.returncode == 0, bulk.stderr
+    with open(tmp_path / "out.csv", newline="") as fh:
+        rows = list(csv.reader(fh))
+    assert rows == [
+        ["Name", "E-mail", "Safe to Send"],
+        ["Alice", "alice@acme.test", "Yes"],
+        ["No", "nobody@acme.test", "No"],
+    ]
+    finder = tmp_path / "people.csv"
+    finder.write_text("first_name,last_name,domain\nJohn,Smith,acme.test\n")
+    found = _run(["find", "--file", str(finder)], env)
+    assert found.returncode == 0, found.stderr
+    assert "1 found" in found.stderr
+    with open(tmp_path / "people.found.csv", newline="") as fh:
+        assert list(csv.reader(fh))[1][3:5] == ["john.smith@acme.test", "found"]
+    history = _run(["history", "query", "SELECT email, status FROM latest ORDER BY email"], env)
+    assert history.returncode == 0, history.stderr
+    assert "alice@acme.test" in history.stdout and "invalid" in history.stdout
+    bad_sql = _run(["history", "query", "SELEC nonsense"], env)
+    assert bad_sql.returncode == 2 and "syntax" in bad_sql.stderr.lower()
+    missing_column = tmp_path / "nocol.csv"
+    missing_column.write_text("name,phone\nann,1\n")
+    refused = _run(["bulk", str(missing_column)], env)
+    assert refused.returncode == 2 and "email column" in refused.stderr.lower()
