@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -141,13 +141,29 @@ class Settings(BaseSettings):
     )
     prefect_work_pool: str = Field("verimail", description="Work pool of the deployments.")
 
+    # --- webhooks ------------------------------------------------------------------
+    webhook_allow_networks: Annotated[list[IPNetwork], NoDecode] = Field(
+        default_factory=list,
+        description="Private networks webhook URLs may point into (default none).",
+    )
+    webhook_timeout: float = Field(10.0, gt=0, description="Seconds per webhook attempt.")
+
     # --- API server ----------------------------------------------------------------
     api_host: str = Field("127.0.0.1", description="Address `verimail serve` binds.")
     api_port: int = Field(8000, ge=1, le=65535, description="Port `verimail serve` binds.")
 
+    # --- dashboard -----------------------------------------------------------------
+    session_secret: SecretStr | None = Field(
+        None,
+        description="Key signing dashboard session cookies and CSRF tokens; default: a "
+        "random key kept in `<data_dir>/session_secret`. Set it when API processes do not "
+        "share a data dir, or their sessions will not be valid on each other.",
+    )
+
     @field_validator(
         "dns_nameservers",
         "smtp_allow_networks",
+        "webhook_allow_networks",
         "disposable_extra",
         "disposable_allow",
         mode="before",
@@ -156,7 +172,7 @@ class Settings(BaseSettings):
     def _lists_from_env(cls, value: Any) -> Any:
         return _split_list(value)
 
-    @field_validator("smtp_allow_networks")
+    @field_validator("smtp_allow_networks", "webhook_allow_networks")
     @classmethod
     def _no_blanket_allow(cls, value: list[IPNetwork]) -> list[IPNetwork]:
         for net in value:

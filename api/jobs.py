@@ -9,6 +9,7 @@ with a full refund (503) instead of sitting in ``pending``.
 from __future__ import annotations
 
 import logging
+import secrets
 import shutil
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from verimail.api.errors import ApiError
 from verimail.store import jobs as job_store
 from verimail.store.credits import balance
 from verimail.store.db import Store
+from verimail.tasks.webhook import WebhookRefused, check_url
 
 log = logging.getLogger("verimail.api.jobs")
 
@@ -39,6 +41,7 @@ async def create_and_start(
     upload: Path,
     email_column: str | None = None,
     options: dict[str, Any] | None = None,
+    webhook_url: str | None = None,
 ) -> job_store.Job:
     """Reserve ``total`` credits with the job row, then hand it to the runner."""
 
@@ -52,6 +55,7 @@ async def create_and_start(
             upload_path=str(upload),
             email_column=email_column,
             options=options,
+            webhook_url=webhook_url,
         )
 
     job = await to_thread.run_sync(create)
@@ -77,3 +81,17 @@ async def create_and_start(
             503, "The job could not be started right now; its credits were refunded."
         ) from exc
     return job
+
+
+def webhook_options(request: Request, url: str | None) -> dict[str, str]:
+    """Check a job's ``webhook_url`` (422 when it may not be called) and make its secret.
+
+    The secret signs the completion POST and is returned once, in the creation response.
+    """
+    if not url:
+        return {}
+    try:
+        check_url(url, request.app.state.settings.webhook_allow_networks)
+    except WebhookRefused as exc:
+        raise ApiError(422, f"webhook_url: {exc}") from exc
+    return {"webhook_secret": secrets.token_urlsafe(32)}

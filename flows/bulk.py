@@ -26,6 +26,7 @@ from prefect.context import get_run_context
 
 from verimail.config import Settings, current_settings
 from verimail.flows.context import engine_for, store_for
+from verimail.flows.notify import notify_job
 from verimail.schemas.results import VerificationResult
 from verimail.store import jobs as job_store
 from verimail.store.db import Store
@@ -174,6 +175,7 @@ async def bulk_verify(
     beat = asyncio.create_task(_heartbeat(store, job.id, settings.job_stale_after))
     try:
         summary = await _run(settings, store, job)
+        await notify_job(settings, job.id)
     except BaseException as exc:
         fresh = await _db(job_store.get_job_any, store.engine, job.id)
         processed = fresh.processed_emails if fresh else 0
@@ -185,6 +187,8 @@ async def bulk_verify(
             f"The job stopped with an error ({reason[:300]}).",
             max(job.credits_reserved - processed, 0),
         )
+        with contextlib.suppress(Exception):
+            await notify_job(settings, job.id)
         raise
     finally:
         beat.cancel()

@@ -30,6 +30,7 @@ from prefect.cache_policies import NO_CACHE
 
 from verimail.config import Settings, current_settings
 from verimail.flows.context import engine_for, store_for
+from verimail.flows.notify import notify_job
 from verimail.store import jobs as job_store
 from verimail.store.credits import charge
 from verimail.store.db import Store
@@ -213,7 +214,9 @@ async def find_emails(job_id: int) -> dict[str, Any]:
     billing = _Billing(store, job, settings.finder_charge)
     progress = _Progress(store, job.id, billing)
     try:
-        return await _run(settings, store, job, billing, progress)
+        summary = await _run(settings, store, job, billing, progress)
+        await notify_job(settings, job.id)
+        return summary
     except BaseException as exc:
         with contextlib.suppress(Exception):
             await progress.flush()
@@ -225,6 +228,8 @@ async def find_emails(job_id: int) -> dict[str, Any]:
             f"The job stopped with an error ({reason[:300]}).",
             0,
         )
+        with contextlib.suppress(Exception):
+            await notify_job(settings, job.id)
         raise
 
 

@@ -20,9 +20,9 @@ from pydantic import AnyHttpUrl, BaseModel, Field
 
 from verimail.api.deps import AccountDep, StoreDep
 from verimail.api.errors import AUTH_ERRORS, COMMON_ERRORS, ApiError, ValidationErrorBody, error_doc
-from verimail.api.job_models import BulkJob, JsonBulkCreated, JsonBulkJob
-from verimail.api.jobs import create_and_start, uploads_dir
+from verimail.api.jobs import create_and_start, uploads_dir, webhook_options
 from verimail.api.uploads import receive_upload
+from verimail.schemas.jobs import BulkJob, JsonBulkCreated, JsonBulkJob
 from verimail.store import jobs as job_store
 from verimail.tasks.bulk_io import (
     details_csv,
@@ -80,6 +80,10 @@ UPLOAD_BODY = {
                             "description": "The column holding the addresses, when it is "
                             "not one of the recognised headers (a name, or a 1-based number).",
                         },
+                        "webhook_url": {
+                            "type": "string",
+                            "description": "Optional URL POSTed the final job (signed).",
+                        },
                     },
                 }
             }
@@ -107,6 +111,12 @@ async def create_bulk(request: Request, account: AccountDep, store: StoreDep) ->
         request, folder / "upload.csv", max_bytes=settings.upload_max_bytes
     )
     column = received.fields.get("email_column") or None
+    webhook_url = received.fields.get("webhook_url") or None
+    try:
+        hook = webhook_options(request, webhook_url)
+    except ApiError:
+        _drop(folder)
+        raise
     try:
         info = await to_thread.run_sync(
             lambda: inspect_csv(
@@ -131,9 +141,12 @@ async def create_bulk(request: Request, account: AccountDep, store: StoreDep) ->
         total=info.email_count,
         upload=received.path,
         email_column=info.email_column,
-        options={"filename": received.filename},
+        options={"filename": received.filename, **hook},
+        webhook_url=webhook_url,
     )
-    return BulkJob.of(job)
+    out = BulkJob.of(job)
+    out.webhook_secret = hook.get("webhook_secret")
+    return out
 
 
 def _drop(folder: Path) -> None:
@@ -221,7 +234,9 @@ class JsonBulkRequest(BaseModel):
         min_length=1, max_length=MAX_JSON_BULK, description="1 to 10,000 addresses."
     )
     webhook_url: AnyHttpUrl | None = Field(
-        None, description="Reserved: completion is learned by polling (SPEC §6)."
+        None,
+        description="Optional: POSTed the final job when it completes or fails, signed "
+        "with the `webhook_secret` of the response (polling works as well).",
     )
 
 
@@ -239,6 +254,8 @@ async def create_json_bulk(
     emails = [e for e in body.emails if e.strip()]
     if not emails:
         raise ApiError(422, "emails: every entry is empty; send at least one address.")
+    webhook_url = str(body.webhook_url) if body.webhook_url else None
+    hook = webhook_options(request, webhook_url)
     folder = uploads_dir(request) / uuid.uuid4().hex
     upload = folder / "upload.csv"
     await to_thread.run_sync(write_address_list, upload, emails)
@@ -250,8 +267,15 @@ async def create_json_bulk(
         runner_kind="bulk",
         total=len(emails),
         upload=upload,
+        options=hook or None,
+        webhook_url=webhook_url,
     )
-    return JsonBulkCreated(job_id=job.id, status=job.status, total_emails=job.total_emails)  # type: ignore[arg-type]
+    return JsonBulkCreated(
+        job_id=job.id,
+        status=job.status,  # type: ignore[arg-type]
+        total_emails=job.total_emails,
+        webhook_secret=hook.get("webhook_secret"),
+    )
 
 
 @router.get(

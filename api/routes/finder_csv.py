@@ -9,72 +9,24 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from anyio import to_thread
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
-from pydantic import BaseModel, ConfigDict, Field
 
 from verimail.api.deps import StoreDep
 from verimail.api.errors import AUTH_ERRORS, COMMON_ERRORS, ApiError, ValidationErrorBody, error_doc
-from verimail.api.jobs import uploads_dir
+from verimail.api.jobs import uploads_dir, webhook_options
 from verimail.api.routes.finder import FINDER_DISABLED, FinderAccountDep, SettingsDep
 from verimail.api.uploads import receive_upload
+from verimail.schemas.jobs import FinderJob
 from verimail.store import jobs as job_store
 from verimail.store.credits import balance
 from verimail.tasks.csv_detect import UploadError, UploadTooLarge, find_person_columns, inspect_csv
 
 router = APIRouter(tags=["email finder"])
-
-
-class FinderJob(BaseModel):
-    """An Email Finder CSV job (SPEC §2.7: `job_id`, `status`, and these further fields)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    job_id: str = Field(description="Unique job identifier (a string such as `fj_…`).")
-    status: Literal["pending", "processing", "completed", "failed"] = Field(
-        description="`pending` → `processing` → `completed` (download the CSV) or `failed`."
-    )
-    total_rows: int = Field(description="Data rows in the upload.")
-    processed_rows: int = Field(description="Rows looked up so far.")
-    percent_complete: float = Field(description="processed_rows / total_rows × 100.")
-    found_count: int = Field(description="Rows with a verified address (each charged).")
-    not_found_count: int = Field(description="Rows with no address found (free).")
-    catch_all_count: int = Field(description="Rows on catch-all domains: a guess, free.")
-    invalid_input_count: int = Field(description="Rows with an empty name or bad domain.")
-    skipped_no_credits_count: int = Field(
-        description="Rows not looked up, or finds not revealed, because credits ran out."
-    )
-    credits_used: int = Field(description="Credits charged so far (finder charge per find).")
-    created_at: datetime = Field(description="Job creation time (UTC).")
-    completed_at: datetime | None = Field(None, description="When it completed or failed.")
-    failed_reason: str | None = Field(None, description="Why the job failed, when it did.")
-
-    @classmethod
-    def of(cls, job: job_store.Job) -> FinderJob:
-        total = job.total_emails
-        done = job.processed_emails
-        percent = 100.0 if job.status == "completed" or total == 0 else 100.0 * done / total
-        return cls(
-            job_id=job.public_id,
-            status=job.status,  # type: ignore[arg-type]
-            total_rows=total,
-            processed_rows=done,
-            percent_complete=round(min(percent, 100.0), 2),
-            found_count=job.found_count,
-            not_found_count=job.invalid_count,
-            catch_all_count=job.catch_all_count,
-            invalid_input_count=job.risky_count,
-            skipped_no_credits_count=job.unknown_count,
-            credits_used=job.credits_used,
-            created_at=job.created_at,
-            completed_at=job.completed_at,
-            failed_reason=job.failed_reason,
-        )
 
 
 def _docs(*codes: int) -> dict[int | str, dict[str, Any]]:
@@ -116,6 +68,10 @@ UPLOAD_BODY = {
                             "description": "Column of last names; optional when a header "
                             "like `last_name`, `surname` is present.",
                         },
+                        "webhook_url": {
+                            "type": "string",
+                            "description": "Optional URL POSTed the final job (signed).",
+                        },
                         "domain_column": {
                             "type": "string",
                             "description": "Column of company domains; optional when a "
@@ -149,6 +105,12 @@ async def create_finder_job(
         request, folder / "upload.csv", max_bytes=settings.upload_max_bytes
     )
     fields = received.fields
+    webhook_url = fields.get("webhook_url") or None
+    try:
+        hook = webhook_options(request, webhook_url)
+    except ApiError:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
     mapping = {
         key: fields.get(key) or None
         for key in ("first_name_column", "last_name_column", "domain_column")
@@ -189,7 +151,8 @@ async def create_finder_job(
             rows,
             reserve=0,
             upload_path=str(received.path),
-            options={**mapping, "filename": received.filename},
+            options={**mapping, "filename": received.filename, **hook},
+            webhook_url=webhook_url,
         )
     )
     assert job is not None  # nothing to reserve
@@ -200,7 +163,10 @@ async def create_finder_job(
             lambda: job_store.mark_failed(store.engine, job.id, "The job could not be started.")
         )
         raise ApiError(503, "The job could not be started right now; nothing was charged.") from exc
-    return FinderJob.of(job)
+    out = FinderJob.of(job)
+    if hook:
+        out.webhook_secret = hook["webhook_secret"]  # type: ignore[attr-defined]
+    return out
 
 
 async def _job(store: StoreDep, account_id: int, job_id: str) -> job_store.Job:

@@ -1,13 +1,15 @@
-"""Response models of bulk jobs (SPEC §2.4 plus progress and settlement fields)."""
+"""Job models shared by the API responses and the completion webhooks (SPEC §2.4, §2.7).
+
+``of(job)`` takes a store job row (anything with its attributes), so this module keeps
+importing nothing of ours and flows can build the same payload the API returns.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
-
-from verimail.store.jobs import Job
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class BulkJob(BaseModel):
@@ -36,9 +38,14 @@ class BulkJob(BaseModel):
     created_at: datetime = Field(description="Job creation time (UTC).")
     completed_at: datetime | None = Field(None, description="When it completed or failed.")
     failed_reason: str | None = Field(None, description="Why the job failed, when it did.")
+    webhook_secret: str | None = Field(
+        None,
+        description="Only in the creation response of a job with a `webhook_url`: the key of "
+        "its `X-Verimail-Signature` (HMAC-SHA256 of `<timestamp>.<body>`).",
+    )
 
     @classmethod
-    def of(cls, job: Job) -> BulkJob:
+    def of(cls, job: Any) -> BulkJob:
         total = job.total_emails
         percent = 100.0 if total == 0 else round(100.0 * job.processed_emails / total, 2)
         if job.status == "completed":
@@ -73,6 +80,9 @@ class JsonBulkCreated(BaseModel):
         description="`pending` right after creation."
     )
     total_emails: int = Field(description="Addresses accepted (empty entries are dropped).")
+    webhook_secret: str | None = Field(
+        None, description="With a `webhook_url`: the key of its `X-Verimail-Signature`."
+    )
 
 
 class JsonBulkJob(BulkJob):
@@ -86,3 +96,50 @@ class JsonBulkJob(BulkJob):
     offset: int = Field(0, description="Index of the first result on this page.")
     limit: int = Field(100, description="Results per page (at most 1,000).")
     next_offset: int | None = Field(None, description="Offset of the next page, if any.")
+
+
+class FinderJob(BaseModel):
+    """An Email Finder CSV job (SPEC §2.7: `job_id`, `status`, and these further fields)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    job_id: str = Field(description="Unique job identifier (a string such as `fj_…`).")
+    status: Literal["pending", "processing", "completed", "failed"] = Field(
+        description="`pending` → `processing` → `completed` (download the CSV) or `failed`."
+    )
+    total_rows: int = Field(description="Data rows in the upload.")
+    processed_rows: int = Field(description="Rows looked up so far.")
+    percent_complete: float = Field(description="processed_rows / total_rows × 100.")
+    found_count: int = Field(description="Rows with a verified address (each charged).")
+    not_found_count: int = Field(description="Rows with no address found (free).")
+    catch_all_count: int = Field(description="Rows on catch-all domains: a guess, free.")
+    invalid_input_count: int = Field(description="Rows with an empty name or bad domain.")
+    skipped_no_credits_count: int = Field(
+        description="Rows not looked up, or finds not revealed, because credits ran out."
+    )
+    credits_used: int = Field(description="Credits charged so far (finder charge per find).")
+    created_at: datetime = Field(description="Job creation time (UTC).")
+    completed_at: datetime | None = Field(None, description="When it completed or failed.")
+    failed_reason: str | None = Field(None, description="Why the job failed, when it did.")
+
+    @classmethod
+    def of(cls, job: Any) -> FinderJob:
+        total = job.total_emails
+        done = job.processed_emails
+        percent = 100.0 if job.status == "completed" or total == 0 else 100.0 * done / total
+        return cls(
+            job_id=job.public_id,
+            status=job.status,  # type: ignore[arg-type]
+            total_rows=total,
+            processed_rows=done,
+            percent_complete=round(min(percent, 100.0), 2),
+            found_count=job.found_count,
+            not_found_count=job.invalid_count,
+            catch_all_count=job.catch_all_count,
+            invalid_input_count=job.risky_count,
+            skipped_no_credits_count=job.unknown_count,
+            credits_used=job.credits_used,
+            created_at=job.created_at,
+            completed_at=job.completed_at,
+            failed_reason=job.failed_reason,
+        )

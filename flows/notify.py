@@ -1,0 +1,45 @@
+"""Telling a job's webhook that the job ended (completed or failed); never fails the job."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from verimail.config import Settings
+from verimail.flows.context import store_for
+from verimail.schemas.jobs import BulkJob, FinderJob
+from verimail.store import jobs as job_store
+from verimail.tasks.webhook import Delivery, deliver
+
+log = logging.getLogger(__name__)
+
+
+async def notify_job(settings: Settings, job_id: int) -> Delivery | None:
+    """POST the final job to its ``webhook_url`` (if any), signed with the job's secret.
+
+    Never raises: a receiver that is down must not turn a finished job into a failed one.
+    """
+    try:
+        return await _notify(settings, job_id)
+    except Exception:
+        log.exception("webhook of job %s failed", job_id)
+        return None
+
+
+async def _notify(settings: Settings, job_id: int) -> Delivery | None:
+    job = await asyncio.to_thread(job_store.get_job_any, store_for(settings).engine, job_id)
+    if job is None or not job.webhook_url or not job.finished:
+        return None
+    model = FinderJob if job.kind == "finder_csv" else BulkJob
+    payload = model.of(job).model_dump(mode="json")
+    secret = str((job.options or {}).get("webhook_secret", ""))
+    delivery = await deliver(
+        job.webhook_url,
+        payload,
+        secret,
+        allow_networks=settings.webhook_allow_networks,
+        timeout=settings.webhook_timeout,
+    )
+    if not delivery.delivered:
+        log.warning("webhook of job %s not delivered: %s", job_id, delivery.detail)
+    return delivery

@@ -1,0 +1,127 @@
+"""Completion webhooks: signed, retried, and never sent into private networks."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from api_helpers import api_world, assert_error_body, running_app
+
+from verimail.tasks import dns_facts
+from verimail.tasks.webhook import deliver, sign
+
+LOOPBACK = [ipaddress.ip_network("127.0.0.0/8")]
+
+
+class Receiver:
+    """A real HTTP server on loopback that records POSTs and answers scripted statuses."""
+
+    def __init__(self, statuses: list[int] | None = None) -> None:
+        self.requests: list[tuple[dict[str, str], bytes]] = []
+        self.statuses = list(statuses or [])
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.requests.append((dict(self.headers), body))
+                status = receiver.statuses.pop(0) if receiver.statuses else 200
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                return None
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook?x=1"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Receiver:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with Receiver() as r:
+        yield r
+
+
+async def test_delivery_is_signed(receiver):
+    result = await deliver(receiver.url, {"job_id": 7}, "s3cret", allow_networks=LOOPBACK)
+    assert result.delivered and result.attempts == 1
+    headers, body = receiver.requests[0]
+    assert json.loads(body) == {"job_id": 7}
+    timestamp = int(headers["X-Verimail-Timestamp"])
+    assert abs(timestamp - time.time()) < 60
+    assert headers["X-Verimail-Signature"] == sign("s3cret", timestamp, body)
+    assert headers["X-Verimail-Signature"] != sign("other", timestamp, body)
+
+
+async def test_retries_then_gives_up_or_succeeds():
+    with Receiver([503, 200]) as flaky:
+        ok = await deliver(flaky.url, {}, "k", allow_networks=LOOPBACK, backoff=0.01)
+        assert ok.delivered and ok.attempts == 2
+    with Receiver([500, 500, 500]) as down:
+        failed = await deliver(down.url, {}, "k", allow_networks=LOOPBACK, backoff=0.01)
+        assert not failed.delivered and failed.attempts == 3 and len(down.requests) == 3
+    with Receiver([404]) as gone:
+        final = await deliver(gone.url, {}, "k", allow_networks=LOOPBACK, backoff=0.01)
+        assert not final.delivered and final.attempts == 1  # 4xx is not retried
+
+
+async def test_private_targets_are_refused_without_a_connection(receiver):
+    refused = await deliver(receiver.url, {}, "k")  # loopback not allowed by default
+    assert not refused.delivered and "private" in refused.detail
+    by_name = receiver.url.replace("127.0.0.1", "localhost")
+    assert not (await deliver(by_name, {}, "k")).delivered
+    for url in ("http://10.0.0.1/", "http://[::1]/", "http://169.254.169.254/", "ftp://x.test/"):
+        assert not (await deliver(url, {}, "k")).delivered
+    assert receiver.requests == []
+
+
+@pytest.mark.usefixtures("prefect_harness")
+async def test_json_bulk_job_posts_its_final_state(
+    testbed_factory, testbed_settings, tmp_path, receiver
+):
+    dns_facts.clear_cache()
+    tb = testbed_factory(api_world())
+    settings = testbed_settings(tb, tmp_path, webhook_allow_networks=["127.0.0.0/8"])
+    async with running_app(settings) as app:
+        customer = app.customer()
+        created = await app.client.post(
+            "/api/verify/bulk",
+            headers=customer.headers,
+            json={"emails": ["alice@acme.test"], "webhook_url": receiver.url},
+        )
+        assert created.status_code == 200, created.text
+        secret = created.json()["webhook_secret"]
+        deadline = time.monotonic() + 60
+        while not receiver.requests:
+            assert time.monotonic() < deadline, "no webhook arrived"
+            await asyncio.sleep(0.05)
+        headers, body = receiver.requests[0]
+        payload = json.loads(body)
+        assert payload["job_id"] == created.json()["job_id"]
+        assert payload["status"] == "completed" and payload["valid_count"] == 1
+        assert "webhook_secret" not in body.decode() or payload["webhook_secret"] is None
+        assert headers["X-Verimail-Signature"] == sign(
+            secret, int(headers["X-Verimail-Timestamp"]), body
+        )
+        private = await app.client.post(
+            "/api/verify/bulk",
+            headers=customer.headers,
+            json={"emails": ["alice@acme.test"], "webhook_url": "http://10.1.2.3/hook"},
+        )
+        assert "private" in assert_error_body(private, 422)
