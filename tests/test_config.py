@@ -1,0 +1,48 @@
+"""Settings: environment parsing, comma-separated lists, and the allow-list guard."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from verimail.config import Settings, current_settings, using_settings
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_lists_from_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("VERIMAIL_DNS_NAMESERVERS", "127.0.1.53:5353, [::1]:53,10.0.0.1")
+    monkeypatch.setenv("VERIMAIL_SMTP_ALLOW_NETWORKS", "127.0.0.0/8")
+    monkeypatch.setenv("VERIMAIL_DATA_DIR", str(tmp_path))
+    settings = Settings()
+    assert settings.nameserver_addresses() == [
+        ("127.0.1.53", 5353),
+        ("::1", 53),
+        ("10.0.0.1", 53),
+    ]
+    assert settings.smtp_allow_networks == [ipaddress.ip_network("127.0.0.0/8")]
+    assert settings.database_url == f"sqlite:///{tmp_path / 'verimail.db'}"
+
+
+@pytest.mark.parametrize("blanket", ["0.0.0.0/0", "::/0"])
+def test_blanket_allow_is_refused(blanket):
+    with pytest.raises(ValidationError, match="every address"):
+        Settings(smtp_allow_networks=[blanket])
+
+
+def test_using_settings_overrides_only_inside(tmp_path):
+    special = Settings(data_dir=tmp_path, finder_charge=20)
+    with using_settings(special):
+        assert current_settings() is special
+    assert current_settings() is not special
+
+
+def test_every_setting_is_documented_in_the_readme():
+    text = README.read_text(encoding="utf-8")
+    documented = set(re.findall(r"`(VERIMAIL_[A-Z_]+)`", text))
+    missing = {f"VERIMAIL_{name.upper()}" for name in Settings.model_fields} - documented
+    assert not missing, f"README settings table lacks {sorted(missing)}"
