@@ -68,9 +68,9 @@ def connect(data_dir: Path) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def _frame(result: duckdb.DuckDBPyConnection) -> pl.DataFrame:
-    """A DuckDB result as a Polars frame, through Arrow (no copy of the columns)."""
-    frame = pl.from_arrow(result.to_arrow_table())
+def _frame(con: duckdb.DuckDBPyConnection, sql: str) -> pl.DataFrame:
+    """A query's result as a Polars frame, through Arrow (a relation: no extra row copy)."""
+    frame = pl.from_arrow(con.sql(sql).to_arrow_table())
     assert isinstance(frame, pl.DataFrame)
     return frame
 
@@ -79,7 +79,7 @@ def query(data_dir: Path, sql: str) -> pl.DataFrame:
     """Run SQL over the views; the result as a Polars frame."""
     con = connect(data_dir)
     try:
-        return _frame(con.execute(sql))
+        return _frame(con, sql)
     finally:
         con.close()
 
@@ -89,12 +89,10 @@ def latest_statuses(data_dir: Path, emails: list[str] | None = None) -> pl.DataF
     con = connect(data_dir)
     try:
         if emails is None:
-            return _frame(con.execute("SELECT email, status, verified_at FROM latest"))
-        wanted = pl.DataFrame({"email": emails})  # noqa: F841 - DuckDB reads it by name
+            return _frame(con, "SELECT email, status, verified_at FROM latest")
+        con.register("wanted", pl.DataFrame({"email": emails}).to_arrow())
         return _frame(
-            con.execute(
-                "SELECT l.email, l.status, l.verified_at FROM latest l JOIN wanted USING (email)"
-            )
+            con, "SELECT l.email, l.status, l.verified_at FROM latest l JOIN wanted USING (email)"
         )
     finally:
         con.close()
