@@ -127,6 +127,15 @@ AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+def pick_error_docs(
+    table: dict[int | str, dict[str, Any]], codes: Sequence[int]
+) -> dict[int | str, dict[str, Any]]:
+    """An endpoint's documented errors: the auth and common ones, plus ``codes`` of ``table``."""
+    merged = {**AUTH_ERRORS, **table, **COMMON_ERRORS}
+    keep = {*AUTH_ERRORS, *COMMON_ERRORS, *codes}
+    return {k: v for k, v in sorted(merged.items(), key=lambda i: str(i[0])) if k in keep}
+
+
 # --- readable validation messages ---------------------------------------------------------
 
 

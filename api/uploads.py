@@ -5,7 +5,10 @@ upload would be read (and stored) in full before we could refuse it. Here the bo
 parsed as it arrives (python-multipart's push parser): the file part goes straight to
 disk, and the moment it passes ``upload_max_bytes`` reading stops, the partial file is
 deleted and the client gets 413 — the rest of the body is never read. A declared
-``Content-Length`` that is already too large is refused before reading anything.
+``Content-Length`` that is already too large is refused before reading anything, and the
+whole body (envelope, preamble, epilogue and fields included, not just the file) may not
+pass ``max_bytes + ENVELOPE_ALLOWANCE``: junk after the closing boundary is otherwise
+skipped by the parser but still read, for as long as a client cares to send it.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from fastapi import Request
 from python_multipart.multipart import MultipartParser, parse_options_header
@@ -132,8 +135,13 @@ async def receive_upload(
             "on_headers_finished": on_headers_finished,
         },
     )
+    body_limit = max_bytes + ENVELOPE_ALLOWANCE
+    received = 0
     try:
         async for chunk in request.stream():
+            received += len(chunk)
+            if received > body_limit:
+                raise _too_large(max_bytes)
             parser.write(chunk)
             if problem:
                 raise problem[0]
@@ -161,3 +169,20 @@ def _discard(current: dict, result: ReceivedUpload) -> None:
             out.close()
     if result.path is not None:
         result.path.unlink(missing_ok=True)
+
+
+def upload_body(file_description: str, fields: dict[str, str]) -> dict[str, Any]:
+    """``openapi_extra`` documenting a multipart form: a required ``file`` plus text fields.
+
+    Needed because the body is parsed by :func:`receive_upload`, not declared as
+    FastAPI parameters (which would spool the whole file before the endpoint runs).
+    """
+    properties: dict[str, Any] = {
+        "file": {"type": "string", "format": "binary", "description": file_description}
+    }
+    for name, description in fields.items():
+        properties[name] = {"type": "string", "description": description}
+    schema = {"type": "object", "required": ["file"], "properties": properties}
+    return {
+        "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}
+    }

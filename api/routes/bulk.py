@@ -19,9 +19,9 @@ from fastapi.responses import FileResponse
 from pydantic import AnyHttpUrl, BaseModel, Field
 
 from verimail.api.deps import AccountDep, StoreDep
-from verimail.api.errors import AUTH_ERRORS, COMMON_ERRORS, ApiError, ValidationErrorBody, error_doc
+from verimail.api.errors import ApiError, ValidationErrorBody, error_doc, pick_error_docs
 from verimail.api.jobs import create_and_start, uploads_dir, webhook_options
-from verimail.api.uploads import receive_upload
+from verimail.api.uploads import receive_upload, upload_body
 from verimail.schemas.jobs import BulkJob, JsonBulkCreated, JsonBulkJob
 from verimail.store import jobs as job_store
 from verimail.tasks.bulk_io import (
@@ -47,49 +47,27 @@ _404 = error_doc("No such job for this account (unknown ids and other accounts' 
 _409 = error_doc("The job has not completed yet (or it failed: `detail` says why).")
 
 
-def _docs(*codes: int) -> dict[int | str, dict[str, Any]]:
-    table: dict[int | str, dict[str, Any]] = {
-        **AUTH_ERRORS,
-        402: error_doc("Not enough credits for 1 per address; nothing was stored or charged."),
-        404: _404,
-        409: _409,
-        413: error_doc("The upload is larger than the byte or row limit; nothing was stored."),
-        422: _422,
-        **COMMON_ERRORS,
-    }
-    keep = {401, 429, 500, 503, *codes}
-    return {k: v for k, v in sorted(table.items(), key=lambda i: str(i[0])) if k in keep}
-
-
-UPLOAD_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "required": ["file"],
-                    "properties": {
-                        "file": {
-                            "type": "string",
-                            "format": "binary",
-                            "description": "The CSV (UTF-8/UTF-16/Latin-1; `,` `;` tab or `|`).",
-                        },
-                        "email_column": {
-                            "type": "string",
-                            "description": "The column holding the addresses, when it is "
-                            "not one of the recognised headers (a name, or a 1-based number).",
-                        },
-                        "webhook_url": {
-                            "type": "string",
-                            "description": "Optional URL POSTed the final job (signed).",
-                        },
-                    },
-                }
-            }
-        },
-    }
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    402: error_doc("Not enough credits for 1 per address; nothing was stored or charged."),
+    404: _404,
+    409: _409,
+    413: error_doc("The upload is larger than the byte or row limit; nothing was stored."),
+    422: _422,
 }
+
+
+def _docs(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return pick_error_docs(_ERRORS, codes)
+
+
+UPLOAD_BODY = upload_body(
+    "The CSV (UTF-8/UTF-16/Latin-1; `,` `;` tab or `|`).",
+    {
+        "email_column": "The column holding the addresses, when it is not one of the "
+        "recognised headers (a name, or a 1-based number).",
+        "webhook_url": "Optional URL POSTed the final job (signed).",
+    },
+)
 
 
 @router.post(
@@ -107,9 +85,13 @@ UPLOAD_BODY = {
 async def create_bulk(request: Request, account: AccountDep, store: StoreDep) -> BulkJob:
     settings = request.app.state.settings
     folder = uploads_dir(request) / uuid.uuid4().hex
-    received = await receive_upload(
-        request, folder / "upload.csv", max_bytes=settings.upload_max_bytes
-    )
+    try:
+        received = await receive_upload(
+            request, folder / "upload.csv", max_bytes=settings.upload_max_bytes
+        )
+    except ApiError:
+        _drop(folder)  # receive_upload removed the file; its folder must go too
+        raise
     column = received.fields.get("email_column") or None
     webhook_url = received.fields.get("webhook_url") or None
     try:

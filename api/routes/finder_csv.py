@@ -17,10 +17,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 
 from verimail.api.deps import StoreDep
-from verimail.api.errors import AUTH_ERRORS, COMMON_ERRORS, ApiError, ValidationErrorBody, error_doc
+from verimail.api.errors import ApiError, ValidationErrorBody, error_doc, pick_error_docs
 from verimail.api.jobs import uploads_dir, webhook_options
 from verimail.api.routes.finder import FINDER_DISABLED, FinderAccountDep, SettingsDep
-from verimail.api.uploads import receive_upload
+from verimail.api.uploads import receive_upload, upload_body
 from verimail.schemas.jobs import FinderJob
 from verimail.store import jobs as job_store
 from verimail.store.credits import balance
@@ -29,61 +29,36 @@ from verimail.tasks.csv_detect import UploadError, UploadTooLarge, find_person_c
 router = APIRouter(tags=["email finder"])
 
 
-def _docs(*codes: int) -> dict[int | str, dict[str, Any]]:
-    table: dict[int | str, dict[str, Any]] = {
-        **AUTH_ERRORS,
-        402: error_doc("The balance cannot pay for even one find; nothing was stored."),
-        403: error_doc(FINDER_DISABLED),
-        404: error_doc("No such finder job for this account."),
-        409: error_doc("The job has not completed yet (or it failed: `detail` says why)."),
-        413: error_doc("The upload is larger than the byte or row limit; nothing was stored."),
-        422: {
-            "model": ValidationErrorBody,
-            "description": "No file, not a CSV, or a first-name, last-name or domain column "
-            "that is neither detected nor named (the `detail` names what is missing).",
-        },
-        **COMMON_ERRORS,
-    }
-    keep = {401, 403, 429, 500, 503, *codes}
-    return {k: v for k, v in sorted(table.items(), key=lambda i: str(i[0])) if k in keep}
-
-
-UPLOAD_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "required": ["file"],
-                    "properties": {
-                        "file": {"type": "string", "format": "binary", "description": "CSV."},
-                        "first_name_column": {
-                            "type": "string",
-                            "description": "Column of first names; optional when a header "
-                            "like `first_name`, `First Name`, `firstname` is present.",
-                        },
-                        "last_name_column": {
-                            "type": "string",
-                            "description": "Column of last names; optional when a header "
-                            "like `last_name`, `surname` is present.",
-                        },
-                        "webhook_url": {
-                            "type": "string",
-                            "description": "Optional URL POSTed the final job (signed).",
-                        },
-                        "domain_column": {
-                            "type": "string",
-                            "description": "Column of company domains; optional when a "
-                            "header like `domain`, `company_domain`, `website` is present "
-                            "(URLs are reduced to their domain).",
-                        },
-                    },
-                }
-            }
-        },
-    }
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    402: error_doc("The balance cannot pay for even one find; nothing was stored."),
+    403: error_doc(FINDER_DISABLED),
+    404: error_doc("No such finder job for this account."),
+    409: error_doc("The job has not completed yet (or it failed: `detail` says why)."),
+    413: error_doc("The upload is larger than the byte or row limit; nothing was stored."),
+    422: {
+        "model": ValidationErrorBody,
+        "description": "No file, not a CSV, or a first-name, last-name or domain column "
+        "that is neither detected nor named (the `detail` names what is missing).",
+    },
 }
+
+
+def _docs(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return pick_error_docs(_ERRORS, (403, *codes))
+
+
+UPLOAD_BODY = upload_body(
+    "The CSV of people.",
+    {
+        "first_name_column": "Column of first names; optional when a header like "
+        "`first_name`, `First Name`, `firstname` is present.",
+        "last_name_column": "Column of last names; optional when a header like `last_name`, "
+        "`surname` is present.",
+        "domain_column": "Column of company domains; optional when a header like `domain`, "
+        "`company_domain`, `website` is present (URLs are reduced to their domain).",
+        "webhook_url": "Optional URL POSTed the final job (signed).",
+    },
+)
 
 
 @router.post(
