@@ -186,3 +186,30 @@ def test_csv_module_reads_results(setup):
         rows = list(csv.reader(fh))
     assert rows[0] == ["name", "Email", "note", "Safe to Send"]
     assert rows[1] == ["Smith, Alice", "alice@acme.test", 'says "hi"', "Yes"]
+
+
+def test_run_started_from_the_ui_creates_its_job_and_progress_artifact(setup, tmp_path):
+    """A data team triggers bulk-verify with a file path and an account: the API sees it."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    _, settings, store, account = setup
+    upload = tmp_path / "from-ui.csv"
+    upload.write_text("email\nalice@acme.test\nnobody@acme.test\n")
+    before = credits.balance(store.engine, account.id).total
+    with using_settings(settings):
+        summary = asyncio.run(bulk_verify(file_path=str(upload), account_id=account.id))
+    job = job_store.get_job(store.engine, account.id, summary["job_id"])
+    assert job is not None and job.status == "completed"
+    assert (job.valid_count, job.invalid_count) == (1, 1)
+    assert credits.balance(store.engine, account.id).total == before - 2
+
+    async def progress() -> list:
+        async with get_client() as client:
+            return await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[f"bulk-job-{job.id}"]))
+            )
+
+    artifacts = asyncio.run(progress())
+    assert artifacts and artifacts[0].type == "progress"
+    assert float(artifacts[0].data) == 100.0
