@@ -28,6 +28,7 @@ def version() -> None:
 
 def _register() -> None:
     """Attach the sub-command groups of each area (imported lazily to keep start-up fast)."""
+    from verimail.api.dashboard.cli import set_password_command
     from verimail.api.demo import demo_command
     from verimail.api.serve import serve_command
     from verimail.flows.cli import bulk_command, deploy_command, find_command, history_app
@@ -40,6 +41,7 @@ def _register() -> None:
     app.command("find")(find_command)
     app.command("serve")(serve_command)
     app.command("demo")(demo_command)
+    accounts_app.command("set-password")(set_password_command)
     app.add_typer(accounts_app, name="accounts")
     app.add_typer(keys_app, name="keys")
     app.add_typer(credits_app, name="credits")

@@ -197,6 +197,14 @@ def set_plan(engine: Engine, account_id: int, plan: str) -> Account | None:
     )
 
 
+def set_password_hash(engine: Engine, account_id: int, password_hash: str | None) -> Account | None:
+    """Set (or, with None, remove) the dashboard password hash; None for an unknown account.
+
+    Dashboard sessions are bound to the hash, so changing it signs every browser out.
+    """
+    return _update_account(engine, account_id, password_hash=password_hash)
+
+
 # --- API keys ----------------------------------------------------------------------------
 
 

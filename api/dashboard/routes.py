@@ -1,0 +1,706 @@
+"""The dashboard's pages under ``/dashboard``: sign-up, login, credits, plan, keys, jobs,
+uploads and a "try one address" box.
+
+Everything an account sees is read with its own id (``get_job(engine, account_id, …)``,
+``revoke_key(engine, account_id, …)``), so another account's job or key is a 404 exactly
+like an unknown one. Work that costs credits goes through the same code as the API:
+:func:`~verimail.api.billing.charged` for a single address and
+:func:`~verimail.api.jobs.create_and_start` for an upload, under the plan's limits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from anyio import to_thread
+from email_validator import EmailNotValidError, validate_email
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, Response
+from sqlalchemy.exc import IntegrityError
+
+from verimail.api.billing import charged
+from verimail.api.dashboard.security import (
+    LOGIN_FAILURES,
+    LOGIN_WINDOW_SECONDS,
+    Signer,
+    Throttle,
+    hash_password,
+    load_secret,
+    new_hash_slots,
+    password_problem,
+    verify_password,
+)
+from verimail.api.dashboard.web import (
+    PREFIX,
+    CheckedForm,
+    CurrentAccount,
+    DashboardRoute,
+    DashboardState,
+    MaybeAccount,
+    StoreDep,
+    check_csrf,
+    client_address,
+    dashboard_state,
+    error_page,
+    plan_limits,
+    redirect,
+    render,
+    safe_next,
+    session_of,
+    text_field,
+)
+from verimail.api.deps import EngineDep
+from verimail.api.errors import ApiError
+from verimail.api.jobs import create_and_start, uploads_dir
+from verimail.api.models import MAX_EMAIL_LENGTH, VerifyResult
+from verimail.api.routes import bulk
+from verimail.api.uploads import receive_upload
+from verimail.schemas.jobs import BulkJob
+from verimail.store import accounts as acc
+from verimail.store import jobs as job_store
+from verimail.store.credits import balance, ledger
+from verimail.store.plans import PLANS, get_plan
+from verimail.tasks.csv_detect import (
+    UploadError,
+    UploadTooLarge,
+    inspect_csv,
+    iter_data_records,
+    open_info,
+)
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app: Any) -> AsyncIterator[None]:
+    """Inside the app's lifespan (which made settings and limiter): the dashboard's state."""
+    settings = app.state.settings
+    secret = await to_thread.run_sync(load_secret, settings)
+    limiter = app.state.limiter
+    throttle = Throttle(limiter.redis_url, prefix=limiter.prefix)
+    app.state.dashboard = DashboardState(Signer(secret), throttle, new_hash_slots())
+    try:
+        yield
+    finally:
+        await throttle.close()
+
+
+router = APIRouter(
+    prefix=PREFIX, route_class=DashboardRoute, include_in_schema=False, lifespan=lifespan
+)
+
+PAGE_SIZE = 25
+KEY_NAME_MAX = 100
+PENDING_DIR = "pending"
+PENDING_MAX_AGE = 3600
+"""Seconds an upload waiting for its email column is kept (then it is swept away)."""
+PREVIEW_ROWS = 5
+
+NOTICES = {
+    "signed_up": "Thanks! If this address was not registered yet, its account is ready with "
+    "its free credits: log in. If it was, log in with that account's password.",
+    "logged_out": "You are logged out.",
+    "revoked": "The key was revoked: requests using it now get 401.",
+}
+"""Messages a redirect may ask for by name (no text from the URL is ever shown)."""
+
+LOGIN_FAILED = "Email or password is incorrect."
+"""The same words for an unknown email and a wrong password: no account enumeration."""
+
+
+def _notice(name: str | None) -> str | None:
+    return NOTICES.get(name or "")
+
+
+def _normalise_email(raw: str) -> str | None:
+    """The address as stored (normalised, lower case), or None when it is not one."""
+    try:
+        checked = validate_email(raw.strip(), check_deliverability=False)
+    except EmailNotValidError:
+        return None
+    return checked.normalized.lower()
+
+
+def _page(page: int) -> int:
+    return max(page, 1)
+
+
+# --- sign-up, login, logout ----------------------------------------------------------------
+
+
+@router.get("/signup")
+async def signup_form(request: Request, account: MaybeAccount) -> Response:
+    if account is not None:
+        return redirect(PREFIX)
+    return render(request, "signup.html", {"email": ""})
+
+
+@router.post("/signup")
+async def signup(request: Request, store: StoreDep, form: CheckedForm) -> Response:
+    """Create the account; the answer is the same whether or not the email was taken."""
+    state = dashboard_state(request)
+    raw_email = text_field(form, "email", 320)
+    password = text_field(form, "password", 4096)
+    confirm = text_field(form, "password_confirm", 4096)
+    email = _normalise_email(raw_email)
+    problem = (
+        "Enter a valid email address." if email is None else password_problem(password, confirm)
+    )
+    if problem is not None:
+        return render(
+            request, "signup.html", {"email": raw_email, "error": problem}, status_code=422
+        )
+    wait = await state.throttle.signup_allowed(client_address(request))
+    if wait is not None:
+        return render(
+            request,
+            "signup.html",
+            {"email": raw_email, "error": "Too many sign-ups from your address; try later."},
+            status_code=429,
+            headers={"Retry-After": str(wait)},
+        )
+    password_hash = await hash_password(password, state.hash_slots)
+    settings = request.app.state.settings
+
+    def create() -> None:
+        with contextlib.suppress(IntegrityError):  # taken: say nothing different
+            acc.create_account(
+                store.engine, settings, plan="free", email=email, password_hash=password_hash
+            )
+
+    await to_thread.run_sync(create)
+    return redirect(f"{PREFIX}/login?notice=signed_up")
+
+
+@router.get("/login")
+async def login_form(
+    request: Request,
+    account: MaybeAccount,
+    next: str | None = None,
+    notice: str | None = None,
+) -> Response:
+    if account is not None:
+        return redirect(safe_next(next))
+    return render(
+        request, "login.html", {"email": "", "next": safe_next(next), "notice": _notice(notice)}
+    )
+
+
+@router.post("/login")
+async def login(request: Request, store: StoreDep, form: CheckedForm) -> Response:
+    state = dashboard_state(request)
+    raw_email = text_field(form, "email", 320)
+    password = text_field(form, "password", 4096)
+    target = safe_next(text_field(form, "next", 2000))
+    email = _normalise_email(raw_email) or raw_email.strip().lower()
+    address = client_address(request)
+    context = {"email": raw_email, "next": target}
+    wait = await state.throttle.login_blocked(email, address)
+    if wait is not None:
+        minutes = LOGIN_WINDOW_SECONDS // 60
+        context["error"] = (
+            f"Too many failed logins ({LOGIN_FAILURES} in {minutes} minutes). "
+            f"Try again in {max(1, round(wait / 60))} minute(s)."
+        )
+        return render(
+            request, "login.html", context, status_code=429, headers={"Retry-After": str(wait)}
+        )
+
+    account = await to_thread.run_sync(acc.get_account_by_email, store.engine, email)
+    if account is None and raw_email.strip() and raw_email.strip() != email:
+        # Accounts made with the CLI keep the address as it was typed.
+        account = await to_thread.run_sync(
+            acc.get_account_by_email, store.engine, raw_email.strip()
+        )
+    stored = account.password_hash if account is not None else None
+    ok, rehash = await verify_password(stored, password, state.hash_slots)
+    if not ok or account is None or stored is None:
+        await state.throttle.login_failed(email, address)
+        context["error"] = LOGIN_FAILED
+        return render(request, "login.html", context, status_code=400)
+    await state.throttle.login_succeeded(email, address)
+    if rehash:
+        stored = await hash_password(password, state.hash_slots)
+        await to_thread.run_sync(acc.set_password_hash, store.engine, account.id, stored)
+    session_of(request).log_in(account.id, state.signer.password_fingerprint(stored))
+    return redirect(target)
+
+
+@router.post("/logout")
+async def logout(request: Request, form: CheckedForm) -> Response:
+    session_of(request).log_out()
+    return redirect(f"{PREFIX}/login?notice=logged_out")
+
+
+# --- overview, credits, plan ---------------------------------------------------------------
+
+
+@router.get("")
+async def overview(request: Request, account: CurrentAccount, store: StoreDep) -> Response:
+    bal = await to_thread.run_sync(balance, store.engine, account.id)
+    recent = await to_thread.run_sync(
+        lambda: job_store.list_jobs(store.engine, account.id, limit=5)
+    )
+    return render(
+        request,
+        "overview.html",
+        {"balance": bal, "plan": get_plan(account.plan), "jobs": _job_rows(recent)},
+        account=account,
+    )
+
+
+@router.get("/credits")
+async def credits_page(
+    request: Request, account: CurrentAccount, store: StoreDep, page: int = 1
+) -> Response:
+    page = _page(page)
+    bal = await to_thread.run_sync(balance, store.engine, account.id)
+    rows = await to_thread.run_sync(
+        lambda: ledger(store.engine, account.id, limit=PAGE_SIZE + 1, offset=(page - 1) * PAGE_SIZE)
+    )
+    return render(
+        request,
+        "credits.html",
+        {
+            "balance": bal,
+            "entries": rows[:PAGE_SIZE],
+            "page": page,
+            "has_next": len(rows) > PAGE_SIZE,
+        },
+        account=account,
+    )
+
+
+@router.get("/plan")
+async def plan_page(request: Request, account: CurrentAccount, store: StoreDep) -> Response:
+    bal = await to_thread.run_sync(balance, store.engine, account.id)
+    return render(
+        request,
+        "plan.html",
+        {
+            "plan": get_plan(account.plan),
+            "plans": list(PLANS.values()),
+            "balance": bal,
+            "finder_charge": request.app.state.settings.finder_charge,
+        },
+        account=account,
+    )
+
+
+# --- API keys ------------------------------------------------------------------------------
+
+
+async def _keys_page(
+    request: Request,
+    account: acc.Account,
+    store: StoreDep,
+    *,
+    new_key: str | None = None,
+    notice: str | None = None,
+    error: str | None = None,
+    status_code: int = 200,
+) -> Response:
+    keys = await to_thread.run_sync(acc.list_keys, store.engine, account.id)
+    return render(
+        request,
+        "keys.html",
+        {"keys": keys, "new_key": new_key, "notice": notice, "error": error},
+        account=account,
+        status_code=status_code,
+    )
+
+
+@router.get("/keys")
+async def keys_page(
+    request: Request, account: CurrentAccount, store: StoreDep, notice: str | None = None
+) -> Response:
+    return await _keys_page(request, account, store, notice=_notice(notice))
+
+
+@router.post("/keys")
+async def create_key(
+    request: Request, account: CurrentAccount, store: StoreDep, form: CheckedForm
+) -> Response:
+    """Issue a key and show it on this one page only (it is not stored, only its hash)."""
+    name = text_field(form, "name", 4096).strip() or "default"
+    if len(name) > KEY_NAME_MAX:
+        return await _keys_page(
+            request,
+            account,
+            store,
+            error=f"Key names are at most {KEY_NAME_MAX} characters.",
+            status_code=422,
+        )
+    raw_key, _info = await to_thread.run_sync(acc.create_api_key, store.engine, account.id, name)
+    return await _keys_page(request, account, store, new_key=raw_key)
+
+
+@router.post("/keys/{key_id}/revoke")
+async def revoke_key(
+    key_id: int, account: CurrentAccount, store: StoreDep, form: CheckedForm
+) -> Response:
+    keys = await to_thread.run_sync(acc.list_keys, store.engine, account.id)
+    if not any(k.id == key_id for k in keys):
+        raise ApiError(404, f"You have no API key {key_id}.")
+    await to_thread.run_sync(acc.revoke_key, store.engine, account.id, key_id)
+    return redirect(f"{PREFIX}/keys?notice=revoked")
+
+
+# --- try one address -----------------------------------------------------------------------
+
+
+@router.get("/verify")
+async def verify_form(request: Request, account: CurrentAccount) -> Response:
+    return render(request, "verify.html", {"email": ""}, account=account)
+
+
+@router.post("/verify")
+async def verify_one(
+    request: Request,
+    account: CurrentAccount,
+    store: StoreDep,
+    engine: EngineDep,
+    form: CheckedForm,
+) -> Response:
+    """One address, charged 1 credit exactly like ``POST /api/verify/single``."""
+    email = text_field(form, "email", 4096).strip()
+    context: dict[str, Any] = {"email": email}
+    if not email or len(email) > MAX_EMAIL_LENGTH:
+        context["error"] = f"Enter an address of 1 to {MAX_EMAIL_LENGTH} characters."
+        return render(request, "verify.html", context, account=account, status_code=422)
+    try:
+        async with (
+            plan_limits(request, account),
+            charged(store, account.id, 1, reason="verify single (dashboard)"),
+        ):
+            context["result"] = VerifyResult.of(await engine.verify(email))
+    except ApiError as exc:
+        if exc.status_code not in (402, 429):
+            raise
+        context["error"] = exc.detail
+        return render(
+            request,
+            "verify.html",
+            context,
+            account=account,
+            status_code=exc.status_code,
+            headers=exc.headers,
+        )
+    context["balance"] = await to_thread.run_sync(balance, store.engine, account.id)
+    return render(request, "verify.html", context, account=account)
+
+
+# --- jobs ----------------------------------------------------------------------------------
+
+
+def _job_rows(jobs: list[job_store.Job]) -> list[dict[str, Any]]:
+    return [{"job": j, "view": BulkJob.of(j), "downloadable": _downloadable(j)} for j in jobs]
+
+
+def _downloadable(job: job_store.Job) -> bool:
+    return job.status == "completed" and job.kind in bulk.BULK_KINDS
+
+
+async def _own_job(store: StoreDep, account_id: int, job_id: int) -> job_store.Job:
+    job = await to_thread.run_sync(job_store.get_job, store.engine, account_id, job_id)
+    if job is None:
+        raise ApiError(404, f"You have no job {job_id}.")
+    return job
+
+
+@router.get("/jobs")
+async def jobs_page(
+    request: Request, account: CurrentAccount, store: StoreDep, page: int = 1
+) -> Response:
+    page = _page(page)
+    rows = await to_thread.run_sync(
+        lambda: job_store.list_jobs(
+            store.engine, account.id, limit=PAGE_SIZE + 1, offset=(page - 1) * PAGE_SIZE
+        )
+    )
+    return render(
+        request,
+        "jobs.html",
+        {"jobs": _job_rows(rows[:PAGE_SIZE]), "page": page, "has_next": len(rows) > PAGE_SIZE},
+        account=account,
+    )
+
+
+@router.get("/jobs/{job_id}")
+async def job_page(
+    request: Request, job_id: int, account: CurrentAccount, store: StoreDep
+) -> Response:
+    job = await _own_job(store, account.id, job_id)
+    filename = (job.options or {}).get("filename")
+    return render(
+        request,
+        "job.html",
+        {"row": _job_rows([job])[0], "filename": filename},
+        account=account,
+    )
+
+
+@router.get("/jobs/{job_id}/progress")
+async def job_progress(job_id: int, account: CurrentAccount, store: StoreDep) -> Response:
+    """What the page's polling script reads (the API's job fields, as JSON)."""
+    job = await _own_job(store, account.id, job_id)
+    body = BulkJob.of(job).model_dump(mode="json")
+    body["finished"] = job.finished
+    return JSONResponse(body)
+
+
+@router.get("/jobs/{job_id}/download")
+async def job_download(
+    request: Request,
+    job_id: int,
+    account: CurrentAccount,
+    store: StoreDep,
+    format: Annotated[Literal["csv", "parquet"], Query()] = "csv",
+    include: Annotated[Literal["details"] | None, Query()] = None,
+    neutralise_formulas: bool = False,
+) -> Response:
+    """The API's download (same files, same 404/409), for the signed-in account."""
+    return await bulk.download_bulk(
+        job_id,
+        account,
+        store,
+        request,
+        format=format,
+        include=include,
+        neutralise_formulas=neutralise_formulas,
+    )
+
+
+# --- uploads -------------------------------------------------------------------------------
+
+
+def _pending_root(request: Request) -> Path:
+    return uploads_dir(request) / PENDING_DIR
+
+
+def _sweep_pending(root: Path) -> None:
+    """Remove uploads whose column was never chosen (older than PENDING_MAX_AGE)."""
+    if not root.is_dir():
+        return
+    cutoff = time.time() - PENDING_MAX_AGE
+    for folder in root.iterdir():
+        with contextlib.suppress(OSError):
+            if folder.stat().st_mtime < cutoff:
+                shutil.rmtree(folder, ignore_errors=True)
+
+
+def _preview(path: Path, max_rows: int) -> tuple[tuple[str, ...], list[list[str]]]:
+    """The columns and the first rows, to help choose the email column."""
+    info = inspect_csv(path, max_rows=max_rows, need_email=False)
+    rows: list[list[str]] = []
+    with open_info(path, info) as stream:
+        for fields in iter_data_records(stream, info.delimiter, info.has_header):
+            rows.append([(cell if len(cell) <= 60 else cell[:59] + "…") for cell in fields])
+            if len(rows) >= PREVIEW_ROWS:
+                break
+    return info.columns, rows
+
+
+@router.get("/upload")
+async def upload_form(request: Request, account: CurrentAccount, store: StoreDep) -> Response:
+    bal = await to_thread.run_sync(balance, store.engine, account.id)
+    return render(request, "upload.html", {"balance": bal}, account=account)
+
+
+async def _upload_refused(
+    request: Request,
+    account: acc.Account,
+    store: StoreDep,
+    status_code: int,
+    error: str | None,
+    **context: Any,
+) -> Response:
+    bal = await to_thread.run_sync(balance, store.engine, account.id)
+    return render(
+        request,
+        "upload.html",
+        {"balance": bal, "error": error, **context},
+        account=account,
+        status_code=status_code,
+    )
+
+
+async def _start_job(
+    request: Request,
+    account: acc.Account,
+    store: StoreDep,
+    folder: Path,
+    column: str | None,
+    filename: str | None,
+) -> Response:
+    """Inspect the stored upload and start its job; a missing column shows the picker."""
+    settings = request.app.state.settings
+    path = folder / "upload.csv"
+    try:
+        info = await to_thread.run_sync(
+            lambda: inspect_csv(path, max_rows=settings.upload_max_rows, email_column=column)
+        )
+    except UploadTooLarge as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        return await _upload_refused(
+            request, account, store, 413, f"{exc.detail} Nothing was stored."
+        )
+    except UploadError as exc:
+        try:
+            columns, rows = await to_thread.run_sync(_preview, path, settings.upload_max_rows)
+        except UploadError:
+            shutil.rmtree(folder, ignore_errors=True)
+            return await _upload_refused(request, account, store, 422, exc.detail)
+        return await _column_picker(
+            request, account, store, folder, filename, columns, rows, exc.detail, column
+        )
+    if info.email_count == 0:
+        shutil.rmtree(folder, ignore_errors=True)
+        return await _upload_refused(
+            request, account, store, 422, f"The column {info.email_column!r} holds no addresses."
+        )
+    if folder.parent.name == PENDING_DIR:  # out of the sweeper's reach before the job exists
+        ready = uploads_dir(request) / folder.name
+        os.replace(folder, ready)
+        folder, path = ready, ready / "upload.csv"
+    try:
+        job = await create_and_start(
+            request,
+            store,
+            account.id,
+            kind="bulk_csv",
+            runner_kind="bulk",
+            total=info.email_count,
+            upload=path,
+            email_column=info.email_column,
+            options={"filename": filename},
+        )
+    except ApiError as exc:
+        if exc.status_code != 402:
+            raise
+        return await _upload_refused(request, account, store, 402, exc.detail)
+    return redirect(f"{PREFIX}/jobs/{job.id}")
+
+
+async def _column_picker(
+    request: Request,
+    account: acc.Account,
+    store: StoreDep,
+    folder: Path,
+    filename: str | None,
+    columns: tuple[str, ...],
+    rows: list[list[str]],
+    why: str,
+    chosen: str | None,
+) -> Response:
+    """Keep the file (in ``pending/``) and ask which column holds the addresses.
+
+    A first upload without a detectable column is a normal step (200, no error shown
+    beyond the question); a column the person chose and that does not work is a 422.
+    """
+    if folder.parent.name != PENDING_DIR:
+        pending = _pending_root(request) / folder.name
+        pending.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(folder, pending)
+        folder = pending
+    token = dashboard_state(request).signer.dump_token(
+        {"upload": folder.name, "account": account.id, "filename": filename}
+    )
+    undetected = chosen is None and why.startswith("No email column found")
+    return await _upload_refused(
+        request,
+        account,
+        store,
+        200 if chosen is None else 422,
+        None if undetected else why,
+        picker={"token": token, "columns": columns, "rows": rows, "filename": filename},
+    )
+
+
+@router.post("/upload")
+async def upload(request: Request, account: CurrentAccount, store: StoreDep) -> Response:
+    """A CSV from the browser: streamed to disk with the API's size cap, then a job."""
+    settings = request.app.state.settings
+    await to_thread.run_sync(_sweep_pending, _pending_root(request))
+    folder = uploads_dir(request) / uuid.uuid4().hex
+    async with plan_limits(request, account):
+        try:
+            received = await receive_upload(
+                request, folder / "upload.csv", max_bytes=settings.upload_max_bytes
+            )
+        except ApiError as exc:  # too large, or not a readable form: nothing was done
+            shutil.rmtree(folder, ignore_errors=True)
+            return await _upload_refused(request, account, store, exc.status_code, exc.detail)
+        try:
+            check_csrf(request, received.fields.get("csrf_token"))
+        except Exception:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        if received.size == 0 and not received.filename:
+            shutil.rmtree(folder, ignore_errors=True)
+            return await _upload_refused(request, account, store, 422, "Choose a CSV file.")
+        return await _start_job(request, account, store, folder, None, received.filename)
+
+
+@router.post("/upload/column")
+async def upload_column(
+    request: Request, account: CurrentAccount, store: StoreDep, form: CheckedForm
+) -> Response:
+    """The picker's answer: the pending upload and the chosen column."""
+    data = dashboard_state(request).signer.load_token(
+        text_field(form, "upload", 4096), max_age=PENDING_MAX_AGE
+    )
+    folder = None
+    if data is not None and data.get("account") == account.id:
+        name = str(data.get("upload", ""))
+        if name and name.isalnum():
+            folder = _pending_root(request) / name
+    if folder is None or not (folder / "upload.csv").is_file():
+        return await _upload_refused(
+            request,
+            account,
+            store,
+            410,
+            "That upload is no longer waiting (it expired or was used); upload the file again.",
+        )
+    column = text_field(form, "email_column", 300).strip() or None
+    async with plan_limits(request, account):
+        return await _start_job(request, account, store, folder, column, data.get("filename"))
+
+
+# --- operators -----------------------------------------------------------------------------
+
+
+@router.get("/admin/accounts")
+async def admin_accounts(
+    request: Request, account: CurrentAccount, store: StoreDep, page: int = 1
+) -> Response:
+    """Every account, read-only, for operator accounts (``verimail accounts create --admin``)."""
+    if not account.is_admin:
+        raise ApiError(404, "There is no such page, or it belongs to another account.")
+    page = _page(page)
+
+    def read() -> list[tuple[acc.Account, Any]]:
+        rows = acc.list_accounts(store.engine, PAGE_SIZE + 1, (page - 1) * PAGE_SIZE)
+        return [(a, balance(store.engine, a.id)) for a in rows]
+
+    rows = await to_thread.run_sync(read)
+    return render(
+        request,
+        "admin_accounts.html",
+        {"rows": rows[:PAGE_SIZE], "page": page, "has_next": len(rows) > PAGE_SIZE},
+        account=account,
+    )
+
+
+@router.api_route("/{rest:path}", methods=["GET", "POST"])
+async def not_found(request: Request, rest: str) -> Response:
+    """Unknown dashboard paths get an HTML 404, not the API's JSON one."""
+    if rest == "" and request.method == "GET":
+        return redirect(PREFIX)
+    return error_page(request, 404, "There is no such page.")

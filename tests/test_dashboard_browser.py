@@ -1,0 +1,232 @@
+"""The dashboard end to end in a real browser: Debian's chromium driven by Playwright against
+``verimail serve`` on loopback, as a customer uses it.
+
+Sign up, log in, create an API key and use it over plain HTTP, try one address, upload a
+CSV, watch the job complete (the page polls by itself), download the results, choose the
+email column of a file where it is not detected, read credits and plan, log out. Every page
+is saved as a screenshot under ``test-artifacts/dashboard/``.
+
+The browser is the system's ``/usr/bin/chromium`` (``make venv`` installs Debian's package
+when it is missing); Playwright never downloads one. The test skips only when that
+browser is not there or cannot start.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from api_helpers import api_world, env_for_testbed, serve_processes
+
+from verimail.tasks import dns_facts
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",  # tests run as root in a container
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "dashboard"
+EMAIL = "e2e.customer@example.com"
+PASSWORD = "a long enough password"
+JOB_TIMEOUT_MS = 90_000
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dns_cache() -> Iterator[None]:
+    dns_facts.clear_cache()
+    yield
+    dns_facts.clear_cache()
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """A headless chromium under Playwright; a skip (saying why) when there is none to start."""
+    if not CHROMIUM.exists():
+        pytest.skip(
+            f"no {CHROMIUM}: Debian's chromium is not installed and could not be "
+            "(`make venv` installs it with apt where apt is available)"
+        )
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import sync_playwright
+
+    playwright = sync_playwright().start()
+    try:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+        )
+    except PlaywrightError as exc:
+        playwright.stop()
+        pytest.skip(f"{CHROMIUM} is installed but could not be started: {exc.message[:500]}")
+    try:
+        yield browser
+    finally:
+        browser.close()
+        playwright.stop()
+
+
+@pytest.fixture
+def server(testbed_factory, tmp_path) -> Iterator[str]:
+    """``verimail serve`` on a loopback port, verifying against the testbed, jobs on the
+    session's Prefect server."""
+    from prefect.settings import PREFECT_API_URL
+
+    tb = testbed_factory(api_world())
+    env = {
+        **env_for_testbed(tb),
+        "VERIMAIL_DATA_DIR": str(tmp_path / "data"),
+        "VERIMAIL_PREFECT_WARM_UP": "false",
+        "PREFECT_API_URL": str(PREFECT_API_URL.value()),
+    }
+    with serve_processes(1, env, tmp_path) as servers:
+        yield servers[0].base_url
+
+
+def shot(page: Any, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def submit(page: Any, form: str) -> None:
+    """Click the form's submit button and wait for the page that answers."""
+    with page.expect_navigation():
+        page.locator(f"{form} button[type=submit]").click()
+
+
+def test_customer_journey_in_chromium(chromium, server, tmp_path):
+    for old in ARTIFACTS.glob("*"):  # only this run's pictures
+        old.unlink()
+    context = chromium.new_context(
+        base_url=server, accept_downloads=True, viewport={"width": 1280, "height": 900}
+    )
+    context.set_default_timeout(30_000)
+    page = context.new_page()
+    console_errors: list[str] = []
+    page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
+    try:
+        _journey(page, server, tmp_path)
+    except Exception:
+        shot(page, "zz-failure")
+        raise
+    finally:
+        context.close()
+    assert not console_errors, console_errors  # e.g. a CSP violation or a script error
+
+
+def _journey(page: Any, server: str, tmp_path: Path) -> None:
+    # Sign up, then log in (sign-up answers the same for new and taken addresses).
+    page.goto("/dashboard")
+    assert page.url.endswith("/dashboard/login?next=/dashboard")
+    page.goto("/dashboard/signup")
+    shot(page, "01-signup")
+    page.fill("input[name=email]", EMAIL)
+    page.fill("input[name=password]", PASSWORD)
+    page.fill("input[name=password_confirm]", PASSWORD)
+    submit(page, "main form")
+    assert "/dashboard/login" in page.url
+    assert "log in" in page.inner_text(".notice")
+    shot(page, "02-login")
+    page.fill("input[name=email]", EMAIL)
+    page.fill("input[name=password]", PASSWORD)
+    submit(page, "main form")
+    assert page.url == f"{server}/dashboard"
+    assert page.inner_text("[data-testid=balance]") == "125"  # 100 signup + 25 Free a day
+    shot(page, "03-overview")
+
+    # The session cookie is out of reach of scripts and scoped to the dashboard.
+    cookie = next(c for c in page.context.cookies() if c["name"] == "vm_session")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Lax" and cookie["path"] == "/dashboard"
+
+    # An API key, shown once, used with plain HTTP.
+    page.click("nav >> text=API keys")
+    shot(page, "04-keys")
+    page.fill("input[name=name]", "e2e laptop")
+    submit(page, "form[action='/dashboard/keys']")
+    key = page.input_value("[data-testid=new-key]")
+    assert re.fullmatch(r"vm_[A-Za-z0-9_-]{43}", key), key
+    shot(page, "05-key-created")
+    response = httpx.post(
+        f"{server}/api/verify/single",
+        json={"email": "alice@acme.test"},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "valid"
+    page.goto("/dashboard/keys")
+    assert key not in page.content()  # never shown again
+    assert "never" not in page.inner_text("table")  # last used: just now
+
+    # Try one address in the browser.
+    page.click("nav >> text=Try an address")
+    page.fill("main input[name=email]", "nobody@acme.test")
+    submit(page, "main form")
+    assert page.inner_text("[data-testid=result] .status") == "invalid"
+    shot(page, "06-try-an-address")
+
+    # Upload a CSV, watch it complete, download the results.
+    people = tmp_path / "people.csv"
+    people.write_text(
+        "id,Name,Email Address\n1,Alice,alice@acme.test\n2,Sam,sam@slow.test\n"
+        "3,Nobody,nobody@acme.test\n4,Any,someone@catchall.test\n"
+    )
+    page.click("nav >> text=Upload a list")
+    shot(page, "07-upload")
+    page.set_input_files("input[name=file]", str(people))
+    submit(page, "form[action='/dashboard/upload']")
+    assert re.search(r"/dashboard/jobs/\d+$", page.url), page.url
+    shot(page, "08-job-started")
+    page.wait_for_selector("[data-testid=download]", timeout=JOB_TIMEOUT_MS)
+    assert page.inner_text(".job-progress .status") == "completed"
+    shot(page, "09-job-completed")
+    with page.expect_download() as info:
+        page.click("[data-testid=download]")
+    download = info.value
+    saved = ARTIFACTS / "results.csv"
+    download.save_as(str(saved))
+    rows = list(csv.reader(io.StringIO(saved.read_text("utf-8"))))
+    assert rows[0] == ["id", "Name", "Email Address", "Safe to Send"]
+    assert [r[-1] for r in rows[1:]] == ["Yes", "Yes", "No", "No"]
+
+    # A file whose email column is not recognised: choose it from the file's columns.
+    odd = tmp_path / "odd.csv"
+    odd.write_text("who,where\nalice@acme.test,x\nbob@acme.test,y\nn/a,z\nn/a,z\nn/a,z\n")
+    page.click("nav >> text=Upload a list")
+    page.set_input_files("input[name=file]", str(odd))
+    submit(page, "form[action='/dashboard/upload']")
+    assert page.locator("select[name=email_column] option").all_inner_texts() == ["who", "where"]
+    shot(page, "10-column-picker")
+    page.select_option("select[name=email_column]", "who")
+    submit(page, "form[action='/dashboard/upload/column']")
+    page.wait_for_selector("[data-testid=download]", timeout=JOB_TIMEOUT_MS)
+    assert page.inner_text("[data-field=valid_count]") == "2"
+
+    page.click("nav >> text=Jobs")
+    assert page.locator("text=Download CSV").count() == 2
+    shot(page, "11-jobs")
+    page.click("nav >> text=Credits")
+    ledger = page.inner_text("table.ledger")
+    for reason in ("signup credits", "verify single", "verify single (dashboard)", "bulk_csv"):
+        assert reason in ledger
+    shot(page, "12-credits")
+    page.click("nav >> text=Plan")
+    assert "Your plan: Free" in page.inner_text("main")
+    shot(page, "13-plan")
+
+    # Log out: the dashboard asks for a login again.
+    submit(page, "form.logout")
+    assert "/dashboard/login" in page.url and "logged out" in page.inner_text(".notice")
+    shot(page, "14-logged-out")
+    page.goto("/dashboard/keys")
+    assert "/dashboard/login" in page.url
