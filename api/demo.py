@@ -106,8 +106,82 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
+DEMO_CSV = (
+    "name,email\n"
+    + "".join(f"{address.split('@')[0]},{address}\n" for address, _ in SHOWCASE)
+    + "".join(f"{address.split('@')[0]},{address}\n" for address in MORE)
+)
+
+
+async def _show_bulk(console: Console, client: httpx.AsyncClient, key: str, base_url: str) -> bool:
+    """Upload a small CSV as a bulk job, follow it to the end, print the results CSV.
+
+    Returns True when something went wrong. The job runs as a Prefect flow in this process
+    (the local runner); the first one waits for Prefect's embedded server to start.
+    """
+    plain = {"markup": False, "highlight": False, "soft_wrap": True}
+    headers = {"Authorization": f"Bearer {key}"}
+    console.rule("a bulk job: upload a CSV, poll, download")
+    created = await client.post(
+        "/api/bulk", headers=headers, files={"file": ("demo.csv", DEMO_CSV.encode(), "text/csv")}
+    )
+    console.print(f"POST /api/bulk -> HTTP {created.status_code}", **plain)
+    if created.status_code != 200:
+        console.print(created.text, **plain)
+        return True
+    job_id = created.json()["job_id"]
+    console.print(
+        f"job {job_id}: {created.json()['total_emails']} addresses; polling "
+        "(the first job waits for Prefect's embedded server, ~20 s)…",
+        **plain,
+    )
+    last = None
+    for _ in range(1200):
+        job = (await client.get(f"/api/bulk/{job_id}", headers=headers)).json()
+        state = (job["status"], job["processed_emails"])
+        if state != last:
+            console.print(
+                f"  {job['status']}: {job['processed_emails']}/{job['total_emails']}", **plain
+            )
+            last = state
+        if job["status"] in ("completed", "failed"):
+            break
+        await asyncio.sleep(0.25)
+    if job["status"] != "completed":
+        console.print(f"job {job_id} did not complete: {job.get('failed_reason')}", **plain)
+        return True
+    counts = {
+        k: job[k]
+        for k in (
+            "valid_count",
+            "invalid_count",
+            "catch_all_count",
+            "disposable_count",
+            "unknown_count",
+            "risky_count",
+        )
+    }
+    console.print(f"BULK job={job_id} status=completed {json.dumps(counts)}", **plain)
+    download = await client.get(f"/api/bulk/{job_id}/download", headers=headers)
+    console.print(f"GET /api/bulk/{job_id}/download -> HTTP {download.status_code}", **plain)
+    console.print(download.text, **plain)
+    console.print("Try it yourself:", **plain)
+    console.print(
+        f"curl -s {base_url}/api/bulk/{job_id}/download "
+        f"-H {shlex.quote('Authorization: Bearer ' + key)}",
+        **plain,
+    )
+    return download.status_code != 200
+
+
 async def _serve_and_show(
-    console: Console, settings: Settings, host: str, port: int, key: str, once: bool
+    console: Console,
+    settings: Settings,
+    host: str,
+    port: int,
+    key: str,
+    once: bool,
+    bulk: bool = True,
 ) -> int:
     import uvicorn
 
@@ -149,8 +223,11 @@ async def _serve_and_show(
                 failed = True
             console.print("Try it yourself:", **plain)
             console.print(curl_line(base_url, key, email), **plain)
+        if bulk:
+            failed = await _show_bulk(console, client, key, base_url) or failed
     console.rule()
     console.print("More addresses of the demo world to try: " + ", ".join(MORE), **plain)
+    console.print(f"Dashboard: {base_url}/dashboard (sign up there, or use the key above)")
 
     if once:
         server.should_exit = True
@@ -169,8 +246,11 @@ def demo_command(
     data_dir: Path = typer.Option(
         Path(".verimail/demo"), "--data-dir", help="Where the demo keeps its database."
     ),
+    bulk: bool = typer.Option(True, "--bulk/--no-bulk", help="Also show a bulk CSV job."),
 ) -> None:
     """Start the mail testbed and the API, show three verifications, keep serving."""
+    # Prefect's per-task INFO lines would bury the demo's own output.
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     console = Console()
     host = "127.0.0.1"
     if not _port_free(host, port):
@@ -197,7 +277,7 @@ def demo_command(
             store.close()
         console.print(f"[bold]Data dir[/bold] {data_dir}")
         try:
-            code = asyncio.run(_serve_and_show(console, settings, host, port, key, once))
+            code = asyncio.run(_serve_and_show(console, settings, host, port, key, once, bulk))
         except KeyboardInterrupt:
             code = 0
         console.print("demo stopped", highlight=False)

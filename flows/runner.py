@@ -65,24 +65,37 @@ class LocalRunner:
         )
         self._futures: set[Future[None]] = set()
         self._lock = threading.Lock()
+        self._prefect_lock = threading.Lock()
+        self._prefect_ready = False
 
     def warm_up(self) -> threading.Thread:
         """Import Prefect and start its embedded server in a background thread."""
-        thread = threading.Thread(target=self._warm, name="verimail-prefect-warm-up", daemon=True)
+        thread = threading.Thread(
+            target=self._ensure_prefect, name="verimail-prefect-warm-up", daemon=True
+        )
         thread.start()
         return thread
 
-    def _warm(self) -> None:
-        try:
-            from prefect.client.orchestration import get_client
+    def _ensure_prefect(self) -> None:
+        """Reach the Prefect API once, starting the embedded server if none is configured.
 
-            async def hello() -> None:
-                async with get_client() as client:
-                    await client.hello()
+        Serialised: Prefect's embedded server is not safe to start from two threads at
+        once (both pick the same port), so the warm-up and the first job runs take turns.
+        """
+        with self._prefect_lock:
+            if self._prefect_ready:
+                return
+            try:
+                from prefect.client.orchestration import get_client
 
-            asyncio.run(hello())
-        except Exception:  # warming is best effort; the first job will try again
-            log.exception("warming up Prefect failed")
+                async def hello() -> None:
+                    async with get_client() as client:
+                        await client.hello()
+
+                asyncio.run(hello())
+                self._prefect_ready = True
+            except Exception:  # the flow run itself will report what is wrong
+                log.exception("reaching the Prefect API failed")
 
     def submit(self, kind: str, job_id: int) -> None:
         future = self._pool.submit(self._run, kind, job_id)
@@ -97,6 +110,7 @@ class LocalRunner:
     def _run(self, kind: str, job_id: int) -> None:
         error: BaseException | None = None
         try:
+            self._ensure_prefect()
             with using_settings(self.settings):
                 asyncio.run(_flow_for(kind)(job_id=job_id))
         except BaseException as exc:  # the flow has marked the job failed if it got that far

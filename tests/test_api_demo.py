@@ -1,4 +1,5 @@
-"""``verimail demo --once`` as a user runs it: testbed, API, three verifications, exit 0."""
+"""``verimail demo --once`` as a user runs it: testbed, API, three verifications and a bulk
+job on Prefect's embedded server (nothing else started), exit 0."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ def test_demo_once_shows_valid_invalid_and_catch_all(tmp_path: Path) -> None:
     port = free_port()
     command = [str(VERIMAIL_BIN), "demo", "--once", "--port", str(port)]
     run = subprocess.run(
-        command, cwd=tmp_path, env=clean_env({}), capture_output=True, text=True, timeout=120
+        command, cwd=tmp_path, env=clean_env({}), capture_output=True, text=True, timeout=240
     )
     output = run.stdout + run.stderr
     assert run.returncode == 0, output
@@ -25,10 +26,18 @@ def test_demo_once_shows_valid_invalid_and_catch_all(tmp_path: Path) -> None:
     assert key, output
     assert f"curl -s -X POST http://127.0.0.1:{port}/api/verify/single" in run.stdout
     assert (tmp_path / ".verimail" / "demo" / "verimail.db").exists()
+    assert re.search(r"^BULK job=\d+ status=completed ", run.stdout, re.MULTILINE), output
+    assert "alice,alice@acme.test,Yes" in run.stdout
+    assert "nobody,nobody@acme.test,No" in run.stdout
 
     # A second run reuses the account and prints the same key.
     again = subprocess.run(
-        command, cwd=tmp_path, env=clean_env({}), capture_output=True, text=True, timeout=120
+        [*command, "--no-bulk"],
+        cwd=tmp_path,
+        env=clean_env({}),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert again.returncode == 0, again.stdout + again.stderr
     assert key.group(0) in again.stdout
