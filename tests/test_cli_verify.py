@@ -1,0 +1,37 @@
+"""`verimail verify` as a user runs it: JSON lines, a table, a file, and the counters."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from api_helpers import VERIMAIL_BIN, api_world, clean_env, env_for_testbed
+
+
+def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(VERIMAIL_BIN), "verify", *args], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_verify_json_table_file_and_stats(testbed_factory, tmp_path):
+    tb = testbed_factory(api_world())
+    env = clean_env({**env_for_testbed(tb), "VERIMAIL_DATA_DIR": str(tmp_path)})
+    out = _run(["alice@acme.test", "nobody@acme.test", "--json", "--stats"], env)
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [(r["email"], r["status"]) for r in lines] == [
+        ("alice@acme.test", "valid"),
+        ("nobody@acme.test", "invalid"),
+    ]
+    assert {"safe_to_send", "confidence_score", "reason", "mx_records"} <= set(lines[0])
+    stats = json.loads(out.stderr)
+    assert stats["mx_queries"] == 1 and stats["sessions"] == 1 and stats["rcpts"] == 3
+    listing = tmp_path / "list.txt"
+    listing.write_text("# a comment\nbob@acme.test\n\nsomeone@catchall.test\n")
+    table = _run(["--file", str(listing)], env)
+    assert table.returncode == 0, table.stderr
+    assert "bob@acme.test" in table.stdout and "valid" in table.stdout
+    assert "catchall" in table.stdout or "likely_valid" in table.stdout
+    nothing = _run([], env)
+    assert nothing.returncode == 2 and "at least one address" in nothing.stderr
