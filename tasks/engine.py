@@ -22,7 +22,7 @@ from verimail import API_VERSION
 from verimail.config import Settings
 from verimail.schemas.outcomes import DomainOutcome, SmtpOutcome
 from verimail.schemas.results import VerificationResult
-from verimail.tasks.dns_facts import DnsStats, DomainFacts, DomainResolver
+from verimail.tasks.dns_facts import DnsStats, DomainFacts, DomainResolver, MailHost
 from verimail.tasks.lists import ReferenceLists
 from verimail.tasks.smtp_probe import Finding, GroupResult, HostGroup, Prober, SmtpStats
 from verimail.tasks.syntax import ParsedAddress, SyntaxProblem, parse_address
@@ -176,13 +176,16 @@ class Engine:
 
         decided: dict[str, Finding] = {}
         groups: dict[tuple[str, ...], HostGroup] = {}
+        allowed: dict[str, tuple[MailHost, ...]] = {}  # by domain: addresses parsed once
         for email, item in by_email.items():
             fact = facts[item.domain]
             if fact.outcome is not DomainOutcome.OK:
                 continue
             if self.lists.is_disposable(item.domain):
                 continue  # a throwaway domain is "disposable" whatever its server says
-            hosts = self.prober.allowed_hosts(fact.hosts)
+            hosts = allowed.get(item.domain)
+            if hosts is None:
+                hosts = allowed[item.domain] = self.prober.allowed_hosts(fact.hosts)
             if not hosts:
                 names = ", ".join(h.name for h in fact.hosts)
                 decided[email] = Finding(

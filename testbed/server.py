@@ -42,7 +42,10 @@ def default_ports() -> tuple[int, int]:
 
 
 def _tcp_listener(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted connections only when the
+    # listener says it is TCP. Without it the lines after the first of a multi-line reply
+    # (EHLO) wait for the client's delayed ACK: 64 ms instead of 21 ms per EHLO.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         # Lets a new testbed reuse an address whose old connections sit in TIME_WAIT; Linux
         # still refuses a second listener on the same address and port.

@@ -1,0 +1,146 @@
+"""CSV ingest and results writing: our path against Python's ``csv`` module.
+
+``python -m bench.ingest [--rows 1000000]`` writes a generated 6-column upload
+(:mod:`bench.data`), then runs each implementation in its own process
+(:mod:`bench.ingest_worker`) for time and peak RSS:
+
+- ingest: sniff + detect the email column + count, load the column, normalise, dedupe, group
+  by domain — ours (``inspect_csv``, ``load_emails``, ``normalise_emails``, Polars) against a
+  one-pass ``csv.reader`` + dict implementation;
+- results file: ``values_for_rows`` + ``write_results_csv`` (the original bytes plus
+  ``Safe to Send``) against ``csv.reader`` → ``csv.writer``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    Table,
+    add_output_args,
+    command_text,
+    fmt_float,
+    fmt_int,
+    fmt_ratio,
+    publish,
+    run_measured,
+    target_cell,
+)
+from bench.data import write_upload
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000, help="data rows (default 1M)")
+    parser.add_argument("--timeout", type=float, default=900)
+    add_output_args(parser)
+    args = parser.parse_args(argv)
+
+    runs: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="verimail-bench-ingest-") as tmp:
+        path = Path(tmp, "upload.csv")
+        started = time.perf_counter()
+        truth = write_upload(path, args.rows)
+        gen_s = time.perf_counter() - started
+        size_mb = path.stat().st_size / 1e6
+        for impl in ("ours", "csv", "write-ours", "write-csv"):
+            runs[impl] = run_measured(
+                ["bench.ingest_worker", "--impl", impl, "--path", str(path)],
+                timeout=args.timeout,
+            )
+
+    ours, base = runs["ours"], runs["csv"]
+    for impl in ("ours", "csv"):
+        found = runs[impl]["counts"]
+        if found["unique_addresses"] != truth["unique_addresses"]:
+            raise RuntimeError(f"{impl} found {found} but the file holds {truth}")
+
+    ingest = Table(
+        f"CSV ingest: {args.rows:,} rows × 6 columns, {size_mb:,.0f} MB "
+        f"({truth['unique_addresses']:,} unique addresses, {ours['counts']['domains']:,} domains)",
+        ["implementation", "wall s", "rows/s", "peak RSS MiB", "steps (s)"],
+    )
+    for name, run in (("verimail (tokenizer + Polars)", ours), ("Python csv module", base)):
+        ingest.add(
+            name,
+            fmt_float(run["wall_s"]),
+            fmt_int(args.rows / run["wall_s"]),
+            fmt_int(run["peak_rss_mib"]),
+            "; ".join(f"{k} {v:.2f}" for k, v in run["steps"].items()),
+        )
+    speedup = base["wall_s"] / ours["wall_s"]
+    writing = Table(
+        "Results file: original columns + Safe to Send",
+        ["implementation", "wall s", "rows/s", "peak RSS MiB", "steps (s)"],
+    )
+    for name, run in (
+        ("verimail (values_for_rows + write_results_csv)", runs["write-ours"]),
+        ("Python csv.reader → csv.writer", runs["write-csv"]),
+    ):
+        writing.add(
+            name,
+            fmt_float(run["wall_s"]),
+            fmt_int(args.rows / run["wall_s"]),
+            fmt_int(run["peak_rss_mib"]),
+            "; ".join(f"{k} {v:.2f}" for k, v in run["steps"].items()),
+        )
+    write_speedup = runs["write-csv"]["wall_s"] / runs["write-ours"]["wall_s"]
+    targets = Table("Ratios (same run) and targets", ["comparison", "figure", "target", "verdict"])
+    scale = 1_000_000 / args.rows
+    targets.add(
+        "ingest wall (ours)",
+        f"{ours['wall_s']:.2f} s",
+        "≤ 20 s at 1M rows",
+        target_cell(ours["wall_s"] * scale <= 20),
+    )
+    targets.add(
+        "ingest peak RSS (ours)",
+        f"{ours['peak_rss_mib']:,.0f} MiB",
+        "≤ 2 GB at 1M rows",
+        target_cell(ours["peak_rss_mib"] * 1.048576 <= 2000),
+    )
+    targets.add("csv wall ÷ ours (ingest)", fmt_ratio(speedup), "≥ 5×", target_cell(speedup >= 5))
+    targets.add("csv wall ÷ ours (results file)", fmt_ratio(write_speedup), "–", "–")
+
+    steps = ours["steps"]
+    passes = sum(v for k, v in steps.items() if k.startswith(("inspect", "load")))
+    reading = [
+        f"Ours takes {ours['wall_s']:.1f} s, {passes:.1f} s of it in two Python passes over "
+        "the file (inspect_csv counting rows for the upload limit and the credit reservation, "
+        "then load_emails taking the email cell of each record) through the one tokenizer "
+        "that also writes the results file; the Polars part (normalise, dedupe, group) takes "
+        f"{ours['wall_s'] - passes:.1f} s. The csv module does everything in one pass with its "
+        f"C reader in {base['wall_s']:.1f} s, so ours is {speedup:.2f}× its speed: the ≥ 5× "
+        "target is missed, by design rather than by accident — Polars is not the parser (it "
+        'rejects spreadsheet quoting such as 5" screen, bare-CR lines and non-UTF-8 files, '
+        "see tasks/csv_io.py), so the per-line Python cost is the floor.",
+        f"Memory: {ours['peak_rss_mib']:,.0f} MiB peak for ours (the email column as Python "
+        "strings, then Polars frames of row, email, normalised, domain) against "
+        f"{base['peak_rss_mib']:,.0f} MiB for the csv module (a dict of unique addresses); "
+        "both far under 2 GB.",
+        f"The results file: ours {runs['write-ours']['wall_s']:.1f} s against "
+        f"{runs['write-csv']['wall_s']:.1f} s for csv.reader → csv.writer (csv ÷ ours = "
+        f"{write_speedup:.2f}×), and ours keeps every original byte (quoting, line ends, "
+        "encoding) where the csv module re-quotes the file. Ours spends "
+        f"{runs['write-ours']['steps'].get('values per row', 0):.1f} s mapping each row's "
+        "address to its value (a Polars join), the rest in the same per-line tokenizer as "
+        "the ingest.",
+        f"Generating the {size_mb:,.0f} MB file took {gen_s:.1f} s (not measured above).",
+    ]
+    publish(
+        args,
+        title=f"CSV ingest ({args.rows:,} rows)",
+        command=command_text("bench.ingest", argv),
+        tables=[ingest, writing, targets],
+        reading=reading,
+        extra={"runs": runs, "truth": truth},
+    )
+    return {"runs": runs, "tables": [ingest, writing, targets]}
+
+
+if __name__ == "__main__":
+    main()

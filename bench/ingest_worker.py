@@ -1,0 +1,214 @@
+"""One measured ingest or write run in a fresh process (its own peak RSS).
+
+``python -m bench.ingest_worker --impl ours|csv|write-ours|write-csv --path FILE``
+
+- ``ours``: what a bulk job does with an upload — ``inspect_csv`` (encoding, delimiter,
+  header, email column, row count), ``load_emails``, ``normalise_emails``, dedupe, and a
+  Polars group-by of the unique addresses by domain;
+- ``csv``: the same with Python's ``csv`` module and dicts, in one pass;
+- ``write-ours``: the results file — ``values_for_rows`` + ``write_results_csv`` appending
+  ``Safe to Send`` to the original bytes;
+- ``write-csv``: the same with ``csv.reader`` + ``csv.writer`` (re-quotes the file as the
+  ``csv`` module sees fit; the original bytes are not kept).
+
+Prints one ``BENCH-RESULT`` JSON line with the wall time of the measured part, its steps, the
+counts found, and the process's peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import time
+import zlib
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from bench.common import current_rss_mib, emit_result, peak_rss_mib
+
+EMAIL_HEADERS = (
+    "email",
+    "emailaddress",
+    "emails",
+    "workemail",
+    "businessemail",
+    "contactemail",
+    "mail",
+)
+
+
+def safe_value(address: str) -> str:
+    """A stand-in verdict per address, the same in every implementation."""
+    return "Yes" if zlib.crc32(address.encode()) % 4 else "No"
+
+
+# --- ours ------------------------------------------------------------------------------------
+
+
+def ingest_ours(path: Path) -> tuple[dict[str, float], dict[str, int], Any]:
+    import polars as pl
+
+    from verimail.tasks.csv_io import inspect_csv, load_emails, normalise_emails
+
+    steps: dict[str, float] = {}
+    t = time.perf_counter()
+    info = inspect_csv(path, max_rows=10_000_000)
+    steps["inspect (sniff, detect column, count rows)"] = time.perf_counter() - t
+    t = time.perf_counter()
+    rows = load_emails(path, info)
+    steps["load column"] = time.perf_counter() - t
+    t = time.perf_counter()
+    rows = normalise_emails(rows)
+    steps["normalise"] = time.perf_counter() - t
+    t = time.perf_counter()
+    uniques = rows.get_column("normalised").drop_nulls().unique(maintain_order=True)
+    steps["dedupe"] = time.perf_counter() - t
+    t = time.perf_counter()
+    groups = (
+        rows.filter(pl.col("normalised").is_not_null())
+        .unique(subset="normalised", keep="first", maintain_order=True)
+        .group_by("domain")
+        .agg(pl.col("normalised"))
+    )
+    steps["group by domain"] = time.perf_counter() - t
+    counts = {
+        "rows": rows.height,
+        "addresses": int(rows.get_column("normalised").is_not_null().sum()),
+        "unique_addresses": uniques.len(),
+        "domains": groups.height,
+        "email_column": info.email_index or 0,
+    }
+    return steps, counts, (info, rows, uniques)
+
+
+# --- the csv module ----------------------------------------------------------------------
+
+
+def _detect(header: list[str], sample: list[list[str]]) -> int:
+    keys = ["".join(c for c in h.lower() if c.isalnum()) for h in header]
+    for name in EMAIL_HEADERS:
+        if name in keys:
+            return keys.index(name)
+    best, best_hits = 0, -1
+    for i in range(len(header)):
+        hits = sum(1 for r in sample if i < len(r) and "@" in r[i])
+        if hits > best_hits:
+            best, best_hits = i, hits
+    return best
+
+
+def ingest_csv(path: Path) -> tuple[dict[str, float], dict[str, int], Any]:
+    steps: dict[str, float] = {}
+    t = time.perf_counter()
+    uniques: dict[str, None] = {}
+    groups: dict[str, list[str]] = defaultdict(list)
+    rows = addresses = 0
+    with path.open(encoding="utf-8", newline="") as fh:
+        reader = csv.reader(fh)
+        header = next(reader)
+        sample = [row for _, row in zip(range(100), reader, strict=False)]
+        index = _detect(header, sample)
+        for source in (sample, reader):
+            for row in source:
+                if not row or (len(row) == 1 and not row[0].strip()):
+                    continue
+                rows += 1
+                cell = row[index].strip() if index < len(row) else ""
+                if not cell:
+                    continue
+                addresses += 1
+                local, at, domain = cell.rpartition("@")
+                if at and domain:
+                    domain = domain.lower()
+                    normalised = f"{local}@{domain}"
+                else:
+                    normalised, domain = cell, ""
+                if normalised not in uniques:
+                    uniques[normalised] = None
+                    groups[domain].append(normalised)
+    steps["one pass: read, detect, normalise, dedupe, group"] = time.perf_counter() - t
+    counts = {
+        "rows": rows,
+        "addresses": addresses,
+        "unique_addresses": len(uniques),
+        "domains": len(groups),
+        "email_column": index,
+    }
+    return steps, counts, (index, uniques)
+
+
+# --- writing the results file -----------------------------------------------------------------
+
+
+def write_ours(path: Path, out: Path) -> tuple[dict[str, float], dict[str, int]]:
+    from verimail.tasks.csv_io import values_for_rows, write_results_csv
+
+    _steps, _counts, (info, rows, uniques) = ingest_ours(path)
+    mapping = {u: safe_value(u) for u in uniques.to_list()}
+    steps: dict[str, float] = {}
+    t = time.perf_counter()
+    values = values_for_rows(rows, mapping, "No")
+    steps["values per row"] = time.perf_counter() - t
+    t = time.perf_counter()
+    written = write_results_csv(path, info, out, {"Safe to Send": values})
+    steps["write (original bytes + column)"] = time.perf_counter() - t
+    return steps, {"rows": written, "bytes": out.stat().st_size}
+
+
+def write_csv(path: Path, out: Path) -> tuple[dict[str, float], dict[str, int]]:
+    _steps, _counts, (index, uniques) = ingest_csv(path)
+    mapping = {u: safe_value(u) for u in uniques}
+    steps: dict[str, float] = {}
+    t = time.perf_counter()
+    written = 0
+    with (
+        path.open(encoding="utf-8", newline="") as fin,
+        out.open("w", encoding="utf-8", newline="") as fout,
+    ):
+        reader = csv.reader(fin)
+        writer = csv.writer(fout)
+        writer.writerow([*next(reader), "Safe to Send"])
+        for row in reader:
+            cell = row[index].strip() if index < len(row) else ""
+            local, at, domain = cell.rpartition("@")
+            key = f"{local}@{domain.lower()}" if at and domain else cell
+            writer.writerow([*row, mapping.get(key, "No")])
+            written += 1
+    steps["read + write (csv.reader → csv.writer)"] = time.perf_counter() - t
+    return steps, {"rows": written, "bytes": out.stat().st_size}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--impl", choices=["ours", "csv", "write-ours", "write-csv"], required=True)
+    parser.add_argument("--path", type=Path, required=True)
+    args = parser.parse_args()
+    rss_before = current_rss_mib()
+    out = args.path.with_name(f"{args.path.stem}.{args.impl}.out.csv")
+    t = time.perf_counter()
+    if args.impl == "ours":
+        steps, counts, _ = ingest_ours(args.path)
+        wall = time.perf_counter() - t
+    elif args.impl == "csv":
+        steps, counts, _ = ingest_csv(args.path)
+        wall = time.perf_counter() - t
+    else:
+        fn = write_ours if args.impl == "write-ours" else write_csv
+        steps, counts = fn(args.path, out)
+        wall = sum(steps.values())  # the write only; its ingest ran first, untimed
+        out.unlink(missing_ok=True)
+    emit_result(
+        {
+            "impl": args.impl,
+            "wall_s": wall,
+            "steps": steps,
+            "counts": counts,
+            "rss_before_mib": rss_before,
+            "peak_rss_mib": peak_rss_mib(),
+        }
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""Every benchmark script at a tiny size, so that ``bench/`` cannot rot.
+
+No timing assertions: each script runs as ``make bench`` runs it (a subprocess from the
+repository root), writes its section to a temporary file instead of ``BENCHMARKS.md`` (which
+must stay untouched) and its tables as JSON, whose row names are checked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BENCHMARKS = REPO / "BENCHMARKS.md"
+
+
+def _digest() -> str | None:
+    return hashlib.sha256(BENCHMARKS.read_bytes()).hexdigest() if BENCHMARKS.exists() else None
+
+
+def _run(tmp_path: Path, module: str, *args: str, timeout: float = 600) -> dict:
+    out, data = tmp_path / f"{module}.md", tmp_path / f"{module}.json"
+    before = _digest()
+    proc = subprocess.run(
+        [sys.executable, "-m", f"bench.{module}", *args, "--output", str(out), "--json", str(data)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert _digest() == before, "a smoke run must not touch BENCHMARKS.md"
+    section = out.read_text(encoding="utf-8")
+    assert "Command: `python -m bench." in section and "Machine: " in section
+    assert "Reading:" in section
+    return json.loads(data.read_text(encoding="utf-8"))
+
+
+def _first_cells(result: dict, table: int = 0) -> list[str]:
+    return [row[0] for row in result["tables"][table]["rows"]]
+
+
+def _peer_available() -> bool:
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from bench.peer import ensure_peer_venv
+
+    try:
+        ensure_peer_venv()
+    except (subprocess.CalledProcessError, OSError):
+        return False
+    return True
+
+
+@pytest.mark.prefect
+def test_throughput_smoke(tmp_path):
+    peer = _peer_available()
+    args = ["--size", "200", "--peer-sample", "5"]
+    args += ["--peer-threads", "1,4"] if peer else ["--peer-threads", ""]
+    result = _run(tmp_path, "throughput", *args)
+    rows = _first_cells(result)
+    assert rows[0] == "verimail engine (verify_many)"
+    assert rows[1] == "verimail bulk_verify flow (LocalRunner)"
+    assert rows[-1] == "latency-model lower bound"
+    if peer:
+        assert [r for r in rows if r.startswith("py3-validate-email")], rows
+    ratios = _first_cells(result, 1)
+    assert "engine wall ÷ lower bound" in ratios
+    assert "flow wall ÷ engine wall (Prefect overhead)" in ratios
+    assert "MX queries ÷ unique domains (engine)" in ratios
+    engine = result["extra"]["runs"]["engine"]
+    assert engine["agreement"] == 1.0  # the tiny world is verified exactly as generated
+    if not peer:
+        pytest.skip("py3-validate-email could not be installed (no package index?)")
+
+
+def test_scaling_smoke(tmp_path):
+    result = _run(tmp_path, "scaling", "--sizes", "100,200")
+    assert _first_cells(result) == ["100", "200"]
+
+
+def test_ingest_smoke(tmp_path):
+    result = _run(tmp_path, "ingest", "--rows", "2000")
+    assert _first_cells(result) == ["verimail (tokenizer + Polars)", "Python csv module"]
+    assert _first_cells(result, 1) == [
+        "verimail (values_for_rows + write_results_csv)",
+        "Python csv.reader → csv.writer",
+    ]
+    runs = result["extra"]["runs"]
+    assert runs["ours"]["counts"] == runs["csv"]["counts"]
+
+
+@pytest.mark.parametrize("tool", ["httpx", "wrk"])
+def test_api_smoke(tmp_path, tool):
+    if tool == "wrk" and shutil.which("wrk") is None:
+        pytest.skip("wrk is not installed")
+    result = _run(tmp_path, "api", "--seconds", "1", "--clients", "1,2", "--tool", tool)
+    rows = result["tables"][0]["rows"]
+    assert [(r[0], r[1]) for r in rows] == [
+        ("GET /api/health", "1"),
+        ("POST /api/verify/single", "1"),
+        ("GET /api/health", "2"),
+        ("POST /api/verify/single", "2"),
+    ]
+    assert all(r[6] == "0" for r in rows), rows  # no non-2xx answers
