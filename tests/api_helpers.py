@@ -242,3 +242,18 @@ def _wait_healthy(server: ServerProcess, timeout: float) -> None:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{server.base_url} not healthy in time:\n{server.log()}")
             time.sleep(0.05)
+
+
+async def poll_job(
+    client: httpx.AsyncClient, url: str, headers: Mapping[str, str], timeout: float = 60.0
+) -> dict[str, Any]:
+    """GET a job until it is completed or failed; its last body. Fails after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        response = await client.get(url, headers=dict(headers))
+        assert response.status_code == 200, response.text
+        body = response.json()
+        if body["status"] in ("completed", "failed"):
+            return body
+        assert time.monotonic() < deadline, f"job still {body['status']} after {timeout} s"
+        await asyncio.sleep(0.05)

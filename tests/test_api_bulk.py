@@ -3,13 +3,11 @@ testbed; JSON bulk; every error status of endpoints 3, 4, 5, 11, 12."""
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import io
-import time
 
 import pytest
-from api_helpers import api_world, assert_error_body, running_app, total_balance
+from api_helpers import api_world, assert_error_body, poll_job, running_app, total_balance
 
 from verimail.tasks import dns_facts
 
@@ -27,18 +25,6 @@ def _fresh_dns_cache():
 def settings(testbed_factory, testbed_settings, tmp_path):
     tb = testbed_factory(api_world())
     return testbed_settings(tb, tmp_path, upload_max_bytes=200_000, upload_max_rows=1000)
-
-
-async def _poll(client, url: str, headers, timeout: float = 60.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        response = await client.get(url, headers=headers)
-        assert response.status_code == 200, response.text
-        body = response.json()
-        if body["status"] in ("completed", "failed"):
-            return body
-        assert time.monotonic() < deadline, f"job still {body['status']}"
-        await asyncio.sleep(0.05)
 
 
 def _upload(content: bytes | str, name: str = "list.csv", **fields: str) -> dict:
@@ -66,7 +52,7 @@ async def test_upload_poll_download(settings):
         assert job["status"] in ("pending", "processing")
         assert job["total_emails"] == 5  # rows with an address
         assert total_balance(app.store, customer.account_id) == 95  # reserved at creation
-        done = await _poll(app.client, f"/api/bulk/{job['job_id']}", customer.headers)
+        done = await poll_job(app.client, f"/api/bulk/{job['job_id']}", customer.headers)
         assert done["status"] == "completed", done
         assert done["processed_emails"] == 5 and done["percent_complete"] == 100.0
         assert (done["valid_count"], done["invalid_count"], done["catch_all_count"]) == (3, 1, 1)
@@ -116,7 +102,9 @@ async def test_each_recognised_header(settings, header):
         content = f"name,{header}\nA,alice@acme.test\nB,nobody@acme.test\n"
         response = await app.client.post("/api/bulk", headers=customer.headers, **_upload(content))
         assert response.status_code == 200, response.text
-        done = await _poll(app.client, f"/api/bulk/{response.json()['job_id']}", customer.headers)
+        done = await poll_job(
+            app.client, f"/api/bulk/{response.json()['job_id']}", customer.headers
+        )
         assert (done["valid_count"], done["invalid_count"]) == (1, 1)
 
 
@@ -127,7 +115,9 @@ async def test_headerless_file_and_column_override(settings):
             "/api/bulk", headers=customer.headers, **_upload("alice@acme.test\nbob@acme.test\n")
         )
         assert headerless.status_code == 200, headerless.text
-        done = await _poll(app.client, f"/api/bulk/{headerless.json()['job_id']}", customer.headers)
+        done = await poll_job(
+            app.client, f"/api/bulk/{headerless.json()['job_id']}", customer.headers
+        )
         assert done["valid_count"] == 2
         download = await app.client.get(
             f"/api/bulk/{done['job_id']}/download", headers=customer.headers
@@ -159,7 +149,7 @@ async def test_download_before_completion_is_409_and_foreign_job_404(settings):
             assert_error_body(await app.client.get(url, headers=other.headers), 404)
         assert_error_body(await app.client.get("/api/bulk/999999", headers=owner.headers), 404)
         assert_error_body(await app.client.get(f"/api/bulk/{job_id}"), 401)
-        done = await _poll(app.client, f"/api/bulk/{job_id}", owner.headers)
+        done = await poll_job(app.client, f"/api/bulk/{job_id}", owner.headers)
         assert done["status"] == "completed"
 
 
@@ -204,7 +194,7 @@ async def test_json_bulk_create_poll_results(settings):
         assert created.status_code == 200, created.text
         body = created.json()
         assert body["status"] == "pending" and body["total_emails"] == 4
-        done = await _poll(app.client, f"/api/verify/bulk/{body['job_id']}", customer.headers)
+        done = await poll_job(app.client, f"/api/verify/bulk/{body['job_id']}", customer.headers)
         assert done["status"] == "completed"
         page = await app.client.get(
             f"/api/verify/bulk/{body['job_id']}?offset=1&limit=2", headers=customer.headers

@@ -8,26 +8,15 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from api_helpers import clean_env, env_for_testbed, running_app
+from api_helpers import clean_env, env_for_testbed, poll_job, running_app
 
 from verimail.store.testing import temporary_database_url
 from verimail.tasks import dns_facts
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.prefect]
-
-
-async def _poll(client, url, headers, timeout):
-    deadline = time.monotonic() + timeout
-    while True:
-        body = (await client.get(url, headers=headers)).json()
-        if body["status"] in ("completed", "failed"):
-            return body
-        assert time.monotonic() < deadline, body
-        await asyncio.sleep(0.2)
 
 
 async def test_bulk_job_runs_on_a_worker(testbed_factory, testbed_settings, tmp_path):
@@ -72,7 +61,7 @@ async def test_bulk_job_runs_on_a_worker(testbed_factory, testbed_settings, tmp_
                 )
                 assert created.status_code == 200, created.text
                 job_id = created.json()["job_id"]
-                done = await _poll(
+                done = await poll_job(
                     app.client, f"/api/verify/bulk/{job_id}", customer.headers, timeout=240
                 )
                 worker_log = (tmp_path / "worker.log").read_text(errors="replace")

@@ -3,13 +3,11 @@ charging per find, running out of credits, 402/403/404/409/422."""
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import io
-import time
 
 import pytest
-from api_helpers import assert_error_body, running_app, total_balance
+from api_helpers import assert_error_body, poll_job, running_app, total_balance
 
 from verimail.store.accounts import set_finder
 from verimail.store.credits import ledger
@@ -57,16 +55,6 @@ def settings(testbed_factory, testbed_settings, tmp_path):
     return testbed_settings(tb, tmp_path, finder_charge=10)
 
 
-async def _poll(client, url, headers, timeout=60.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        body = (await client.get(url, headers=headers)).json()
-        if body["status"] in ("completed", "failed"):
-            return body
-        assert time.monotonic() < deadline, body
-        await asyncio.sleep(0.05)
-
-
 def _form(text: str, **fields: str) -> dict:
     return {"files": {"file": ("people.csv", text.encode(), "text/csv")}, "data": fields}
 
@@ -84,7 +72,7 @@ async def test_finder_csv_end_to_end(settings):
         assert isinstance(job["job_id"], str) and job["job_id"].startswith("fj_")
         assert job["status"] == "pending" and job["total_rows"] == 5
         url = f"/api/find-email/csv/{job['job_id']}"
-        done = await _poll(app.client, url, customer.headers)
+        done = await poll_job(app.client, url, customer.headers)
         assert done["status"] == "completed", done
         assert (done["found_count"], done["not_found_count"], done["catch_all_count"]) == (2, 1, 1)
         assert done["invalid_input_count"] == 1 and done["credits_used"] == 20
@@ -112,7 +100,7 @@ async def test_running_out_of_credits_skips_the_rest(settings):
         created = await app.client.post(
             "/api/find-email/csv", headers=customer.headers, **_form(people)
         )
-        done = await _poll(
+        done = await poll_job(
             app.client, f"/api/find-email/csv/{created.json()['job_id']}", customer.headers
         )
         assert done["found_count"] == 1 and done["skipped_no_credits_count"] == 1
@@ -141,7 +129,7 @@ async def test_finder_csv_errors(settings):
         assert_error_body(
             await app.client.get("/api/find-email/csv/fj_unknown", headers=customer.headers), 404
         )
-        await _poll(app.client, f"/api/find-email/csv/{job_id}", customer.headers)
+        await poll_job(app.client, f"/api/find-email/csv/{job_id}", customer.headers)
         set_finder(app.store.engine, customer.account_id, False)
         off = await app.client.post(
             "/api/find-email/csv", headers=customer.headers, **_form(people)
@@ -167,4 +155,4 @@ async def test_download_before_done_is_409(settings, testbed_factory, testbed_se
             f"/api/find-email/csv/{job_id}/download", headers=customer.headers
         )
         assert "once its status is completed" in assert_error_body(early, 409)
-        await _poll(app.client, f"/api/find-email/csv/{job_id}", customer.headers)
+        await poll_job(app.client, f"/api/find-email/csv/{job_id}", customer.headers)
