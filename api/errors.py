@@ -74,7 +74,11 @@ class ValidationErrorBody(BaseModel):
     detail: str = Field(
         description="Every problem in one readable string, e.g. `email: field required`."
     )
-    errors: list[ValidationIssue] = Field(description="The same problems, structured.")
+    errors: list[ValidationIssue] | None = Field(
+        None,
+        description="The same problems, structured (absent when the refusal is about the "
+        "request as a whole, e.g. an upload that is not a CSV).",
+    )
 
 
 class ApiError(Exception):
@@ -254,8 +258,19 @@ def _http_detail(request: Request, exc: StarletteHTTPException) -> str:
     return detail
 
 
+UNREADABLE_BODY = "There was an error parsing the body"
+"""FastAPI's 400 for a body it could not decode at all (e.g. JSON that is not UTF-8)."""
+
+
 async def _on_http_exception(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400 and exc.detail == UNREADABLE_BODY:
+        # Undocumented, and the same fault as invalid JSON: answer it as the 422 that is.
+        issue = {"type": "json_invalid", "loc": ["body"], "msg": "body is not UTF-8 JSON"}
+        return JSONResponse(
+            {"detail": "request body is not valid JSON (it must be UTF-8)", "errors": [issue]},
+            status_code=422,
+        )
     return error_response(exc.status_code, _http_detail(request, exc), exc.headers)
 
 

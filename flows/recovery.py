@@ -24,8 +24,17 @@ RUNNER_KIND = {"bulk_csv": "bulk", "bulk_json": "bulk", "finder_csv": "finder"}
 
 
 def recover_stale_jobs(settings: Settings, runner: JobRunner) -> list[tuple[int, str]]:
-    """One sweep: returns (job id, "resumed" | "failed") for each stale job handled."""
+    """One sweep: returns (job id, "resumed" | "failed") for each stale job handled.
+
+    First beats the jobs this process's runner still holds (queued behind other jobs, or
+    whose flow run is starting): only a flow beats by itself, and only once it runs, so
+    without this a job waiting for a worker thread longer than ``job_stale_after`` looked
+    dead — and was started a second time and failed as out of attempts.
+    """
     store = store_for(settings)
+    held = getattr(runner, "held_jobs", None)
+    if held is not None:
+        job_store.keep_alive(store.engine, held())
     handled: list[tuple[int, str]] = []
     stale = job_store.find_stale_processing(
         store.engine, timedelta(seconds=settings.job_stale_after), include_pending=True

@@ -64,6 +64,7 @@ class LocalRunner:
             max_workers=settings.local_runner_workers, thread_name_prefix="verimail-job"
         )
         self._futures: set[Future[None]] = set()
+        self._jobs: set[int] = set()  # submitted and not yet returned: queued or running
         self._lock = threading.Lock()
         self._prefect_lock = threading.Lock()
         self._prefect_ready = False
@@ -98,10 +99,21 @@ class LocalRunner:
                 log.exception("reaching the Prefect API failed")
 
     def submit(self, kind: str, job_id: int) -> None:
+        with self._lock:
+            self._jobs.add(job_id)
         future = self._pool.submit(self._run, kind, job_id)
         with self._lock:
             self._futures.add(future)
         future.add_done_callback(self._forget)
+
+    def held_jobs(self) -> list[int]:
+        """Jobs this process holds (queued for a worker thread or running).
+
+        The reaper beats their heartbeats: a job waiting its turn here, or whose flow run
+        is still starting, is alive and must not be "resumed" a second time.
+        """
+        with self._lock:
+            return sorted(self._jobs)
 
     def _forget(self, future: Future[None]) -> None:
         with self._lock:
@@ -118,6 +130,8 @@ class LocalRunner:
             log.warning("job %s (%s) ended with %r", job_id, kind, exc)
         finally:
             _fail_if_unfinished(self.settings, job_id, error)
+            with self._lock:
+                self._jobs.discard(job_id)
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait for every submitted run (tests, shutdown)."""

@@ -201,8 +201,17 @@ def _one(engine: Engine, *where: Any) -> Job | None:
     return _job(row) if row else None
 
 
+MAX_ID = 2**63 - 1
+"""Largest id a database integer can hold; a bigger one (from a URL) names no job."""
+
+
 def get_job(engine: Engine, account_id: int, job_id: int) -> Job | None:
-    """The account's job by integer id; None for unknown ids *and* other accounts' jobs (404)."""
+    """The account's job by integer id; None for unknown ids *and* other accounts' jobs (404).
+
+    Ids outside 1..``MAX_ID`` are None without a query: SQLite's driver raises on them.
+    """
+    if not 0 < job_id <= MAX_ID:
+        return None
     return _one(engine, jobs.c.id == job_id, jobs.c.account_id == account_id)
 
 
@@ -310,6 +319,20 @@ def update_progress(
 def heartbeat(engine: Engine, job_id: int, *, now: datetime | None = None) -> bool:
     """Show the job's worker is alive; False unless processing (a reaped job: stop working)."""
     return _set_if(engine, job_id, "processing", {"heartbeat_at": now or utcnow()})
+
+
+def keep_alive(engine: Engine, job_ids: list[int], *, now: datetime | None = None) -> int:
+    """Beat the heartbeat of unfinished jobs a live runner holds (pending ones included);
+    returns how many were beaten."""
+    if not job_ids:
+        return 0
+    with write_tx(engine) as conn:
+        result = conn.execute(
+            update(jobs)
+            .where(jobs.c.id.in_(job_ids), jobs.c.status.in_(("pending", "processing")))
+            .values(heartbeat_at=now or utcnow())
+        )
+    return result.rowcount
 
 
 def _lock_job(conn: Connection, job_id: int) -> Row[Any] | None:

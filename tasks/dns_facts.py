@@ -9,7 +9,9 @@ Rules (DESIGN.md "Domain facts"):
 - MX targets with no address are skipped; none left means no mail host (invalid).
 
 The cache is process-wide and shared by every caller and event loop; concurrent lookups
-of one name inside a loop share a single query.
+of one name inside a loop share a single query. It holds at most ``MAX_CACHE_ENTRIES``
+answers: a long-running process fed millions of distinct (say, random) domains sweeps
+expired answers out and then forgets the oldest, instead of growing without limit.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ MAX_MX_HOSTS = 10  # a domain with thousands of MX records gets its best ten tri
 MIN_TTL, MAX_TTL = 5.0, 86_400.0  # a 0 TTL still serves one job; a huge one expires daily
 NEGATIVE_TTL = 60.0  # NXDOMAIN / no-data answers
 ERROR_TTL = 0.0  # SERVFAIL and timeouts are never cached: the next call asks again
+MAX_CACHE_ENTRIES = 200_000  # (name, type) answers kept; a few hundred bytes each
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,20 @@ _CACHE_LOCK = threading.Lock()
 _INFLIGHT: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, asyncio.Future]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def _store(key: tuple[Any, ...], expires: float, result: _Lookup) -> None:
+    """Cache one answer, keeping the cache within ``MAX_CACHE_ENTRIES``."""
+    with _CACHE_LOCK:
+        if key not in _CACHE and len(_CACHE) >= MAX_CACHE_ENTRIES:
+            now = time.monotonic()
+            for old in [k for k, (deadline, _) in _CACHE.items() if deadline <= now]:
+                del _CACHE[old]
+            # Still full of live answers: forget the oldest tenth (dicts keep insertion order).
+            excess = len(_CACHE) - MAX_CACHE_ENTRIES + max(1, MAX_CACHE_ENTRIES // 10)
+            for old in list(_CACHE)[: max(excess, 0)]:
+                del _CACHE[old]
+        _CACHE[key] = (expires, result)
 
 
 def clear_cache() -> None:
@@ -199,8 +216,7 @@ class DomainResolver:
                 stats.count(rdtype)
             result, ttl = await self._query(key[1], rdtype)
             if ttl > 0:
-                with _CACHE_LOCK:
-                    _CACHE[key] = (time.monotonic() + ttl, result)
+                _store(key, time.monotonic() + ttl, result)
             future.set_result(result)
             return result
         except BaseException as exc:

@@ -22,6 +22,11 @@ def smtp_address_allowed(address: str, allow_networks: Iterable[IPNetwork]) -> b
         return False
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped  # ::ffff:10.0.0.1 is 10.0.0.1
+    # 2002:a00:1:: is 6to4 for 10.0.0.1: Python calls it global, but a host with a 6to4
+    # route would deliver it to the embedded IPv4 address, so that must pass as well.
+    sixtofour = ip.sixtofour if isinstance(ip, ipaddress.IPv6Address) else None
+    if sixtofour is not None and not smtp_address_allowed(str(sixtofour), allow_networks):
+        return False
     for net in allow_networks:
         if ip.version == net.version and ip in net:
             return True

@@ -13,11 +13,18 @@ and each session walks a shared queue of recipients ordered by domain:
   lowered to what it accepted (down to one recipient per session for strict providers);
 - ``421``, a dropped connection or a timeout mid-session: the recipient goes back in the
   queue for a new session (at most ``MAX_ATTEMPTS`` tries), never a verdict;
+- a host that breaks ``MAX_ATTEMPTS`` sessions in a row without answering one recipient
+  (a tarpit, a server that resets or speaks garbage) is dropped for the rest of the run and
+  its remaining recipients go to the next MX host or end with that failure — otherwise each
+  recipient would cost up to ``MAX_ATTEMPTS`` command timeouts;
 - ``450``/``451`` greylisting: retried after the queue drains, with back-off doubling from
   ``smtp_greylist_delay``, ``smtp_greylist_retries`` times, then ``unknown``.
 
 Connections go to MX hosts in preference order, falling back on refusal, timeout or a
-``421``/``5xx`` greeting, and only to addresses ``netguard`` allows.
+``421``/``5xx`` greeting, and only to addresses ``netguard`` allows; at most
+``MAX_CONNECT_ATTEMPTS`` addresses are dialled to open one session (Postfix's
+``smtp_mx_address_limit``), so a domain with hundreds of MX hosts or addresses cannot turn
+one lookup into hundreds of connection attempts.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import asyncio
 import contextlib
 import math
 import secrets
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -44,6 +52,7 @@ from verimail.tasks.netguard import smtp_address_allowed
 from verimail.tasks.smtp_replies import classify_rcpt, one_line
 
 MAX_ATTEMPTS = 3  # tries of one recipient across broken sessions before giving up
+MAX_CONNECT_ATTEMPTS = 5  # addresses dialled to open one session, all MX hosts together
 
 
 @dataclass(frozen=True)
@@ -131,6 +140,8 @@ class _Run:
     result: GroupResult
     retry_later: list[_Item] = field(default_factory=list)
     dead_hosts: set[str] = field(default_factory=set)
+    broken: dict[str, int] = field(default_factory=dict)  # sessions lost in a row, by host
+    failures: list[Finding] = field(default_factory=list)  # why hosts were dropped mid-run
 
 
 class _Session:
@@ -169,8 +180,15 @@ class Prober:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._semaphores: dict[tuple[int, str], asyncio.Semaphore] = {}
-        self._total: dict[int, asyncio.Semaphore] = {}
+        # Weak values: a host's semaphore lives while a session holds or awaits it, then
+        # goes, so a long-running process that meets millions of hosts (and a new event
+        # loop per flow run) keeps only the ones in use. A fresh one is equivalent.
+        self._semaphores: weakref.WeakValueDictionary[tuple[int, str], asyncio.Semaphore] = (
+            weakref.WeakValueDictionary()
+        )
+        self._total: weakref.WeakValueDictionary[int, asyncio.Semaphore] = (
+            weakref.WeakValueDictionary()
+        )
         self._rcpt_limit: dict[str, int] = {}  # learned from 452
         self._rejection_limit: dict[str, int] = {}  # learned from disconnects
 
@@ -272,9 +290,11 @@ class Prober:
                 # It hung up after some rejections: open fresh sessions sooner on this host.
                 self._rejection_limit[session.host.name] = session.rejections
             await session.close(polite=False)
+            self._broken(run, session.host.name, lost.finding)
             self._retry(run, item, lost.finding)
             return
         host = session.host.name
+        run.broken[host] = 0  # it answered: whatever broke before was not the host itself
         if code == 452:
             self._rcpt_limit[host] = max(1, session.tx_rcpts)
             await session.close()
@@ -293,6 +313,14 @@ class Prober:
         if outcome in (SmtpOutcome.GREYLISTED, SmtpOutcome.TEMP_FAILURE):
             run.retry_later.append(item)
         self._record(run, item, finding)
+
+    @staticmethod
+    def _broken(run: _Run, host: str, finding: Finding) -> None:
+        """Count a lost session; drop the host from this run after ``MAX_ATTEMPTS`` in a row."""
+        run.broken[host] = run.broken.get(host, 0) + 1
+        if run.broken[host] >= MAX_ATTEMPTS and host not in run.dead_hosts:
+            run.dead_hosts.add(host)
+            run.failures.append(finding)
 
     def _retry(self, run: _Run, item: _Item, finding: Finding) -> None:
         item.attempts += 1
@@ -391,10 +419,14 @@ class Prober:
         queued behind a busy host never holds a global slot while it waits.
         """
         failures: list[Finding] = []
+        dialled = 0
         for host in run.group.hosts:
             if host.name in run.dead_hosts:
                 continue
             for address in host.addresses:
+                if dialled >= MAX_CONNECT_ATTEMPTS:
+                    raise _NoSession(_summarise(run.failures + failures))
+                dialled += 1
                 held: tuple[asyncio.Semaphore, ...] = ()
                 try:
                     for sem in (self._semaphore(host.name), self._total_semaphore()):
@@ -413,7 +445,7 @@ class Prober:
                     raise
                 return _Session(smtp, host, held)
             run.dead_hosts.add(host.name)
-        raise _NoSession(_summarise(failures))
+        raise _NoSession(_summarise(run.failures + failures))
 
     async def _connect(self, host: MailHost, address: str, stats: SmtpStats) -> aiosmtplib.SMTP:
         settings = self.settings

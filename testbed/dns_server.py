@@ -3,7 +3,11 @@
 It answers every name in the world itself (no delegation, no recursion): domains get their MX,
 A/AAAA and TXT records, hosts their A (or AAAA) record, everything else NXDOMAIN. A name that
 exists but lacks the asked type is NOERROR with no data; both negative answers carry an SOA so
-resolvers can cache them for the TTL, as they would with a real zone.
+resolvers can cache them for the TTL, as they would with a real zone. An alias (a domain with
+``cname``) is answered like an authoritative server does: the CNAME chain in the answer
+section, followed until it leaves the world, loops, or reaches ``MAX_CNAME_CHAIN`` links,
+then the asked records of the last name. An answer too big for UDP is sent truncated (TC)
+so the resolver retries over TCP; one too big even for TCP is a SERVFAIL.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import dns.rcode
 import dns.rdata
 import dns.rdataclass
 import dns.rdatatype
+import dns.rdtypes.ANY.CNAME
 import dns.rdtypes.ANY.MX
 import dns.rdtypes.ANY.SOA
 import dns.rdtypes.ANY.TXT
@@ -33,6 +38,7 @@ import dns.rrset
 from verimail.testbed.world import World, is_ip_literal, normalise_name
 
 IN = dns.rdataclass.IN
+MAX_CNAME_CHAIN = 32  # links the server follows itself; a resolver gives up sooner (16)
 SOA_MNAME = dns.name.from_text("ns.verimail-testbed.test.")
 SOA_RNAME = dns.name.from_text("hostmaster.verimail-testbed.test.")
 
@@ -74,6 +80,8 @@ class Authority:
         if zone_spec is not None:
             delay = zone_spec.dns_delay if zone_spec.dns_delay is not None else delay
             ttl = zone_spec.ttl if zone_spec.ttl is not None else ttl
+        if domain is not None and domain.cname is not None and rdtype != dns.rdatatype.CNAME:
+            return self._alias(query, response, name, ttl), delay
         if domain is not None and domain.servfail:
             response.set_rcode(dns.rcode.SERVFAIL)
             response.flags &= ~dns.flags.AA
@@ -107,6 +115,8 @@ class Authority:
                 data = text.encode()
                 chunks = [data[i : i + 255] for i in range(0, len(data), 255)] or [b""]
                 rdatas.append(dns.rdtypes.ANY.TXT.TXT(IN, rdtype, chunks))
+        elif rdtype == dns.rdatatype.CNAME and domain is not None and domain.cname is not None:
+            rdatas.append(self._cname_rdata(domain.cname))
         elif rdtype == dns.rdatatype.SOA and domain is not None:
             response.answer.append(self._soa(name, ttl))
             return response, delay
@@ -119,6 +129,38 @@ class Authority:
         else:
             response.authority.append(self._soa(zone, ttl))
         return response, delay
+
+    @staticmethod
+    def _cname_rdata(target: str) -> dns.rdata.Rdata:
+        return dns.rdtypes.ANY.CNAME.CNAME(
+            IN, dns.rdatatype.CNAME, dns.name.from_text(target + ".")
+        )
+
+    def _alias(
+        self, query: dns.message.Message, response: dns.message.Message, name: str, ttl: int
+    ) -> dns.message.Message:
+        """The CNAME chain from ``name``, then the asked records of where it ends."""
+        question = query.question[0]
+        current, seen = name, set()
+        while len(seen) < MAX_CNAME_CHAIN:
+            spec = self.world.domains.get(current)
+            if spec is None or spec.cname is None or current in seen:
+                break
+            seen.add(current)
+            rrset = dns.rrset.RRset(dns.name.from_text(current + "."), IN, dns.rdatatype.CNAME)
+            rrset.add(self._cname_rdata(spec.cname), ttl)
+            response.answer.append(rrset)
+            current = spec.cname
+        spec = self.world.domains.get(current)
+        if spec is not None and spec.cname is not None:
+            return response  # a loop (or a very long chain): the chain is all there is
+        tail, _ = self.answer(dns.message.make_query(current + ".", question.rdtype))
+        response.answer.extend(tail.answer)
+        if not tail.answer:
+            response.authority.extend(tail.authority)
+        if tail.rcode() != dns.rcode.NOERROR:
+            response.set_rcode(tail.rcode())
+        return response
 
     def _zone_of(self, name: str) -> str:
         """The world domain ``name`` lies in, else its last two labels (e.g. ``acme.test``)."""
@@ -222,7 +264,12 @@ class DnsServer:
                 result = await self.handle(data)
                 if result is None:
                     return
-                wire = result[0].to_wire()
+                try:
+                    wire = result[0].to_wire()
+                except dns.exception.TooBig:  # over 64 KiB: no transport can carry it
+                    failure = dns.message.make_response(result[1])
+                    failure.set_rcode(dns.rcode.SERVFAIL)
+                    wire = failure.to_wire()
                 writer.write(struct.pack("!H", len(wire)) + wire)
                 await writer.drain()
         except ConnectionError:

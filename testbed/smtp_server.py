@@ -17,6 +17,12 @@ The reply texts follow Postfix, because that is what the prober meets most on th
   ``421 4.7.0 <host> Error: too many errors`` and close (Postfix at its hard error limit)
 - ``DATA``: ``554 5.5.1 DATA not allowed on the testbed`` (counted)
 
+A host with ``hostile`` set breaks the protocol instead (``world.HOSTILE_MODES``): a silent
+server, a garbage, huge, endless or never-ending multi-line banner, RCPT replies with invalid
+codes, silence after EHLO, or a TCP reset on ``RCPT TO``. Streaming modes send at most
+``hostile_bytes`` and then hold the connection open without a word, so a broken client
+cannot make the testbed spin for ever; sessions are counted like any other.
+
 A *rejection* is any 450/550/552/554 reply to ``RCPT TO`` (Postfix counts 4xx and 5xx alike);
 the 452 recipient-limit reply is not one. After the first rejection of a session every reply
 waits ``tarpit_delay`` more, on top of ``reply_delay``.
@@ -25,9 +31,12 @@ waits ``tarpit_delay`` more, on top of ``reply_delay``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import ipaddress
+import socket
 import ssl
+import struct
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -50,6 +59,11 @@ REPLY_FULL = "552 5.2.2 Mailbox full"
 REPLY_UNKNOWN = "550 5.1.1 <{addr}>: Recipient address rejected: User unknown"
 REPLY_DATA = "554 5.5.1 DATA not allowed on the testbed"
 REPLY_TOO_MANY_ERRORS = "421 4.7.0 {host} Error: too many errors"
+REPLY_RCPT_999 = "999 5.1.1 Recipient status is a mystery"
+REPLY_RCPT_GARBAGE = "2x5 this is not a reply code"
+BANNER_GARBAGE = b"XYZ this is not an SMTP server\r\n"
+RAW_HOSTILE = {"silent", "garbage_banner", "huge_banner", "endless_line", "endless_multiline"}
+_STREAM_CHUNK = 64 * 1024
 
 
 class HostRuntime:
@@ -91,6 +105,10 @@ class HostRuntime:
         ):
             return REPLY_TOO_MANY
         session.rcpts_answered += 1
+        if b.hostile == "rcpt_code_999":
+            return REPLY_RCPT_999
+        if b.hostile == "rcpt_code_garbage":
+            return REPLY_RCPT_GARBAGE
         if b.block:
             return REPLY_BLOCKED
         key = (sender.lower(), address.lower())
@@ -229,10 +247,64 @@ class TestbedSMTP(SMTP):
             if self.transport is not None:
                 self.transport.close()
             return
+        if self.runtime.behaviour.hostile in RAW_HOSTILE:
+            try:
+                with contextlib.suppress(ConnectionError, OSError):
+                    await self._misbehave(self.runtime.behaviour)
+            finally:  # the client hung up (EOF cancels us): close our side as well
+                if self.transport is not None:
+                    self.transport.close()
+            return
         await super()._handle_client()
 
+    async def _misbehave(self, behaviour: HostBehaviour) -> None:
+        """Play a protocol-breaking banner, then hold the connection without a word.
+
+        The task is cancelled when the client hangs up (``connection_lost``), so holding
+        costs nothing; aiosmtpd's idle timeout closes it at the latest.
+        """
+        mode = behaviour.hostile
+        writer = self._writer
+        budget = behaviour.hostile_bytes
+        if mode == "garbage_banner":
+            writer.write(BANNER_GARBAGE)
+        elif mode in ("huge_banner", "endless_line"):
+            writer.write(b"220 ")
+            while budget > 0:
+                chunk = min(budget, _STREAM_CHUNK)
+                writer.write(b"x" * chunk)
+                budget -= chunk
+                await writer.drain()
+            if mode == "huge_banner":
+                writer.write(b"\r\n")
+        elif mode == "endless_multiline":
+            line = f"220-{self.runtime.name} still greeting you\r\n".encode()
+            # Paced: a line per interval. Unpaced: 64 KB of lines per write, as fast as the
+            # client reads (line by line, the testbed would be the bottleneck).
+            block = line if behaviour.hostile_interval > 0 else line * (_STREAM_CHUNK // len(line))
+            while budget > 0:
+                writer.write(block)
+                budget -= len(block)
+                await writer.drain()
+                if behaviour.hostile_interval > 0:
+                    await asyncio.sleep(behaviour.hostile_interval)
+        await writer.drain()
+        await asyncio.get_running_loop().create_future()  # silent from here on
+
     # ------------------------------------------------------------------ commands
+    async def smtp_MAIL(self, arg: str | None) -> None:
+        if self.runtime.behaviour.hostile == "mute_after_ehlo":
+            try:
+                await asyncio.get_running_loop().create_future()  # until the client hangs up
+            finally:
+                if self.transport is not None:
+                    self.transport.close()
+        await super().smtp_MAIL(arg)
+
     async def smtp_RCPT(self, arg: str | None) -> None:
+        if self.runtime.behaviour.hostile == "reset_mid_rcpt":
+            await self._reset(arg or "")
+            return
         self.pending_rejection = False
         await super().smtp_RCPT(arg)
         if not self.pending_rejection:
@@ -251,6 +323,19 @@ class TestbedSMTP(SMTP):
             if self._handler_coroutine is not None:
                 self._handler_coroutine.cancel()
                 await asyncio.sleep(0)
+
+    async def _reset(self, arg: str) -> None:
+        """Drop the connection with a TCP RST (SO_LINGER 0), as a crashing MTA would."""
+        self.runtime.stats.rcpt(self.runtime.name, arg)  # counted: the RCPT did arrive
+        transport = self.transport
+        if transport is not None:
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            transport.abort()
+        if self._handler_coroutine is not None:
+            self._handler_coroutine.cancel()
+            await asyncio.sleep(0)
 
     async def smtp_DATA(self, arg: str) -> None:
         """Never accept a message: the testbed verifies, it must not be a mail sink."""

@@ -40,6 +40,20 @@ def is_ip_literal(text: str) -> bool:
     return True
 
 
+HOSTILE_MODES: dict[str, str] = {
+    "silent": "accepts the connection, then never sends a byte",
+    "garbage_banner": "greets with a line whose code is not a number",
+    "huge_banner": "a single-line banner of hostile_bytes bytes",
+    "endless_line": "streams bytes without ever sending CRLF (up to hostile_bytes)",
+    "endless_multiline": "a 220- continuation banner that never ends, a line per interval",
+    "rcpt_code_999": "answers RCPT TO with the out-of-range code 999",
+    "rcpt_code_garbage": "answers RCPT TO with a line whose code is not a number",
+    "mute_after_ehlo": "greets and answers EHLO, then never answers another command",
+    "reset_mid_rcpt": "resets the connection (TCP RST) on RCPT TO",
+}
+"""Protocol-breaking behaviours of ``HostBehaviour.hostile``, with what each does."""
+
+
 @dataclass
 class HostBehaviour:
     """How one SMTP server answers; every field defaults to a plain, well-behaved MTA.
@@ -58,6 +72,9 @@ class HostBehaviour:
       banner is a 421 and the server closes.
     - ``starttls`` / ``pipelining``: advertise (and do) STARTTLS with a self-signed certificate,
       advertise PIPELINING (pipelined commands are always answered in order).
+    - ``hostile``: a server that breaks the protocol on purpose (see ``HOSTILE_MODES``), for
+      the hardening tests; ``hostile_bytes`` caps what a streaming mode sends (the
+      banner's size for ``huge_banner``) and ``hostile_interval`` paces its lines.
     """
 
     mailboxes: set[str] = field(default_factory=set)
@@ -73,11 +90,16 @@ class HostBehaviour:
     greeting_421: bool = False
     starttls: bool = False
     pipelining: bool = False
+    hostile: str | None = None
+    hostile_bytes: int = 10 * 1024 * 1024
+    hostile_interval: float = 0.0
 
     def __post_init__(self) -> None:
         # Matching is case-insensitive: store lower-case once instead of at every RCPT.
         self.mailboxes = {m.strip().lower() for m in self.mailboxes}
         self.full_mailboxes = {m.strip().lower() for m in self.full_mailboxes}
+        if self.hostile is not None and self.hostile not in HOSTILE_MODES:
+            raise ValueError(f"hostile: {self.hostile!r} is not one of {sorted(HOSTILE_MODES)}")
 
     @staticmethod
     def _matches(boxes: set[str], address: str) -> bool:
@@ -119,7 +141,9 @@ class DomainSpec:
 
     ``mx`` holds (preference, host name) pairs; ``(0, ".")`` is a null MX. ``a`` holds host names
     or literal IPs the domain's own A/AAAA records point to (the implicit MX when ``mx`` is empty).
-    ``dns_delay``/``ttl`` of None fall back to the world's values.
+    ``dns_delay``/``ttl`` of None fall back to the world's values. ``cname`` makes the name an
+    alias: every query for it is answered with that CNAME (and the chain it starts, loops
+    included, as far as the server follows it), whatever the other fields say.
     """
 
     name: str
@@ -129,11 +153,14 @@ class DomainSpec:
     servfail: bool = False
     dns_delay: float | None = None
     ttl: int | None = None
+    cname: str | None = None
 
     def __post_init__(self) -> None:
         self.name = normalise_name(self.name)
         self.mx = [(int(pref), normalise_name(host)) for pref, host in self.mx]
         self.a = [a if is_ip_literal(a) else normalise_name(a) for a in self.a]
+        if self.cname is not None:
+            self.cname = normalise_name(self.cname)
 
     @property
     def is_null_mx(self) -> bool:
@@ -211,7 +238,7 @@ class World:
                     entry[key] = list(getattr(dom, key))
             if dom.servfail:
                 entry["servfail"] = True
-            for key in ("dns_delay", "ttl"):
+            for key in ("dns_delay", "ttl", "cname"):
                 if getattr(dom, key) is not None:
                     entry[key] = getattr(dom, key)
             domains[dom.name] = entry
@@ -243,7 +270,7 @@ def load_world(path: str | Path) -> World:
 
 # ---------------------------------------------------------------------- parsing helpers
 _BEHAVIOUR_FIELDS = {f.name for f in dataclasses.fields(HostBehaviour)}
-_DOMAIN_FIELDS = {"mx", "a", "txt", "servfail", "dns_delay", "ttl"}
+_DOMAIN_FIELDS = {"mx", "a", "txt", "servfail", "dns_delay", "ttl", "cname"}
 
 
 def _check_keys(what: str, data: Mapping[str, Any], allowed: set[str]) -> None:
@@ -313,6 +340,7 @@ def _domain_from(name: str, spec: Mapping[str, Any]) -> DomainSpec:
         servfail=bool(spec.get("servfail", False)),
         dns_delay=None if spec.get("dns_delay") is None else float(spec["dns_delay"]),
         ttl=None if spec.get("ttl") is None else int(spec["ttl"]),
+        cname=None if spec.get("cname") is None else str(spec["cname"]),
     )
 
 

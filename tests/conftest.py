@@ -1,7 +1,10 @@
-"""Shared fixtures: the loopback mail world (``testbed``) and settings pointing at it."""
+"""Shared fixtures: the loopback mail world (``testbed``), settings pointing at it, and the
+``outside_connections`` socket guard that keeps every packet of a test on 127.0.0.0/8."""
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -60,3 +63,86 @@ def prefect_harness() -> Iterator[None]:
 
     with prefect_test_harness(server_startup_timeout=90):
         yield
+
+
+LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+LOCAL_NAMES = {"localhost"}
+
+
+def _outside(host: object) -> bool:
+    """True unless ``host`` is an address in 127.0.0.0/8 (IPv4-mapped forms included).
+
+    ``::1`` counts as outside on purpose: the SSRF tests must see *every* attempt to
+    reach a non-127/8 address, and nothing of ours needs IPv6 loopback.
+    """
+    if not isinstance(host, str):
+        return False  # AF_UNIX paths and the like
+    try:
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return host.lower() not in LOCAL_NAMES  # a name: resolving it would leave the box
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return not (ip.version == 4 and ip in LOOPBACK)
+
+
+def _is_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.fixture
+def outside_connections(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    """Refuse (and record) any connect, datagram or name lookup that would leave 127.0.0.0/8.
+
+    Patched at the ``socket`` level, so it holds for asyncio, aiosmtplib, dnspython and
+    httpx alike: the attempt raises before a packet is sent, and the test asserts the
+    returned list is empty. Name lookups of anything but IP literals and ``localhost``
+    are refused too, since a resolver query is itself a packet to the outside.
+    """
+    attempts: list[tuple[Any, ...]] = []
+    real_connect = socket.socket.connect
+    real_connect_ex = socket.socket.connect_ex
+    real_sendto = socket.socket.sendto
+    real_sendmsg = socket.socket.sendmsg
+    real_getaddrinfo = socket.getaddrinfo
+
+    def check(address: Any) -> None:
+        if isinstance(address, tuple) and _outside(address[0]):
+            attempts.append(tuple(address))
+            raise ConnectionRefusedError(f"test guard: refused connection to {address}")
+
+    def connect(self: socket.socket, address: Any) -> None:
+        check(address)
+        return real_connect(self, address)
+
+    def connect_ex(self: socket.socket, address: Any) -> int:
+        check(address)
+        return real_connect_ex(self, address)
+
+    def sendto(self: socket.socket, data: Any, *args: Any) -> int:
+        check(args[-1])
+        return real_sendto(self, data, *args)
+
+    def sendmsg(self: socket.socket, buffers: Any, *args: Any) -> int:
+        if len(args) >= 3:
+            check(args[2])
+        return real_sendmsg(self, buffers, *args)
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        name = host.decode() if isinstance(host, bytes) else host
+        if isinstance(name, str) and _outside(name) and not _is_literal(name):
+            # A literal resolves locally; a name would be a query to some resolver.
+            attempts.append((name, args[0] if args else None))
+            raise socket.gaierror(socket.EAI_NONAME, f"test guard: no lookup of {name}")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+    monkeypatch.setattr(socket.socket, "sendto", sendto)
+    monkeypatch.setattr(socket.socket, "sendmsg", sendmsg)
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return attempts

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import ipaddress
 import math
-import socket
 
 import pytest
 
@@ -13,8 +11,6 @@ from verimail.tasks import dns_facts
 from verimail.tasks.engine import Engine
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
-LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
-
 
 @pytest.fixture(autouse=True)
 def _fresh_dns_cache():
@@ -22,32 +18,6 @@ def _fresh_dns_cache():
     dns_facts.clear_cache()
     yield
     dns_facts.clear_cache()
-
-
-@pytest.fixture
-def outside_connections(monkeypatch):
-    """Fail any connection outside 127.0.0.0/8 instead of sending it (and record it)."""
-    attempts: list[tuple] = []
-    real_connect = socket.socket.connect
-    real_connect_ex = socket.socket.connect_ex
-
-    def check(address) -> None:
-        host = address[0] if isinstance(address, tuple) else None
-        if host is not None and ipaddress.ip_address(host) not in LOOPBACK:
-            attempts.append(address)
-            raise ConnectionRefusedError(f"test guard: refused connection to {address}")
-
-    def connect(self, address):
-        check(address)
-        return real_connect(self, address)
-
-    def connect_ex(self, address):
-        check(address)
-        return real_connect_ex(self, address)
-
-    monkeypatch.setattr(socket.socket, "connect", connect)
-    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
-    return attempts
 
 
 def _world() -> World:

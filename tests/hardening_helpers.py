@@ -1,0 +1,101 @@
+"""Helpers shared by the ``test_hardening_*`` files: sizes that CI keeps small, lazy bodies,
+polling a job through the API instead of sleeping, the environment of a ``verimail serve``
+subprocess, and the ledger invariant."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+from api_helpers import env_for_testbed
+
+from verimail.store.credits import LedgerEntry, balance, ledger
+from verimail.store.db import Store
+from verimail.testbed.server import Testbed
+
+SCALE_ENV = "VERIMAIL_HARDENING_SCALE"
+
+
+def scaled(n: int) -> int:
+    """``n`` times ``$VERIMAIL_HARDENING_SCALE`` (default 1): the ``slow`` tests run at a
+    small size in CI and at any size by hand, e.g. ``VERIMAIL_HARDENING_SCALE=50``."""
+    return n * max(1, int(os.environ.get(SCALE_ENV, "1")))
+
+
+class LazyBody:
+    """An async byte stream of ``total`` bytes made on demand, that counts what was pulled.
+
+    ``prefix`` is sent first, then ``filler`` repeated; nothing but the current chunk is
+    ever in memory, so a "1 GB upload" costs nothing unless the server reads it all.
+    """
+
+    def __init__(
+        self, total: int, prefix: bytes = b"", filler: bytes = b"x", chunk: int = 64 * 1024
+    ) -> None:
+        self.total = total
+        self.prefix = prefix
+        self.block = (filler * (chunk // len(filler) + 1))[:chunk]
+        self.sent = 0
+        self.exhausted = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self.prefix:
+            self.sent += len(self.prefix)
+            yield self.prefix
+        while self.sent < self.total:
+            piece = self.block[: self.total - self.sent]
+            self.sent += len(piece)
+            yield piece
+        self.exhausted = True
+
+
+async def poll_job(
+    client: httpx.AsyncClient, url: str, headers: dict[str, str], timeout: float = 90.0
+) -> dict[str, Any]:
+    """GET ``url`` until the job is completed or failed (fails the test after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        response = await client.get(url, headers=headers)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        if body["status"] in ("completed", "failed"):
+            return body
+        assert time.monotonic() < deadline, f"job still {body['status']}: {body}"
+        await asyncio.sleep(0.05)
+
+
+def serve_env(tb: Testbed, url: str, data: Path, **extra: str) -> dict[str, str]:
+    """What a ``verimail serve`` subprocess needs: the testbed, the store, the shared Prefect
+    server of this test session (never an embedded one of its own). Call it while the
+    session's ``prefect_harness`` is active."""
+    import prefect.settings  # ~2 s: only the tests that start processes pay for it
+
+    return {
+        **env_for_testbed(tb),
+        "VERIMAIL_DATABASE_URL": url,
+        "VERIMAIL_DATA_DIR": str(data),
+        "VERIMAIL_PREFECT_WARM_UP": "false",
+        "PREFECT_API_URL": str(prefect.settings.PREFECT_API_URL.value()),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+        **extra,
+    }
+
+
+def assert_ledger_exact(store: Store, account_id: int) -> list[LedgerEntry]:
+    """The prepaid ledger is one running balance: each row's ``balance_after`` is the last
+    one plus its ``delta``, it never goes below zero, and it ends at the balance."""
+    rows = sorted(ledger(store.engine, account_id, limit=100_000), key=lambda r: r.id)
+    running = 0
+    for row in rows:
+        assert row.source == "prepaid", row  # enterprise: no allowance pool
+        running += row.delta
+        assert row.balance_after == running, (row, running)
+        assert running >= 0, row
+    assert balance(store.engine, account_id).prepaid == running
+    return rows
