@@ -169,6 +169,8 @@ def _discard(current: dict, result: ReceivedUpload) -> None:
             out.close()
     if result.path is not None:
         result.path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the folder made for it, if nothing else is there
+            result.path.parent.rmdir()
 
 
 def upload_body(file_description: str, fields: dict[str, str]) -> dict[str, Any]:
