@@ -146,3 +146,13 @@ def outside_connections(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]
     monkeypatch.setattr(socket.socket, "sendmsg", sendmsg)
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     return attempts
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dns_cache() -> Iterator[None]:
+    """Every test builds its own world: answers cached from another test's must not leak in."""
+    from verimail.tasks import dns_facts
+
+    dns_facts.clear_cache()
+    yield
+    dns_facts.clear_cache()

@@ -9,16 +9,7 @@ import io
 import pytest
 from api_helpers import api_world, assert_error_body, poll_job, running_app, total_balance
 
-from verimail.tasks import dns_facts
-
 pytestmark = pytest.mark.usefixtures("prefect_harness")
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dns_cache():
-    dns_facts.clear_cache()
-    yield
-    dns_facts.clear_cache()
 
 
 @pytest.fixture

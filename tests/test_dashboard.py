@@ -30,18 +30,10 @@ from verimail.api.dashboard.security import (
 from verimail.store import accounts as acc
 from verimail.store.credits import balance, grant, ledger, refund
 from verimail.store.jobs import list_jobs
-from verimail.tasks import dns_facts
 
 PASSWORD = "correct horse battery"
 CSRF_PAGE = "did not come from this site"
 LOGIN_FAILED = "Email or password is incorrect."
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dns_cache():
-    dns_facts.clear_cache()
-    yield
-    dns_facts.clear_cache()
 
 
 @pytest.fixture

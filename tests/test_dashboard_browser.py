@@ -24,8 +24,6 @@ import httpx
 import pytest
 from api_helpers import api_world, env_for_testbed, serve_processes
 
-from verimail.tasks import dns_facts
-
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -41,13 +39,6 @@ ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "dashboa
 EMAIL = "e2e.customer@example.com"
 PASSWORD = "a long enough password"
 JOB_TIMEOUT_MS = 90_000
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dns_cache() -> Iterator[None]:
-    dns_facts.clear_cache()
-    yield
-    dns_facts.clear_cache()
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ import pytest
 from api_helpers import clean_env, env_for_testbed, poll_job, running_app
 
 from verimail.store.testing import temporary_database_url
-from verimail.tasks import dns_facts
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.prefect]
 
@@ -25,7 +24,6 @@ async def test_bulk_job_runs_on_a_worker(testbed_factory, testbed_settings, tmp_
 
     from verimail.flows.deploy import register_deployments
 
-    dns_facts.clear_cache()
     tb = testbed_factory(api_world())
     pool = f"verimail-test-{os.getpid()}"
     with temporary_database_url("postgres", tmp_path) as url:

@@ -12,14 +12,6 @@ from verimail.tasks.engine import Engine
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dns_cache():
-    """Each test builds its own world; answers of another test's world must not leak in."""
-    dns_facts.clear_cache()
-    yield
-    dns_facts.clear_cache()
-
-
 def _world() -> World:
     """One domain per behaviour worth checking."""
     hosts = [

@@ -11,7 +11,6 @@ import pytest
 from api_helpers import VERIMAIL_BIN, clean_env, env_for_testbed
 
 from verimail.config import Settings
-from verimail.tasks import dns_facts
 from verimail.tasks.engine import Engine
 from verimail.tasks.finder import (
     CATCH_ALL_FACTOR,
@@ -25,14 +24,6 @@ from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 MAX_PROBES = 8
 JOHN_SMITH_FIRST_THREE = ["john.smith", "john", "jsmith"]  # rank order of finder_patterns
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dns_cache():
-    """Each test builds its own world; answers of another test's world must not leak in."""
-    dns_facts.clear_cache()
-    yield
-    dns_facts.clear_cache()
 
 
 def _world() -> World:

@@ -19,7 +19,6 @@ from api_helpers import (
 from verimail.api.routes.finder import FINDER_DISABLED
 from verimail.store.accounts import set_finder
 from verimail.store.credits import charge, ledger
-from verimail.tasks import dns_facts
 from verimail.testbed.server import Testbed
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
@@ -35,14 +34,6 @@ RESULT_FIELDS = {
     "alternatives": list,
     "reason": str,
 }
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dns_cache():
-    """Each test builds its own world; answers of another test's world must not leak in."""
-    dns_facts.clear_cache()
-    yield
-    dns_facts.clear_cache()
 
 
 def _world() -> World:

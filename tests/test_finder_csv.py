@@ -11,17 +11,9 @@ from api_helpers import assert_error_body, poll_job, running_app, total_balance
 
 from verimail.store.accounts import set_finder
 from verimail.store.credits import ledger
-from verimail.tasks import dns_facts
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dns_cache():
-    dns_facts.clear_cache()
-    yield
-    dns_facts.clear_cache()
 
 
 def _world() -> World:

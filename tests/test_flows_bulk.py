@@ -18,19 +18,11 @@ from verimail.flows.runner import LocalRunner
 from verimail.store import accounts, credits
 from verimail.store import jobs as job_store
 from verimail.store.db import utcnow
-from verimail.tasks import dns_facts
 from verimail.tasks.bulk_io import job_dir
 from verimail.tasks.smtp_probe import HostGroup
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dns_cache():
-    dns_facts.clear_cache()
-    yield
-    dns_facts.clear_cache()
 
 
 def _world() -> World:

@@ -13,7 +13,6 @@ from verimail.flows.context import forget, store_for
 from verimail.flows.reverify import reverify_stored
 from verimail.store import accounts
 from verimail.store import jobs as job_store
-from verimail.tasks import dns_facts
 from verimail.tasks.history import query
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
@@ -28,7 +27,6 @@ def _world(mailboxes: set[str]) -> World:
 
 
 def test_reverify_reports_what_changed(testbed_factory, testbed_settings, tmp_path):
-    dns_facts.clear_cache()
     tb = testbed_factory(_world({"alice", "bob"}))
     settings = testbed_settings(tb, tmp_path)
     store = store_for(settings)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -31,7 +30,6 @@ from verimail.api import app as app_module
 from verimail.config import Settings
 from verimail.store.accounts import DISPLAY_PREFIX_LENGTH, create_api_key, list_keys, revoke_key
 from verimail.store.db import init_store
-from verimail.tasks import dns_facts
 
 PEOPLE_CSV = b"first_name,last_name,domain\nAlice,Smith,acme.test\n"
 
@@ -47,13 +45,6 @@ class RecordingRunner:
 
     def shutdown(self) -> None:
         return None
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dns_cache() -> Iterator[None]:
-    dns_facts.clear_cache()
-    yield
-    dns_facts.clear_cache()
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ import gc
 import os
 import time
 import tracemalloc
-from collections.abc import Iterator
 
 import pytest
 from hardening_helpers import scaled
@@ -99,13 +98,6 @@ def _bound(settings: Settings) -> float:
     """
     per_session = settings.smtp_connect_timeout + 3 * settings.smtp_command_timeout
     return MAX_CONNECT_ATTEMPTS * settings.smtp_connect_timeout + MAX_ATTEMPTS * per_session + 2
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dns_cache() -> Iterator[None]:
-    dns_facts.clear_cache()
-    yield
-    dns_facts.clear_cache()
 
 
 async def _run_hostile(

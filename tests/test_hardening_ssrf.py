@@ -11,7 +11,6 @@ from api_helpers import assert_error_body, running_app, total_balance
 
 from verimail.config import Settings
 from verimail.schemas.outcomes import Status, SubStatus
-from verimail.tasks import dns_facts
 from verimail.tasks.dns_facts import MailHost
 from verimail.tasks.engine import Engine
 from verimail.tasks.netguard import smtp_address_allowed
@@ -77,13 +76,6 @@ def _world() -> World:
         DomainSpec("literal.ssrf.test", mx=[(10, "127.0.0.1"), (20, "169.254.169.254")]),
     ]
     return World.of(hosts, domains)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dns_cache():
-    dns_facts.clear_cache()
-    yield
-    dns_facts.clear_cache()
 
 
 @pytest.fixture

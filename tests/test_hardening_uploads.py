@@ -19,20 +19,12 @@ from api_helpers import api_world, assert_error_body, running_app, total_balance
 from hardening_helpers import LazyBody, poll_job
 
 from verimail.api.uploads import ENVELOPE_ALLOWANCE
-from verimail.tasks import dns_facts
 
 LIMIT = 1024 * 1024  # upload_max_bytes of these tests
 GIGABYTE = 1 << 30
 CHUNK = 64 * 1024
 BOUNDARY = "verimail-hardening-boundary"
 CREDITS = 50
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dns_cache():
-    dns_facts.clear_cache()
-    yield
-    dns_facts.clear_cache()
 
 
 @pytest.fixture

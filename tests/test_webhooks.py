@@ -13,7 +13,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from api_helpers import api_world, assert_error_body, running_app
 
-from verimail.tasks import dns_facts
 from verimail.tasks.webhook import deliver, sign
 
 LOOPBACK = [ipaddress.ip_network("127.0.0.0/8")]
@@ -95,7 +94,6 @@ async def test_private_targets_are_refused_without_a_connection(receiver):
 async def test_json_bulk_job_posts_its_final_state(
     testbed_factory, testbed_settings, tmp_path, receiver
 ):
-    dns_facts.clear_cache()
     tb = testbed_factory(api_world())
     settings = testbed_settings(tb, tmp_path, webhook_allow_networks=["127.0.0.0/8"])
     async with running_app(settings) as app:
