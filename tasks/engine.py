@@ -243,77 +243,44 @@ class Engine:
         catch_all: dict[str, bool | None],
         elapsed_ms: int,
     ) -> VerificationResult:
+        """One SPEC §2.2 record: the facts gathered, then the verdict on them."""
         if isinstance(item, SyntaxProblem):
             domain = raw.strip().rpartition("@")[2].strip().lower() if "@" in raw else ""
-            verdict = decide(
-                Facts(
-                    syntax_reason=item.reason,
-                    domain_outcome=None,
-                    smtp_outcome=SmtpOutcome.NOT_ATTEMPTED,
-                    smtp_response=None,
-                    is_catch_all=None,
-                    is_disposable=False,
-                    is_role=False,
-                    is_free=False,
-                    local="",
-                    domain=domain,
-                )
-            )
-            return VerificationResult(
-                email=raw.strip(),
-                safe_to_send=verdict.safe_to_send,
-                status=verdict.status,
-                confidence_score=verdict.confidence_score,
-                reason=verdict.reason,
-                domain=domain,
-                is_disposable=False,
-                is_role_based=False,
-                is_free=False,
-                is_catch_all=False,
-                mx_records=[],
-                smtp_response=None,
-                verification_time_ms=elapsed_ms,
-                api_version=API_VERSION,
-                sub_status=verdict.sub_status,
-                did_you_mean=None,
-                catch_all_score=verdict.catch_all_score,
-            )
-        fact = facts[item.domain]
-        finding = findings.get(item.email, Finding(SmtpOutcome.NOT_ATTEMPTED))
-        is_disposable = self.lists.is_disposable(item.domain)
-        is_role = self.lists.is_role(item.local)
-        is_free = self.lists.is_free(item.domain)
-        domain_catch_all = catch_all.get(item.domain)
-        verdict = decide(
-            Facts(
-                syntax_reason=None,
+            gathered = Facts(syntax_reason=item.reason, domain=domain)
+            email, mx_records, suggestion = raw.strip(), [], None
+        else:
+            fact = facts[item.domain]
+            finding = findings.get(item.email, Finding(SmtpOutcome.NOT_ATTEMPTED))
+            gathered = Facts(
                 domain_outcome=fact.outcome,
                 smtp_outcome=finding.outcome,
                 smtp_response=finding.response,
-                is_catch_all=domain_catch_all,
-                is_disposable=is_disposable,
-                is_role=is_role,
-                is_free=is_free,
+                is_catch_all=catch_all.get(item.domain),
+                is_disposable=self.lists.is_disposable(item.domain),
+                is_role=self.lists.is_role(item.local),
+                is_free=self.lists.is_free(item.domain),
                 local=item.local,
                 domain=item.domain,
             )
-        )
+            email, mx_records = item.email, list(fact.mx_records)
+            suggestion = self.lists.did_you_mean(item.email)
+        verdict = decide(gathered)
         return VerificationResult(
-            email=item.email,
+            email=email,
             safe_to_send=verdict.safe_to_send,
             status=verdict.status,
             confidence_score=verdict.confidence_score,
             reason=verdict.reason,
-            domain=item.domain,
-            is_disposable=is_disposable,
-            is_role_based=is_role,
-            is_free=is_free,
-            is_catch_all=bool(domain_catch_all),
-            mx_records=list(fact.mx_records),
-            smtp_response=finding.response,
+            domain=gathered.domain,
+            is_disposable=gathered.is_disposable,
+            is_role_based=gathered.is_role,
+            is_free=gathered.is_free,
+            is_catch_all=bool(gathered.is_catch_all),
+            mx_records=mx_records,
+            smtp_response=gathered.smtp_response,
             verification_time_ms=elapsed_ms,
             api_version=API_VERSION,
             sub_status=verdict.sub_status,
-            did_you_mean=self.lists.did_you_mean(item.email),
+            did_you_mean=suggestion,
             catch_all_score=verdict.catch_all_score,
         )
