@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,9 @@ def _digest() -> str | None:
     return hashlib.sha256(BENCHMARKS.read_bytes()).hexdigest() if BENCHMARKS.exists() else None
 
 
-def _run(tmp_path: Path, module: str, *args: str, timeout: float = 600) -> dict:
+def _run(
+    tmp_path: Path, module: str, *args: str, timeout: float = 600, env: dict | None = None
+) -> dict:
     out, data = tmp_path / f"{module}.md", tmp_path / f"{module}.json"
     before = _digest()
     proc = subprocess.run(
@@ -34,6 +37,7 @@ def _run(tmp_path: Path, module: str, *args: str, timeout: float = 600) -> dict:
         text=True,
         timeout=timeout,
         check=False,
+        env={**os.environ, **(env or {})},
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert _digest() == before, "a smoke run must not touch BENCHMARKS.md"
@@ -60,11 +64,16 @@ def _peer_available() -> bool:
 
 
 @pytest.mark.prefect
+@pytest.mark.usefixtures("prefect_harness")
 def test_throughput_smoke(tmp_path):
+    import prefect.settings
+
     peer = _peer_available()
     args = ["--size", "200", "--peer-sample", "5"]
     args += ["--peer-threads", "1,4"] if peer else ["--peer-threads", ""]
-    result = _run(tmp_path, "throughput", *args)
+    # The flow run uses this session's Prefect server instead of starting its own.
+    server = {"PREFECT_API_URL": str(prefect.settings.PREFECT_API_URL.value())}
+    result = _run(tmp_path, "throughput", *args, env=server)
     rows = _first_cells(result)
     assert rows[0] == "verimail engine (verify_many)"
     assert rows[1] == "verimail bulk_verify flow (LocalRunner)"
