@@ -1,9 +1,11 @@
 """The ``find-emails`` flow: an Email Finder CSV job.
 
-Rows are grouped by domain; domains are worked concurrently (bounded) in Prefect tasks of
-several domains each, rows of one domain one after the other so that the domain's DNS
-facts are resolved once and a catch-all domain is probed once: after one row shows the
-domain accepts everything, its other rows get the most likely pattern without SMTP.
+Rows are grouped by their normalised domain; domains are worked concurrently (bounded) in
+Prefect tasks of several domains each, rows of one domain one after the other over one
+shared SMTP session (``smtp_probe.DomainSession``): the domain's DNS facts are resolved
+once, the catch-all probe is sent once, and every person's candidates go over the same
+connection (a fresh one only before the server's recipient or rejection limit). On a
+catch-all domain the other rows get their most likely pattern without any RCPT.
 
 Billing as the job goes: each verified find is charged ``finder_charge`` on its own
 (atomically). When a find cannot be paid for, the row is ``skipped_no_credits`` (its
@@ -37,13 +39,8 @@ from verimail.store.db import Store
 from verimail.tasks.bulk_io import job_dir, save_info
 from verimail.tasks.csv_detect import find_person_columns, inspect_csv
 from verimail.tasks.csv_io import load_person_rows, write_results_csv
-from verimail.tasks.finder import (
-    CATCH_ALL_FACTOR,
-    FinderInputError,
-    find_email,
-    normalise_finder_domain,
-)
-from verimail.tasks.finder_patterns import most_likely, pattern_confidence
+from verimail.tasks.finder import FinderInputError, find_email, normalise_finder_domain
+from verimail.tasks.smtp_probe import DomainSession
 
 DOMAINS_PER_TASK = 50
 DOMAIN_CONCURRENCY = 20  # domains looked up at once within a task
@@ -119,43 +116,45 @@ async def _domain(
     billing: _Billing,
     progress: _Progress,
 ) -> None:
-    """Every row of one domain, in order; a catch-all answer is reused for the rest."""
+    """Every row of one domain, in order, over one shared SMTP session."""
     engine = engine_for(settings)
-    catch_all = False
-    for row in rows:
-        first, last, domain = row["first_name"], row["last_name"], row["domain"]
-        if not (first and last and domain):
-            progress.record(row["row"], None, "invalid_input", 0.0)
-            continue
-        if billing.exhausted:
-            progress.record(row["row"], None, "skipped_no_credits", 0.0)
-            continue
-        if catch_all:
-            try:
-                ascii_domain = normalise_finder_domain(domain)
-            except FinderInputError:
-                ascii_domain = None
-            guess = ascii_domain and most_likely(first, last, ascii_domain, engine.lists.is_role)
-            if guess:
-                confidence = pattern_confidence(guess.rank) * CATCH_ALL_FACTOR
-                progress.record(row["row"], guess.email, "catch_all", confidence)
+    async with DomainSession(engine.prober) as session:
+        for row in rows:
+            first, last, domain = row["first_name"], row["last_name"], row["domain"]
+            if not (first and last and domain):
+                progress.record(row["row"], None, "invalid_input", 0.0)
                 continue
-        try:
-            result = await find_email(
-                engine, first, last, domain, max_probes=settings.finder_max_probes
-            )
-        except FinderInputError:
-            progress.record(row["row"], None, "invalid_input", 0.0)
-            continue
-        if result.status == "catch_all":
-            catch_all = True
-        if result.found and result.email:
-            if await billing.pay(result.email):
-                progress.record(row["row"], result.email, "found", result.confidence)
-            else:
+            if billing.exhausted:
                 progress.record(row["row"], None, "skipped_no_credits", 0.0)
-            continue
-        progress.record(row["row"], result.email, result.status, result.confidence)
+                continue
+            try:
+                result = await find_email(
+                    engine,
+                    first,
+                    last,
+                    domain,
+                    max_probes=settings.finder_max_probes,
+                    session=session,
+                )
+            except FinderInputError:
+                progress.record(row["row"], None, "invalid_input", 0.0)
+                continue
+            if result.found and result.email:
+                if await billing.pay(result.email):
+                    progress.record(row["row"], result.email, "found", result.confidence)
+                else:
+                    progress.record(row["row"], None, "skipped_no_credits", 0.0)
+                continue
+            progress.record(row["row"], result.email, result.status, result.confidence)
+
+
+def _domain_key(raw: str | None) -> str:
+    """Rows group by their normalised domain (``https://www.acme.test/`` is ``acme.test``),
+    so one company's rows share one session whatever way each row spells it."""
+    try:
+        return normalise_finder_domain(raw or "")
+    except FinderInputError:
+        return (raw or "").lower()  # find_email refuses it again, row by row
 
 
 @task(name="find-domains", persist_result=False, cache_policy=NO_CACHE)
@@ -247,7 +246,7 @@ async def _run(
     )
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows.iter_rows(named=True):
-        groups[(row["domain"] or "").lower()].append(row)
+        groups[_domain_key(row["domain"])].append(row)
     domains = list(groups.values())
     n_tasks = max(1, math.ceil(len(domains) / DOMAINS_PER_TASK))
     logger.info("finder job %s: %s rows, %s domains", job.id, rows.height, len(domains))

@@ -11,8 +11,10 @@ Steps, cheapest first, so that most refusals cost no network traffic at all:
    inboxes never among them — so the finder can never return ``info@`` for "Info Sales";
 4. DNS once (the engine's resolver caches it); no mail host, or only private addresses:
    ``not_found`` without any connection;
-5. ONE SMTP session (``smtp_probe.probe_until_accepted``): the random-address catch-all
-   probe first, then the candidates in rank order until the first accepted one.
+5. ONE SMTP session (``smtp_probe.DomainSession``): the random-address catch-all probe
+   first, then the candidates in rank order until the first accepted one. A CSV job passes
+   the same session for every person at one domain, so the probe is sent once per domain
+   and the people share the connection.
 
 Outcomes:
 
@@ -55,7 +57,7 @@ from verimail.tasks.finder_patterns import (
     normalise_name,
     pattern_confidence,
 )
-from verimail.tasks.smtp_probe import Finding, SequenceResult, probe_until_accepted
+from verimail.tasks.smtp_probe import DomainSession, Finding, SequenceResult
 from verimail.tasks.syntax import SyntaxProblem, parse_address
 from verimail.tasks.verdict import Facts, decide
 
@@ -211,10 +213,20 @@ class _Lookup:
 
 
 async def find_email(
-    engine: Engine, first_name: str, last_name: str, domain: str, *, max_probes: int
+    engine: Engine,
+    first_name: str,
+    last_name: str,
+    domain: str,
+    *,
+    max_probes: int,
+    session: DomainSession | None = None,
 ) -> FinderResult:
     """Find a person's verified address at ``domain``, probing at most ``max_probes``
-    candidates over one SMTP session; see the module docstring for the outcomes."""
+    candidates over one SMTP session; see the module docstring for the outcomes.
+
+    ``session``: an open :class:`DomainSession` for this domain to reuse (a CSV job's
+    rows); without one, the lookup opens and closes its own.
+    """
     if max_probes < 1:
         raise ValueError("max_probes must be >= 1")
     started = time.perf_counter()
@@ -259,9 +271,12 @@ async def find_email(
         reason = _smtp_reason(Finding(SmtpOutcome.PRIVATE_ADDRESS), ascii_domain)
         return lookup.answer("not_found", reason + " No address could be checked.")
 
-    sequence = await probe_until_accepted(
-        engine.prober, hosts, ascii_domain, [c.email for c in candidates]
-    )
+    emails = [c.email for c in candidates]
+    if session is not None:
+        sequence = await session.probe(hosts, ascii_domain, emails)
+    else:
+        async with DomainSession(engine.prober) as own:
+            sequence = await own.probe(hosts, ascii_domain, emails)
     tried = [c.email for c in candidates if c.email in sequence.findings]
 
     if sequence.failure is not None:

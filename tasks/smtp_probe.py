@@ -522,57 +522,125 @@ class SequenceResult:
     failure: Finding | None = None  # set when no session could be had at all
 
 
-async def probe_until_accepted(
-    prober: Prober,
-    hosts: tuple[MailHost, ...],
-    domain: str,
-    candidates: list[str],
-    *,
-    check_catch_all: bool = True,
-) -> SequenceResult:
-    """Try ``candidates`` in order over one session (reopened at most once if it breaks).
+class DomainSession:
+    """The finder's SMTP session to one domain, shared by every lookup made through it.
 
-    Stops at the first accepted address; on a catch-all domain stops after the probe,
-    because there an accepted candidate proves nothing.
+    A finder CSV job looks up many people at the same company: each person's candidates
+    go over the same connection (one ``MAIL FROM``, more ``RCPT TO``), the random-address
+    catch-all probe is sent once per domain, and a fresh session is opened before the
+    server's recipient or rejection limit (Postfix hangs up after about 20 refused
+    recipients), not after it. A single lookup is just a session used once.
+
+    Lookups through one session run one after another (the flow awaits each row in turn);
+    the session is not safe for concurrent ``probe`` calls.
     """
-    group = HostGroup(hosts=hosts, domains={domain: []}, probe_catch_all=False)
-    run = _Run(group, deque(), GroupResult())
-    stats = run.result.stats
-    items = [_Item(domain, c) for c in candidates]
-    if check_catch_all:
-        items.insert(0, _Item(domain, f"vm-probe-{secrets.token_hex(6)}@{domain}", is_probe=True))
-    session: _Session | None = None
-    reopened = False
-    accepted: str | None = None
-    try:
+
+    def __init__(self, prober: Prober) -> None:
+        self.prober = prober
+        self.domain: str | None = None
+        self.catch_all: bool | None = None
+        self._probed = False  # the catch-all probe got a clear answer
+        self._run: _Run | None = None
+        self._session: _Session | None = None
+        self._failure: Finding | None = None  # no session could be had: same for every row
+
+    async def __aenter__(self) -> DomainSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _bind(self, hosts: tuple[MailHost, ...], domain: str) -> _Run:
+        if self._run is None:
+            self.domain = domain
+            group = HostGroup(hosts=hosts, domains={domain: []}, probe_catch_all=False)
+            self._run = _Run(group, deque(), GroupResult())
+        elif domain != self.domain:
+            raise ValueError(f"this session is for {self.domain}, not {domain}")
+        return self._run
+
+    async def _ready(self, run: _Run) -> _Session:
+        """The open session, or a fresh one when the last is closed or at a server limit."""
+        session = self._session
+        if session is not None and not session.closed and not self.prober._session_full(session):
+            return session
+        if session is not None:
+            await session.close()
+            self._session = None
+        self._session = await self.prober._open(run)
+        return self._session
+
+    async def probe(
+        self,
+        hosts: tuple[MailHost, ...],
+        domain: str,
+        candidates: list[str],
+        *,
+        check_catch_all: bool = True,
+    ) -> SequenceResult:
+        """Try ``candidates`` in order; stop at the first accepted one.
+
+        The catch-all probe goes first, once per session's domain; on a catch-all domain
+        no candidate is sent at all, because there an accepted candidate proves nothing.
+        A session that breaks is reopened at most once per call.
+        """
+        run = self._bind(hosts, domain)
+        run.result = GroupResult()  # this lookup's findings and traffic only
+        stats = run.result.stats
+        if self._failure is not None:
+            return SequenceResult(None, {}, None, stats, failure=self._failure)
+        items = [_Item(domain, c) for c in candidates]
+        if check_catch_all and not self._probed:
+            probe = f"vm-probe-{secrets.token_hex(6)}@{domain}"
+            items.insert(0, _Item(domain, probe, is_probe=True))
+        elif self._probed and self.catch_all:
+            return SequenceResult(True, {}, None, stats)
+        reopened = False
+        accepted: str | None = None
         index = 0
         while index < len(items):
-            if session is None or session.closed:
-                try:
-                    session = await prober._open(run)
-                except _NoSession as failed:
-                    return SequenceResult(None, {}, None, stats, failure=failed.finding)
+            try:
+                session = await self._ready(run)
+            except _NoSession as failed:
+                self._failure = failed.finding
+                return SequenceResult(None, {}, None, stats, failure=failed.finding)
             item = items[index]
             try:
-                code, message = await prober._rcpt(session, item, stats)
+                code, message = await self.prober._rcpt(session, item, stats)
             except _SessionLost as lost:
                 await session.close(polite=False)
                 if reopened:
-                    prober._record(run, item, lost.finding)
+                    self.prober._record(run, item, lost.finding)
                     break
                 reopened = True
                 continue
+            if code == 452 and session.tx_rcpts:
+                # Too many recipients for one transaction: learn the limit, ask again anew.
+                self.prober._rcpt_limit[session.host.name] = session.tx_rcpts
+                await session.close()
+                continue
             index += 1
+            if code == 421:  # the server is closing this session: the next row reconnects
+                await session.close(polite=False)
             finding = Finding(
                 classify_rcpt(code, message), one_line(code, message), session.host.name
             )
-            prober._record(run, item, finding)
-            if item.is_probe and run.result.catch_all.get(domain):
-                break
-            if not item.is_probe and finding.outcome is SmtpOutcome.ACCEPTED:
+            if finding.outcome is SmtpOutcome.ACCEPTED:
+                session.tx_rcpts += 1
+            else:
+                session.rejections += 1
+            self.prober._record(run, item, finding)
+            if item.is_probe:
+                self.catch_all = run.result.catch_all.get(domain)
+                self._probed = self.catch_all is not None  # unclear: the next row asks again
+                if self.catch_all:
+                    break
+            elif finding.outcome is SmtpOutcome.ACCEPTED:
                 accepted = item.rcpt
                 break
-    finally:
-        if session is not None:
-            await session.close()
-    return SequenceResult(run.result.catch_all.get(domain), run.result.findings, accepted, stats)
+        return SequenceResult(self.catch_all, run.result.findings, accepted, stats)

@@ -314,6 +314,7 @@ class TestbedSMTP(SMTP):
         self.runtime.stats.count(self.runtime.name, "rejections")
         limit = self.runtime.behaviour.disconnect_after_rejections
         if limit is not None and self.rejections >= limit:
+            self.runtime.stats.count(self.runtime.name, "hangups")
             await self.push(REPLY_TOO_MANY_ERRORS.format(host=self.runtime.name))
             # Stop reading at once, so that commands already in flight are neither answered
             # nor counted: cancel this very task and yield, so the cancellation lands here

@@ -24,6 +24,7 @@ class HostStats:
     peak_concurrent: int = 0
     active: int = 0
     rejections: int = 0
+    hangups: int = 0  # sessions the server closed itself (``disconnect_after_rejections``)
     rcpts: list[str] = field(default_factory=list)
 
     def copy(self) -> HostStats:
@@ -72,7 +73,8 @@ class StatsRegistry:
             self._active_total -= 1
 
     def count(self, host: str, what: str) -> None:
-        """Add one to the integer field ``what`` (mail_from, data, starttls, rejections)."""
+        """Add one to the integer field ``what`` (mail_from, data, starttls, rejections,
+        hangups)."""
         with self._changed:
             self._changed.notify_all()
             stats = self._host(host)
@@ -100,7 +102,15 @@ class StatsRegistry:
         with self._lock:
             total = HostStats()
             for stats in self._hosts.values():
-                for name in ("sessions", "mail_from", "rcpt_to", "data", "starttls", "rejections"):
+                for name in (
+                    "sessions",
+                    "mail_from",
+                    "rcpt_to",
+                    "data",
+                    "starttls",
+                    "rejections",
+                    "hangups",
+                ):
                     setattr(total, name, getattr(total, name) + getattr(stats, name))
                 total.rcpts.extend(stats.rcpts)
             total.active = self._active_total

@@ -4,6 +4,7 @@ packets, real SMTP sessions, one session per lookup."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 from pathlib import Path
 
@@ -19,11 +20,13 @@ from verimail.tasks.finder import (
     normalise_finder_domain,
 )
 from verimail.tasks.finder_patterns import pattern_confidence
+from verimail.tasks.smtp_probe import DomainSession
 from verimail.testbed.server import Testbed
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 MAX_PROBES = 8
 JOHN_SMITH_FIRST_THREE = ["john.smith", "john", "jsmith"]  # rank order of finder_patterns
+STAFF = ("ann.lee", "bob.stone", "carla.diaz", "dan.wu")  # mx.staff.test's mailboxes
 
 
 def _world() -> World:
@@ -39,6 +42,11 @@ def _world() -> World:
         HostSpec("mx.idn.test", HostBehaviour(mailboxes={"john.smith"})),
         HostSpec("mx.throwaway.test", HostBehaviour(accept_all=True)),
         HostSpec("internal.evil.test", address="10.0.0.1"),
+        # Postfix-like: it hangs up on the 10th refused recipient of a session.
+        HostSpec(
+            "mx.staff.test",
+            HostBehaviour(mailboxes=set(STAFF), disconnect_after_rejections=10),
+        ),
     ]
     domains = [
         DomainSpec("people.test", mx=[(10, "mx.people.test")]),
@@ -53,6 +61,7 @@ def _world() -> World:
         DomainSpec("null.test", mx=[(0, ".")]),
         DomainSpec("broken.test", servfail=True),
         DomainSpec("private.test", mx=[(10, "internal.evil.test")]),
+        DomainSpec("staff.test", mx=[(10, "mx.staff.test")]),
     ]
     return World.of(hosts, domains)
 
@@ -168,6 +177,76 @@ async def test_nobody_matches_after_every_candidate_in_one_session(
     stats = tb.host_stats("mx.nobody.test")
     assert stats.sessions == 1
     assert stats.rcpt_to == MAX_PROBES + 1
+
+
+# --- several people at one domain (a CSV job's rows) -------------------------------------
+
+
+async def test_people_at_one_domain_share_one_session_and_one_probe(
+    engine: Engine, tb: Testbed
+) -> None:
+    people = [name.split(".") for name in STAFF]
+    async with DomainSession(engine.prober) as session:
+        results = [
+            await find_email(engine, first, last, dom, max_probes=MAX_PROBES, session=session)
+            for (first, last), dom in zip(
+                people,
+                ["staff.test", "https://www.staff.test/team", "STAFF.test", "staff.test"],
+                strict=True,
+            )
+        ]
+    assert [r.email for r in results] == [f"{name}@staff.test" for name in STAFF]
+    assert {r.status for r in results} == {"found"}
+    assert {r.verification_status for r in results} == {"valid"}
+    stats = tb.host_stats("mx.staff.test")
+    assert (stats.sessions, stats.mail_from) == (1, 1)  # one connection, one transaction
+    locals_ = _locals(stats.rcpts)
+    assert locals_[0].startswith("vm-probe-") and locals_[1:] == list(STAFF)  # one probe
+
+
+async def test_a_shared_session_is_renewed_before_the_server_hangs_up(
+    engine: Engine, tb: Testbed, settings: Settings
+) -> None:
+    """Three people with no mailbox cost 24 refused candidates plus the refused probe: the
+    session is replaced after every ``smtp_max_rejections_per_session`` (9) refusals, so the
+    server's own limit (it hangs up at 10) is never reached, and the last person, who does
+    exist, is still found."""
+    people = [("Nora", "Nobody"), ("Otto", "Other"), ("Pia", "Person"), ("Ann", "Lee")]
+    async with DomainSession(engine.prober) as session:
+        results = [
+            await find_email(engine, first, last, "staff.test", max_probes=8, session=session)
+            for first, last in people
+        ]
+    assert [r.status for r in results] == ["not_found"] * 3 + ["found"]
+    assert all("refused all 8" in (r.reason or "") for r in results[:3])
+    assert results[3].email == "ann.lee@staff.test"
+    stats = tb.host_stats("mx.staff.test")
+    assert stats.rejections == 1 + 3 * 8
+    assert stats.hangups == 0
+    limit = settings.smtp_max_rejections_per_session
+    assert stats.sessions == math.ceil(stats.rejections / limit) == 3
+    assert sum(r.startswith("vm-probe-") for r in stats.rcpts) == 1
+
+
+async def test_a_catch_all_domain_is_probed_once_for_everyone(engine: Engine, tb: Testbed) -> None:
+    async with DomainSession(engine.prober) as session:
+        results = [
+            await find_email(engine, first, "Smith", "catchall.test", max_probes=8, session=session)
+            for first in ("John", "Jane", "Jim")
+        ]
+    assert [r.email for r in results] == [
+        f"{first}.smith@catchall.test" for first in ("john", "jane", "jim")
+    ]
+    assert {r.status for r in results} == {"catch_all"} and not any(r.found for r in results)
+    stats = tb.host_stats("mx.catchall.test")
+    assert stats.sessions == 1 and len(stats.rcpts) == 1  # the probe, nothing else
+
+
+async def test_a_session_serves_one_domain_only(engine: Engine, tb: Testbed) -> None:
+    async with DomainSession(engine.prober) as session:
+        await find_email(engine, "John", "Smith", "people.test", max_probes=8, session=session)
+        with pytest.raises(ValueError, match=r"people\.test"):
+            await find_email(engine, "John", "Smith", "jsmith.test", max_probes=8, session=session)
 
 
 @pytest.mark.parametrize(

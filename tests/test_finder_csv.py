@@ -16,17 +16,22 @@ from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 
+STAFF = ("ann.lee", "bob.stone", "carla.diaz", "dan.wu", "eve.ng", "finn.roe")
+
+
 def _world() -> World:
     return World.of(
         [
             HostSpec("mx.acme.test", HostBehaviour(mailboxes={"john.smith", "jdoe", "info"})),
             HostSpec("mx.beta.test", HostBehaviour(mailboxes={"ann"})),
             HostSpec("mx.catchall.test", HostBehaviour(accept_all=True)),
+            HostSpec("mx.staff.test", HostBehaviour(mailboxes=set(STAFF))),
         ],
         [
             DomainSpec("acme.test", mx=[(10, "mx.acme.test")]),
             DomainSpec("beta.test", mx=[(10, "mx.beta.test")]),
             DomainSpec("catchall.test", mx=[(10, "mx.catchall.test")]),
+            DomainSpec("staff.test", mx=[(10, "mx.staff.test")]),
         ],
     )
 
@@ -42,8 +47,12 @@ PEOPLE = (
 
 
 @pytest.fixture
-def settings(testbed_factory, testbed_settings, tmp_path):
-    tb = testbed_factory(_world())
+def tb(testbed_factory):
+    return testbed_factory(_world())
+
+
+@pytest.fixture
+def settings(tb, testbed_settings, tmp_path):
     return testbed_settings(tb, tmp_path, finder_charge=10)
 
 
@@ -83,6 +92,32 @@ async def test_finder_csv_end_to_end(settings):
         assert rows[4][5] == "catch_all" and rows[4][4].endswith("@catchall.test")
         assert rows[5][5] == "invalid_input"
         assert rows[1][:4] == ["John", "Smith", "https://www.acme.test/about", "old@x.test"]
+
+
+async def test_one_session_per_domain_across_rows(settings, tb):
+    """Six people at one company, the domain spelled three ways, plus three at a catch-all:
+    one SMTP session and one catch-all probe per domain, however many rows."""
+    spellings = ("staff.test", "https://www.staff.test/team", "STAFF.TEST")
+    people = "first_name,last_name,domain\n" + "".join(
+        f"{first},{last},{spellings[i % 3]}\n"
+        for i, (first, last) in enumerate(name.split(".") for name in STAFF)
+    )
+    people += "".join(f"{first},Smith,catchall.test\n" for first in ("Al", "Bo", "Cy"))
+    async with running_app(settings) as app:
+        customer = app.customer(credits=100)
+        created = await app.client.post(
+            "/api/find-email/csv", headers=customer.headers, **_form(people)
+        )
+        assert created.status_code == 200, created.text
+        done = await poll_job(
+            app.client, f"/api/find-email/csv/{created.json()['job_id']}", customer.headers
+        )
+    assert (done["found_count"], done["catch_all_count"]) == (6, 3), done
+    staff = tb.host_stats("mx.staff.test")
+    assert (staff.sessions, staff.mail_from) == (1, 1)
+    assert len(staff.rcpts) == 1 + len(STAFF)  # one probe, then each person's first pattern
+    catch_all = tb.host_stats("mx.catchall.test")
+    assert catch_all.sessions == 1 and len(catch_all.rcpts) == 1
 
 
 async def test_running_out_of_credits_skips_the_rest(settings):

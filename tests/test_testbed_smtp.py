@@ -125,7 +125,8 @@ def test_disconnect_after_rejections(testbed_factory: MakeTestbed) -> None:
         assert (code, text.decode()) == (421, "4.7.0 mx.test.test Error: too many errors")
         with pytest.raises(smtplib.SMTPServerDisconnected):
             client.noop()
-    assert tb.host_stats("mx.test.test").rejections == 2
+    stats = tb.host_stats("mx.test.test")
+    assert (stats.rejections, stats.hangups) == (2, 1)
 
 
 def test_pipelined_commands_after_the_disconnect_are_not_handled(
