@@ -18,7 +18,9 @@ import asyncio
 import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
+from uuid import UUID
 
 from verimail.config import Settings, using_settings
 from verimail.flows.context import store_for
@@ -176,8 +178,61 @@ class DeploymentRunner:
         )
         job_store.set_flow_run_id(store_for(self.settings).engine, job_id, str(flow_run.id))
 
+    def held_jobs(self) -> list[int]:
+        """Unfinished jobs whose flow run waits in the work pool: no worker has taken it
+        yet (Scheduled, Late), or one took it moments ago and is starting its process
+        (Pending, for at most ``STARTING_LIMIT``).
+
+        Such a job is queued, not dead. Without this, whenever every worker is busy for
+        longer than ``job_stale_after`` the reaper would "resume" queued jobs — a second
+        run of each — and in the end fail them as out of attempts. A run Pending for
+        longer (its worker died while starting it) or Running with a silent heartbeat
+        (its worker died mid-job) is not held, so the reaper resumes it.
+        """
+        waiting = job_store.unfinished_flow_runs(store_for(self.settings).engine)
+        if not waiting:
+            return []
+        try:
+            states = _flow_run_states(list(waiting.values()))
+        except Exception as exc:  # Prefect unreachable: let the reaper judge by heartbeats
+            log.warning("could not read flow run states from Prefect: %s", exc)
+            return []
+        now = datetime.now(UTC)
+        held = []
+        for job_id, run_id in waiting.items():
+            state = states.get(run_id)
+            if state is None:
+                continue
+            kind, since = state
+            if kind == "SCHEDULED" or (kind == "PENDING" and now - since < STARTING_LIMIT):
+                held.append(job_id)
+        return sorted(held)
+
     def shutdown(self) -> None:
         return None
+
+
+STARTING_LIMIT = timedelta(minutes=2)  # a worker starting a flow-run process takes seconds
+
+
+def _flow_run_states(run_ids: list[str]) -> dict[str, tuple[str, datetime]]:
+    """Flow run id → (state type name, when it entered that state), read from Prefect."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    ids = [UUID(run_id) for run_id in run_ids]
+    runs = []
+    with get_client(sync_client=True) as client:
+        for start in range(0, len(ids), 200):  # the server caps one page at 200 runs
+            chunk = ids[start : start + 200]
+            runs += client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=chunk)), limit=len(chunk)
+            )
+    return {
+        str(run.id): (run.state.type.name, run.state.timestamp)
+        for run in runs
+        if run.state is not None
+    }
 
 
 def make_runner(settings: Settings) -> JobRunner:

@@ -321,6 +321,16 @@ def heartbeat(engine: Engine, job_id: int, *, now: datetime | None = None) -> bo
     return _set_if(engine, job_id, "processing", {"heartbeat_at": now or utcnow()})
 
 
+def unfinished_flow_runs(engine: Engine) -> dict[int, str]:
+    """Pending or processing jobs that name a flow run: job id → flow run id (for the
+    deployment runner, which asks Prefect which of those runs are still queued)."""
+    query = select(jobs.c.id, jobs.c.flow_run_id).where(
+        jobs.c.status.in_(("pending", "processing")), jobs.c.flow_run_id.is_not(None)
+    )
+    with engine.connect() as conn:
+        return {row.id: row.flow_run_id for row in conn.execute(query)}
+
+
 def keep_alive(engine: Engine, job_ids: list[int], *, now: datetime | None = None) -> int:
     """Beat the heartbeat of unfinished jobs a live runner holds (pending ones included);
     returns how many were beaten."""

@@ -1,55 +1,121 @@
-"""Deployment mode for real: deployments registered on a Prefect server, a worker process
-on a `process` work pool, the API handing a bulk job to it with `run_deployment`, and the
-job completing as seen through the API. Store on PostgreSQL, as several machines would."""
+"""Deployment mode for real: deployments registered on a Prefect server, worker processes
+on a `process` work pool, the API handing bulk jobs to them with `run_deployment`, and the
+jobs completing as seen through the API. Store on PostgreSQL, as several machines would.
+
+A worker that dies mid-job (the worker and its flow-run process killed, as when its machine
+goes away) leaves the job's heartbeat to go stale; the API's reaper hands the job to the
+pool again, another worker completes it, and it is charged once.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from api_helpers import clean_env, env_for_testbed, poll_job, running_app
+from api_helpers import (
+    api_world,
+    clean_env,
+    env_for_testbed,
+    make_customer,
+    poll_job,
+    running_app,
+)
+from hardening_helpers import assert_ledger_exact
 
+from verimail.store import jobs as job_store
+from verimail.store.credits import balance
 from verimail.store.testing import temporary_database_url
+from verimail.testbed.server import Testbed
+from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.prefect]
 
+PREFECT = str(Path(sys.executable).parent / "prefect")
 
-async def test_bulk_job_runs_on_a_worker(testbed_factory, testbed_settings, tmp_path):
-    from api_helpers import api_world
+
+def _worker_env(tb: Testbed, url: str, data: Path, **extra: str) -> dict[str, str]:
     from prefect.settings import PREFECT_API_URL
 
+    return clean_env(
+        {
+            **env_for_testbed(tb),
+            "VERIMAIL_DATABASE_URL": url,
+            "VERIMAIL_DATA_DIR": str(data),
+            "PREFECT_API_URL": str(PREFECT_API_URL.value()),
+            "PREFECT_WORKER_QUERY_SECONDS": "1",
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            **extra,
+        }
+    )
+
+
+@contextlib.contextmanager
+def _worker(pool: str, env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
+    """A ``prefect worker`` process on ``pool``; whatever is left of it is killed at the end."""
+    with log.open("ab") as out:
+        worker = subprocess.Popen(
+            [PREFECT, "worker", "start", "--pool", pool],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=log.parent,
+        )
+    try:
+        yield worker
+    finally:
+        _kill_tree(worker.pid)
+        worker.wait(timeout=30)
+
+
+def _children(pid: int) -> list[int]:
+    """Every descendant of ``pid`` (from /proc: the flow-run processes a worker starts are
+    in sessions of their own, so killing the worker's process group would miss them)."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        kids = parents.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def _kill_tree(pid: int) -> None:
+    for target in [pid, *_children(pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(target, signal.SIGKILL)
+
+
+def _pool() -> str:
+    return f"verimail-test-{os.getpid()}"
+
+
+async def _register(pool: str) -> None:
     from verimail.flows.deploy import register_deployments
 
+    assert await asyncio.to_thread(register_deployments, pool, schedule=False)
+
+
+async def test_bulk_job_runs_on_a_worker(testbed_factory, testbed_settings, tmp_path):
     tb = testbed_factory(api_world())
-    pool = f"verimail-test-{os.getpid()}"
+    pool = _pool()
     with temporary_database_url("postgres", tmp_path) as url:
         settings = testbed_settings(
             tb, tmp_path, database_url=url, runner="deployment", prefect_work_pool=pool
         )
-        assert await asyncio.to_thread(register_deployments, pool, schedule=False)
-        env = clean_env(
-            {
-                **env_for_testbed(tb),
-                "VERIMAIL_DATABASE_URL": url,
-                "VERIMAIL_DATA_DIR": str(tmp_path),
-                "PREFECT_API_URL": str(PREFECT_API_URL.value()),
-                "PREFECT_WORKER_QUERY_SECONDS": "1",
-                "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            }
-        )
-        log = (tmp_path / "worker.log").open("wb")
-        worker = subprocess.Popen(
-            [str(Path(sys.executable).parent / "prefect"), "worker", "start", "--pool", pool],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=tmp_path,
-        )
-        try:
+        await _register(pool)
+        log = tmp_path / "worker.log"
+        with _worker(pool, _worker_env(tb, url, tmp_path), log):
             async with running_app(settings) as app:
                 customer = app.customer(credits=50)
                 created = await app.client.post(
@@ -62,13 +128,117 @@ async def test_bulk_job_runs_on_a_worker(testbed_factory, testbed_settings, tmp_
                 done = await poll_job(
                     app.client, f"/api/verify/bulk/{job_id}", customer.headers, timeout=240
                 )
-                worker_log = (tmp_path / "worker.log").read_text(errors="replace")
+                worker_log = log.read_text(errors="replace")
                 assert done["status"] == "completed", (done, worker_log[-3000:])
                 assert [r["status"] for r in done["results"]] == ["valid", "invalid"]
+
+
+SLOW_HOST = "mx.tortoise.test"
+
+
+def _slow_world(rows: int) -> World:
+    mailboxes = {f"user{i}" for i in range(0, rows, 2)}
+    return World.of(
+        [HostSpec(SLOW_HOST, HostBehaviour(mailboxes=mailboxes, reply_delay=0.1))],
+        [DomainSpec("tortoise.test", mx=[(10, SLOW_HOST)])],
+    )
+
+
+async def test_a_killed_worker_s_job_completes_on_another_worker(
+    testbed_factory, testbed_settings, tmp_path
+):
+    rows, credits = 24, 100
+    tb = testbed_factory(_slow_world(rows))
+    pool = _pool()
+    with temporary_database_url("postgres", tmp_path) as url:
+        settings = testbed_settings(
+            tb,
+            tmp_path,
+            database_url=url,
+            runner="deployment",
+            prefect_work_pool=pool,
+            job_stale_after=2,
+        )
+        await _register(pool)
+        env = _worker_env(tb, url, tmp_path, VERIMAIL_JOB_STALE_AFTER="2")
+        async with running_app(settings) as app:
+            customer = app.customer(credits=credits)
+            emails = [f"user{i}@tortoise.test" for i in range(rows)]
+            with _worker(pool, env, tmp_path / "first-worker.log") as first:
+                created = await app.client.post(
+                    "/api/verify/bulk", headers=customer.headers, json={"emails": emails}
+                )
+                assert created.status_code == 200, created.text
+                job_id = created.json()["job_id"]
+                # Mid-job: the first worker's flow run holds a session on the slow host.
+                reached = await asyncio.to_thread(
+                    tb.wait_until, lambda t: t.host_stats(SLOW_HOST).active >= 1, 120
+                )
+                assert reached, (tmp_path / "first-worker.log").read_text(errors="replace")
+                _kill_tree(first.pid)  # the worker and its flow-run process, at once
+            sessions_before = tb.host_stats(SLOW_HOST).sessions
+            with _worker(pool, env, tmp_path / "second-worker.log"):
+                done = await poll_job(
+                    app.client, f"/api/verify/bulk/{job_id}", customer.headers, timeout=240
+                )
+            logs = "".join(
+                (tmp_path / f"{n}-worker.log").read_text(errors="replace")
+                for n in ("first", "second")
+            )
+            assert done["status"] == "completed", (done, logs[-3000:])
+            assert done["processed_emails"] == rows
+            assert (done["valid_count"], done["invalid_count"]) == (rows // 2, rows // 2)
+            assert tb.host_stats(SLOW_HOST).sessions > sessions_before  # the second did it
+            job = job_store.get_job_any(app.store.engine, int(job_id))
+            assert job is not None and (job.options or {}).get("attempts") == 2
+            assert (job.credits_reserved, job.credits_refunded) == (rows, 0)
+            assert_ledger_exact(app.store, customer.account_id)
+            assert balance(app.store.engine, customer.account_id).total == credits - rows
+
+
+async def test_a_queued_job_is_held_and_a_dead_run_is_resumed(testbed_settings, tmp_path):
+    """No worker at all: the job's flow run waits in the pool (Scheduled), which is queued,
+    not dead, however old its heartbeat — the reaper leaves it alone. Once Prefect shows
+    the run Running with a silent heartbeat (its worker died), the reaper resumes it."""
+    from prefect.client.orchestration import get_client
+    from prefect.states import Running
+
+    from verimail.config import Settings
+    from verimail.flows.recovery import recover_stale_jobs
+    from verimail.flows.runner import DeploymentRunner
+    from verimail.store.db import init_store, utcnow
+
+    pool = _pool()
+    await _register(pool)
+    with temporary_database_url("postgres", tmp_path) as url:
+        settings = Settings(
+            data_dir=tmp_path, database_url=url, runner="deployment", prefect_work_pool=pool
+        )
+        store = init_store(settings)
+        try:
+            customer = make_customer(store, credits=10)
+            job = job_store.create_job(store.engine, customer.account_id, "bulk_json", 1, reserve=1)
+            assert job is not None
+            runner = DeploymentRunner(settings)
+            await asyncio.to_thread(runner.submit, "bulk", job.id)
+            run_id = job_store.get_job_any(store.engine, job.id).flow_run_id
+            assert run_id
+
+            def silence() -> None:  # its last sign of life, long ago
+                assert job_store.keep_alive(store.engine, [job.id], now=utcnow().replace(year=2000))
+
+            silence()
+            assert await asyncio.to_thread(recover_stale_jobs, settings, runner) == []
+            queued = job_store.get_job_any(store.engine, job.id)
+            assert queued.status == "pending" and (queued.options or {}).get("attempts", 1) == 1
+
+            async with get_client() as client:
+                await client.set_flow_run_state(run_id, Running(), force=True)
+            silence()
+            handled = await asyncio.to_thread(recover_stale_jobs, settings, runner)
+            assert handled == [(job.id, "resumed")]
+            resumed = job_store.get_job_any(store.engine, job.id)
+            assert (resumed.options or {}).get("attempts") == 2
+            assert resumed.flow_run_id not in (None, run_id)  # a new run was handed to the pool
         finally:
-            worker.terminate()
-            try:
-                worker.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-            log.close()
+            store.close()
