@@ -91,6 +91,11 @@ class Settings(BaseSettings):
         description="Rejected recipients per session before a fresh one (Postfix slows "
         "down after 10 and drops after 20).",
     )
+    smtp_mix_domains: bool = Field(
+        True,
+        description="Recipients of several domains in one SMTP transaction (saves RSET + "
+        "MAIL FROM per domain); false: one domain per transaction.",
+    )
     smtp_greylist_retries: int = Field(
         3, ge=0, description="Retries of a greylisted (4xx) recipient within one run."
     )

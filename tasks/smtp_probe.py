@@ -4,7 +4,8 @@ A *host group* is every domain served by the same MX hosts. For each group the p
 opens at most ``smtp_max_sessions_per_host`` sessions (and no more than the work needs),
 and each session walks a shared queue of recipients ordered by domain:
 
-- ``MAIL FROM`` once per domain in the session (``RSET`` before switching domain);
+- ``MAIL FROM`` once per session: recipients of all the group's domains share one
+  transaction (a host that refuses the mix gets ``RSET`` + ``MAIL FROM`` per domain);
 - first item of each domain is a random-address probe that decides catch-all;
 - a fresh session after ``smtp_rcpts_per_session`` recipients or
   ``smtp_max_rejections_per_session`` rejections (Postfix slows down after 10 errors and
@@ -144,6 +145,11 @@ class _Run:
     failures: list[Finding] = field(default_factory=list)  # why hosts were dropped mid-run
 
 
+# Answers to a domain's first recipient in a mixed transaction that may be a refusal of
+# the mix itself rather than of the recipient (greylisting and 452/421 are handled apart).
+_MIX_SUSPECT = (SmtpOutcome.BLOCKED, SmtpOutcome.REJECTED_OTHER, SmtpOutcome.TEMP_FAILURE)
+
+
 class _Session:
     """One SMTP connection and the transaction state the prober needs."""
 
@@ -153,7 +159,8 @@ class _Session:
         self.smtp = smtp
         self.host = host
         self._release = release
-        self.domain: str | None = None
+        self.in_tx = False  # a MAIL FROM was accepted and not yet reset
+        self.tx_domains: set[str] = set()  # recipients' domains in the open transaction
         self.rcpts = 0
         self.rejections = 0
         self.tx_rcpts = 0
@@ -191,6 +198,7 @@ class Prober:
         )
         self._rcpt_limit: dict[str, int] = {}  # learned from 452
         self._rejection_limit: dict[str, int] = {}  # learned from disconnects
+        self._one_domain_hosts: set[str] = set()  # learned: will not mix domains per message
 
     def allowed_hosts(self, hosts: tuple[MailHost, ...]) -> tuple[MailHost, ...]:
         """The hosts with at least one address we may connect to (addresses filtered)."""
@@ -344,34 +352,34 @@ class Prober:
             result.findings[item.rcpt] = finding
 
     async def _rcpt(self, session: _Session, item: _Item, stats: SmtpStats) -> tuple[int, str]:
-        """Send ``RCPT TO`` (switching the transaction's domain first if needed)."""
-        smtp = session.smtp
+        """Send ``RCPT TO``, opening a transaction (``MAIL FROM``) first when needed.
+
+        Recipients of several domains share one transaction, as SMTP allows, which saves
+        ``RSET`` + ``MAIL FROM`` (two round trips) per domain. A host that answers the
+        first recipient of a joining domain with a policy refusal, another unreadable 5xx
+        or a temporary error may be refusing the mix itself: the recipient is asked again
+        in a transaction of its own, and the host gets one domain per transaction from
+        then on. ``smtp_mix_domains = false`` never mixes.
+        """
         needs_utf8 = not item.rcpt.isascii()
         if needs_utf8 and not session.smtputf8:
             return 553, "5.6.7 The server does not support SMTPUTF8 for this address"
         try:
-            if session.domain != item.domain or (needs_utf8 and session.domain is None):
-                if session.domain is not None:
-                    await smtp.execute_command(b"RSET")
-                    session.domain = None
-                session.tx_rcpts = 0
-                sender = self.settings.smtp_mail_from.encode()
-                args = [b"FROM:<" + sender + b">"]
-                if session.smtputf8:
-                    args.append(b"SMTPUTF8")
-                stats.mail_from += 1
-                reply = await smtp.execute_command(b"MAIL", *args)
-                if reply.code == 421:
-                    raise _SessionLost(self._lost(session, reply.code, reply.message))
-                if not 200 <= reply.code < 300:
-                    return reply.code, reply.message
-                session.domain = item.domain
-            stats.rcpts += 1
-            session.rcpts += 1
-            if item.is_probe:
-                stats.catch_all_probes += 1
-            reply = await smtp.execute_command(b"RCPT", b"TO:<" + item.rcpt.encode() + b">")
-            return reply.code, reply.message
+            joins = session.in_tx and item.domain not in session.tx_domains
+            if not session.in_tx or (joins and not self._mixes(session)):
+                refused = await self._mail_from(session, stats)
+                if refused is not None:
+                    return refused
+                joins = False
+            code, message = await self._send_rcpt(session, item, stats)
+            suspect = code not in (421, 452) and classify_rcpt(code, message) in _MIX_SUSPECT
+            if joins and suspect:
+                self._one_domain_hosts.add(session.host.name)
+                refused = await self._mail_from(session, stats)
+                if refused is not None:
+                    return refused
+                code, message = await self._send_rcpt(session, item, stats)
+            return code, message
         except _SessionLost:
             raise
         except SMTPTimeoutError as exc:
@@ -392,6 +400,38 @@ class Prober:
             raise _SessionLost(
                 Finding(SmtpOutcome.CONNECTION_FAILED, f"connection lost: {exc}", session.host.name)
             ) from exc
+
+    def _mixes(self, session: _Session) -> bool:
+        return self.settings.smtp_mix_domains and session.host.name not in self._one_domain_hosts
+
+    async def _mail_from(self, session: _Session, stats: SmtpStats) -> tuple[int, str] | None:
+        """Open a fresh transaction (``RSET`` first if one is open); the reply if refused."""
+        smtp = session.smtp
+        if session.in_tx:
+            await smtp.execute_command(b"RSET")
+            session.in_tx = False
+        session.tx_domains.clear()
+        session.tx_rcpts = 0
+        args = [b"FROM:<" + self.settings.smtp_mail_from.encode() + b">"]
+        if session.smtputf8:
+            args.append(b"SMTPUTF8")
+        stats.mail_from += 1
+        reply = await smtp.execute_command(b"MAIL", *args)
+        if reply.code == 421:
+            raise _SessionLost(self._lost(session, reply.code, reply.message))
+        if not 200 <= reply.code < 300:
+            return reply.code, reply.message
+        session.in_tx = True
+        return None
+
+    async def _send_rcpt(self, session: _Session, item: _Item, stats: SmtpStats) -> tuple[int, str]:
+        session.tx_domains.add(item.domain)
+        stats.rcpts += 1
+        session.rcpts += 1
+        if item.is_probe:
+            stats.catch_all_probes += 1
+        reply = await session.smtp.execute_command(b"RCPT", b"TO:<" + item.rcpt.encode() + b">")
+        return reply.code, reply.message
 
     def _lost(self, session: _Session, code: int, message: str) -> Finding:
         return Finding(SmtpOutcome.TEMP_FAILURE, one_line(code, message), session.host.name)

@@ -61,6 +61,7 @@ REPLY_DATA = "554 5.5.1 DATA not allowed on the testbed"
 REPLY_TOO_MANY_ERRORS = "421 4.7.0 {host} Error: too many errors"
 REPLY_RCPT_999 = "999 5.1.1 Recipient status is a mystery"
 REPLY_RCPT_GARBAGE = "2x5 this is not a reply code"
+REPLY_OTHER_DOMAIN = "550 5.7.1 <{addr}>: recipients of one domain per message only"
 BANNER_GARBAGE = b"XYZ this is not an SMTP server\r\n"
 RAW_HOSTILE = {"silent", "garbage_banner", "huge_banner", "endless_line", "endless_multiline"}
 _STREAM_CHUNK = 64 * 1024
@@ -105,6 +106,11 @@ class HostRuntime:
         ):
             return REPLY_TOO_MANY
         session.rcpts_answered += 1
+        domain = address.rpartition("@")[2].lower()
+        if session.tx_domain is None:
+            session.tx_domain = domain
+        elif b.one_domain_per_transaction and domain != session.tx_domain:
+            return REPLY_OTHER_DOMAIN.format(addr=address)
         if b.hostile == "rcpt_code_999":
             return REPLY_RCPT_999
         if b.hostile == "rcpt_code_garbage":
@@ -207,6 +213,7 @@ class TestbedSMTP(SMTP):
         )
         self.runtime = runtime
         self.rcpts_answered = 0
+        self.tx_domain: str | None = None  # the current transaction's first recipient's
         self.rejections = 0
         self.pending_rejection = False
         self._in_multiline = False
@@ -292,7 +299,12 @@ class TestbedSMTP(SMTP):
         await asyncio.get_running_loop().create_future()  # silent from here on
 
     # ------------------------------------------------------------------ commands
+    async def smtp_RSET(self, arg: str | None) -> None:
+        self.tx_domain = None
+        await super().smtp_RSET(arg)
+
     async def smtp_MAIL(self, arg: str | None) -> None:
+        self.tx_domain = None
         if self.runtime.behaviour.hostile == "mute_after_ehlo":
             try:
                 await asyncio.get_running_loop().create_future()  # until the client hangs up

@@ -68,6 +68,8 @@ class HostBehaviour:
       seconds before every reply after a session's first rejection.
     - ``disconnect_after_rejections``: after the Nth rejection in a session, 421 and close.
     - ``max_rcpts_per_session``: RCPTs beyond N in one connection get 452 4.5.3.
+    - ``one_domain_per_transaction``: a RCPT for another domain than the transaction's
+      first recipient gets 550 5.7.1 (a server that will not mix domains in one message).
     - ``refuse_connections``: nothing listens (connection refused); ``greeting_421``: the
       banner is a 421 and the server closes.
     - ``starttls`` / ``pipelining``: advertise (and do) STARTTLS with a self-signed certificate,
@@ -86,6 +88,7 @@ class HostBehaviour:
     tarpit_delay: float = 0.0
     disconnect_after_rejections: int | None = None
     max_rcpts_per_session: int | None = None
+    one_domain_per_transaction: bool = False
     refuse_connections: bool = False
     greeting_421: bool = False
     starttls: bool = False

@@ -197,6 +197,55 @@ async def test_counters_1000_addresses_50_domains_5_hosts(
         assert stats.data == 0
 
 
+@pytest.mark.parametrize("mix", [True, False])
+async def test_domains_of_one_host_share_one_transaction(
+    testbed_factory, tmp_path, testbed_settings, mix
+):
+    """10 domains on one host, one session: one MAIL FROM for all of them (no RSET per
+    domain), or one per domain with ``smtp_mix_domains`` off; the verdicts are the same."""
+    world, good = _hosted_world(1, 10, 2)
+    tb = testbed_factory(world)
+    settings = testbed_settings(tb, tmp_path, smtp_max_sessions_per_host=1, smtp_mix_domains=mix)
+    bad = [f"nobody@d{d}.example.test" for d in range(0, 10, 3)]
+    batch = await Engine(settings).verify_many(good + bad)
+    statuses = {r.email: r.status for r in batch.results}
+    assert all(statuses[a] is Status.VALID for a in good)
+    assert all(statuses[a] is Status.INVALID for a in bad)
+    stats = tb.host_stats("mx0.big.test")
+    rejections = 10 + len(bad)  # a probe per domain, and the bad addresses
+    assert stats.sessions == math.ceil(rejections / 9)
+    if mix:
+        assert stats.mail_from == stats.sessions  # one transaction per session
+    else:  # one per domain, and one more for a domain split across two sessions
+        assert 10 <= stats.mail_from <= 10 + stats.sessions - 1
+    assert batch.stats.smtp.mail_from == stats.mail_from
+
+
+async def test_a_host_that_refuses_mixed_domains_gets_one_per_transaction(
+    testbed_factory, tmp_path, testbed_settings
+):
+    """The second domain's first recipient is refused (5.7.1) because of the mix: it is
+    asked again in a transaction of its own, and every later domain gets one too — no
+    address is judged on the refusal of the mix."""
+    world, good = _hosted_world(1, 4, 2)
+    world.hosts["mx0.big.test"].behaviour.one_domain_per_transaction = True
+    tb = testbed_factory(world)
+    settings = testbed_settings(tb, tmp_path, smtp_max_sessions_per_host=1)
+    bad = [f"nobody@d{d}.example.test" for d in range(4)]
+    batch = await Engine(settings).verify_many(good + bad)
+    statuses = {r.email: (r.status, r.reason) for r in batch.results}
+    assert all(statuses[a][0] is Status.VALID for a in good), statuses
+    assert all(statuses[a][0] is Status.INVALID for a in bad), statuses
+    assert {r.is_catch_all for r in batch.results} == {False}
+    stats = tb.host_stats("mx0.big.test")
+    assert stats.sessions == 1
+    # d0 opens the transaction; d1's probe is refused in the mix and asked again after
+    # RSET + MAIL FROM; d2 and d3 get a transaction of their own at once: one MAIL FROM
+    # per domain, and one RCPT more than the addresses and probes.
+    assert stats.mail_from == 4
+    assert stats.rcpt_to == 4 + len(good) + len(bad) + 1
+
+
 async def test_rejections_open_a_fresh_session_before_the_tenth(
     testbed_factory, tmp_path, testbed_settings
 ):
