@@ -257,3 +257,18 @@ async def poll_job(
             return body
         assert time.monotonic() < deadline, f"job still {body['status']} after {timeout} s"
         await asyncio.sleep(0.05)
+
+
+class RecordingRunner:
+    """A job runner that records submissions without running them: the jobs are created
+    for real and stay ``pending`` (tests about who may see a job, or what a request
+    answers, need no Prefect run)."""
+
+    def __init__(self) -> None:
+        self.submitted: list[tuple[str, int]] = []
+
+    def submit(self, kind: str, job_id: int) -> None:
+        self.submitted.append((kind, job_id))
+
+    def shutdown(self) -> None:
+        return None

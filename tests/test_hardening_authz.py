@@ -18,6 +18,7 @@ import httpx
 import pytest
 import redis
 from api_helpers import (
+    RecordingRunner,
     api_world,
     assert_error_body,
     env_for_testbed,
@@ -32,19 +33,6 @@ from verimail.store.accounts import DISPLAY_PREFIX_LENGTH, create_api_key, list_
 from verimail.store.db import init_store
 
 PEOPLE_CSV = b"first_name,last_name,domain\nAlice,Smith,acme.test\n"
-
-
-class RecordingRunner:
-    """Jobs are created for real but not run: these tests are about who may see them."""
-
-    def __init__(self) -> None:
-        self.submitted: list[tuple[str, int]] = []
-
-    def submit(self, kind: str, job_id: int) -> None:
-        self.submitted.append((kind, job_id))
-
-    def shutdown(self) -> None:
-        return None
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import schemathesis
-from api_helpers import api_world, make_customer
+from api_helpers import RecordingRunner, api_world, make_customer
 from hardening_helpers import scaled
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
@@ -50,19 +50,6 @@ CHECKS = [
     response_headers_conformance,
     response_schema_conformance,
 ]
-
-
-class RecordingRunner:
-    """Takes job submissions without running them (no Prefect in the fuzz test)."""
-
-    def __init__(self) -> None:
-        self.submitted: list[tuple[str, int]] = []
-
-    def submit(self, kind: str, job_id: int) -> None:
-        self.submitted.append((kind, job_id))
-
-    def shutdown(self) -> None:
-        return None
 
 
 @dataclass
