@@ -16,6 +16,7 @@ it reserved.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -201,8 +202,12 @@ def _one(engine: Engine, *where: Any) -> Job | None:
     return _job(row) if row else None
 
 
-MAX_ID = 2**63 - 1
-"""Largest id a database integer can hold; a bigger one (from a URL) names no job."""
+MAX_ID = 2**31 - 1
+"""Largest id the jobs table's ``INTEGER`` key holds on PostgreSQL (SQLite's goes higher, but
+ids are never allocated past this on either); a bigger one (from a URL) names no job, and
+is answered without a query — PostgreSQL would raise "integer out of range"."""
+
+_PUBLIC_ID = re.compile(r"[A-Za-z0-9_]{1,64}")
 
 
 def get_job(engine: Engine, account_id: int, job_id: int) -> Job | None:
@@ -216,7 +221,13 @@ def get_job(engine: Engine, account_id: int, job_id: int) -> Job | None:
 
 
 def get_job_by_public_id(engine: Engine, account_id: int, public_id: str) -> Job | None:
-    """The account's job by public id (finder CSV job ids); None for others' jobs."""
+    """The account's job by public id (finder CSV job ids); None for others' jobs.
+
+    Anything that is not id-shaped is None without a query (a NUL byte from a URL would
+    make PostgreSQL raise).
+    """
+    if not _PUBLIC_ID.fullmatch(public_id):
+        return None
     return _one(engine, jobs.c.public_id == public_id, jobs.c.account_id == account_id)
 
 

@@ -62,6 +62,15 @@ async def test_upload_poll_download(settings):
         for got, want in zip(text.split("\r\n"), original_lines, strict=True):
             if want:
                 assert got.rsplit(",", 1)[0] == want
+        # Range is ignored: the whole file with 200, never a 206/416 outside the contract.
+        for wanted in ("bytes=0-3", "bytes=999999-", "items=0-1", "bytes=zzz"):
+            ranged = await app.client.get(
+                f"/api/bulk/{job['job_id']}/download",
+                headers={**customer.headers, "Range": wanted},
+            )
+            assert ranged.status_code == 200, (wanted, ranged.status_code)
+            assert ranged.content == download.content
+            assert ranged.headers["accept-ranges"] == "none"
         details = await app.client.get(
             f"/api/bulk/{job['job_id']}/download?include=details", headers=customer.headers
         )

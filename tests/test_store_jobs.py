@@ -248,3 +248,18 @@ def test_find_stale_processing(store: Store, account_id: int) -> None:
     )
     assert [j.id for j in with_pending] == [old.id, never.id]
     assert jb.find_stale_processing(store.engine, timedelta(minutes=30), now=later) == []
+
+
+@pytest.mark.parametrize("job_id", [0, -1, 2**31, 3_000_000_000, 2**63, 10**20])
+def test_ids_outside_the_key_range_name_no_job(store: Store, account_id: int, job_id: int) -> None:
+    """Ids from URLs beyond the INTEGER key: None on both backends (PostgreSQL raised
+    "integer out of range" for 3,000,000,000, which was a 500)."""
+    assert jb.get_job(store.engine, account_id, job_id) is None
+
+
+@pytest.mark.parametrize("public_id", ["\x00", "fj_\x00", "fj_" + "a" * 70, "fj_é", "", "a b"])
+def test_public_ids_that_are_not_id_shaped_name_no_job(
+    store: Store, account_id: int, public_id: str
+) -> None:
+    """A NUL byte made PostgreSQL raise ("cannot contain NUL"), a 500; any such id is None."""
+    assert jb.get_job_by_public_id(store.engine, account_id, public_id) is None

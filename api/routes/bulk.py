@@ -19,6 +19,7 @@ from fastapi.responses import FileResponse
 from pydantic import AnyHttpUrl, BaseModel, Field
 
 from verimail.api.deps import AccountDep, StoreDep
+from verimail.api.downloads import WholeFileResponse
 from verimail.api.errors import ApiError, ValidationErrorBody, error_doc, pick_error_docs
 from verimail.api.jobs import create_and_start, uploads_dir, webhook_options
 from verimail.api.uploads import receive_upload, upload_body
@@ -193,7 +194,7 @@ async def download_bulk(
     directory = job_dir(request.app.state.settings.data_dir, job.id)
     upload = Path(job.upload_path or "")
     if format == "parquet":
-        return FileResponse(
+        return WholeFileResponse(
             directory / "results.parquet",
             media_type="application/vnd.apache.parquet",
             filename=f"bulk-{job.id}-results.parquet",
@@ -206,7 +207,7 @@ async def download_bulk(
         path = await to_thread.run_sync(lambda: safe_csv(directory, upload))
     else:
         path = Path(job.result_path or directory / "results.csv")
-    return FileResponse(path, media_type="text/csv", filename=f"bulk-{job.id}-results.csv")
+    return WholeFileResponse(path, media_type="text/csv", filename=f"bulk-{job.id}-results.csv")
 
 
 class JsonBulkRequest(BaseModel):

@@ -17,6 +17,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 
 from verimail.api.deps import StoreDep
+from verimail.api.downloads import WholeFileResponse
 from verimail.api.errors import ApiError, ValidationErrorBody, error_doc, pick_error_docs
 from verimail.api.jobs import uploads_dir, webhook_options
 from verimail.api.routes.finder import FINDER_DISABLED, FinderAccountDep, SettingsDep
@@ -181,6 +182,6 @@ async def download_finder_job(
             f"Job {job_id} is {job.status} ({job.processed_emails} of {job.total_emails} rows "
             "done); download it once its status is completed.",
         )
-    return FileResponse(
+    return WholeFileResponse(
         Path(job.result_path or ""), media_type="text/csv", filename=f"{job_id}-results.csv"
     )
