@@ -112,7 +112,12 @@ RETRY_AFTER_HEADER = {
 
 COMMON_ERRORS: dict[int | str, dict[str, Any]] = {
     500: error_doc(f"Unexpected server error. The body is always `{INTERNAL_ERROR}`"),
-    503: error_doc("The database is unreachable; nothing was charged.", headers=RETRY_AFTER_HEADER),
+    503: error_doc(
+        "Not possible right now — the database is unreachable, the verifier is not ready, or "
+        "a job could not be started; nothing was charged (a job's reservation is refunded). "
+        "Retry after `Retry-After` seconds.",
+        headers=RETRY_AFTER_HEADER,
+    ),
 }
 
 AUTH_ERRORS: dict[int | str, dict[str, Any]] = {

@@ -17,7 +17,7 @@ from typing import Any
 from anyio import to_thread
 from fastapi import Request
 
-from verimail.api.errors import ApiError
+from verimail.api.errors import DATABASE_RETRY_AFTER, ApiError
 from verimail.store import jobs as job_store
 from verimail.store.credits import balance
 from verimail.store.db import Store
@@ -78,7 +78,9 @@ async def create_and_start(
             )
         )
         raise ApiError(
-            503, "The job could not be started right now; its credits were refunded."
+            503,
+            "The job could not be started right now; its credits were refunded.",
+            {"Retry-After": str(DATABASE_RETRY_AFTER)},
         ) from exc
     return job
 

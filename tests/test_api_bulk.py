@@ -212,3 +212,37 @@ async def test_json_bulk_create_poll_results(settings):
         )
         assert_error_body(empty, 422)
         assert total_balance(app.store, customer.account_id) == 96
+
+
+class _BrokenRunner:
+    """A runner that cannot start anything (a Prefect server or work pool that is down)."""
+
+    def submit(self, kind: str, job_id: int) -> None:
+        raise RuntimeError("no work pool")
+
+    def shutdown(self) -> None:
+        return None
+
+
+async def test_a_job_that_cannot_be_started_is_503_and_costs_nothing(settings, monkeypatch):
+    from verimail.api import app as app_module
+    from verimail.store import jobs as job_store
+
+    monkeypatch.setattr(app_module, "make_runner", lambda _settings: _BrokenRunner())
+    async with running_app(settings) as app:
+        customer = app.customer(credits=50)
+        attempts = [
+            ("/api/bulk", _upload("email\nalice@acme.test\nbob@acme.test\n")),
+            ("/api/verify/bulk", {"json": {"emails": ["alice@acme.test"]}}),
+            (
+                "/api/find-email/csv",
+                _upload("first_name,last_name,domain\nAlice,Smith,acme.test\n"),
+            ),
+        ]
+        for path, body in attempts:
+            response = await app.client.post(path, headers=customer.headers, **body)
+            assert "could not be started" in assert_error_body(response, 503), path
+            assert response.headers["retry-after"].isdigit()
+        assert total_balance(app.store, customer.account_id) == 50  # reservations refunded
+        jobs = job_store.list_jobs(app.store.engine, customer.account_id)
+        assert len(jobs) == 3 and {j.status for j in jobs} == {"failed"}  # none left pending

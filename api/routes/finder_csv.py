@@ -18,7 +18,13 @@ from fastapi.responses import FileResponse
 
 from verimail.api.deps import StoreDep
 from verimail.api.downloads import WholeFileResponse
-from verimail.api.errors import ApiError, ValidationErrorBody, error_doc, pick_error_docs
+from verimail.api.errors import (
+    DATABASE_RETRY_AFTER,
+    ApiError,
+    ValidationErrorBody,
+    error_doc,
+    pick_error_docs,
+)
 from verimail.api.jobs import uploads_dir, webhook_options
 from verimail.api.routes.finder import FINDER_DISABLED, FinderAccountDep, SettingsDep
 from verimail.api.uploads import receive_upload, upload_body
@@ -138,7 +144,11 @@ async def create_finder_job(
         await to_thread.run_sync(
             lambda: job_store.mark_failed(store.engine, job.id, "The job could not be started.")
         )
-        raise ApiError(503, "The job could not be started right now; nothing was charged.") from exc
+        raise ApiError(
+            503,
+            "The job could not be started right now; nothing was charged.",
+            {"Retry-After": str(DATABASE_RETRY_AFTER)},
+        ) from exc
     out = FinderJob.of(job)
     if hook:
         out.webhook_secret = hook["webhook_secret"]  # type: ignore[attr-defined]
