@@ -12,7 +12,6 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from verimail.schemas.outcomes import Status, SubStatus
 from verimail.schemas.results import VerificationResult
 
 MAX_EMAIL_LENGTH = 320
@@ -59,46 +58,11 @@ class BatchRequest(BaseModel):
 
 
 class VerifyResult(VerificationResult):
-    """One verification result (SPEC §2.2) with our extra fields."""
+    """One verification result (SPEC §2.2) with our extra fields, as the API returns it.
 
-    email: str = Field(description="Address that was verified, as submitted (trimmed).")
-    safe_to_send: bool = Field(description="True only when `status` is `valid`.")
-    status: Status = Field(
-        description="Overall verdict: `valid`, `invalid`, `disposable`, `catchall`, "
-        "`unknown`, `likely_valid` or `risky`."
-    )
-    confidence_score: float = Field(
-        ge=0.0, le=1.0, description="Confidence in `status`, 0.0 to 1.0 inclusive."
-    )
-    reason: str = Field(description="Human-readable explanation of the verdict.")
-    domain: str = Field(description="Domain of the address (lower-case, IDNA/ASCII form).")
-    is_disposable: bool = Field(description="The domain belongs to a disposable email service.")
-    is_role_based: bool = Field(
-        description="The local part is a role (info@, support@ …) rather than a person."
-    )
-    is_free: bool = Field(description="The domain is a free email provider.")
-    is_catch_all: bool = Field(description="The domain's mail server accepts any address.")
-    mx_records: list[str] = Field(description="MX hosts of the domain, by preference.")
-    smtp_response: str | None = Field(
-        None, description="Last SMTP reply about this address; null when there was none."
-    )
-    verification_time_ms: int | None = Field(
-        None, ge=0, description="Time the verification took, in milliseconds."
-    )
-    api_version: str | None = Field(None, description="API version that produced the result.")
-    sub_status: SubStatus = Field(
-        SubStatus.OK, description="A finer reason than `status`, e.g. `mailbox_not_found`."
-    )
-    did_you_mean: str | None = Field(
-        None, description="Suggested correction for a likely typo in the domain; else null."
-    )
-    catch_all_score: int | None = Field(
-        None,
-        ge=0,
-        le=100,
-        description="On catch-all domains, 0-100 likelihood that the mailbox exists (80 and "
-        "above: high confidence, status `likely_valid`); null elsewhere.",
-    )
+    The fields and their descriptions live in ``schemas/results.py``; this name is the
+    API's (and the OpenAPI document's) for the same record.
+    """
 
     @classmethod
     def of(cls, result: VerificationResult) -> VerifyResult:

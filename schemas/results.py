@@ -13,22 +13,39 @@ class VerificationResult(BaseModel):
 
     email: str = Field(description="Address that was verified, as submitted (trimmed).")
     safe_to_send: bool = Field(description="True only when `status` is `valid`.")
-    status: Status
-    confidence_score: float = Field(ge=0.0, le=1.0)
-    reason: str = Field(description="Human-readable explanation.")
+    status: Status = Field(
+        description="Overall verdict: `valid`, `invalid`, `disposable`, `catchall`, "
+        "`unknown`, `likely_valid` or `risky`."
+    )
+    confidence_score: float = Field(
+        ge=0.0, le=1.0, description="Confidence in `status`, 0.0 to 1.0 inclusive."
+    )
+    reason: str = Field(description="Human-readable explanation of the verdict.")
     domain: str = Field(description="Domain of the address (lower-case, IDNA/ASCII form).")
-    is_disposable: bool
-    is_role_based: bool
-    is_free: bool
-    is_catch_all: bool
+    is_disposable: bool = Field(description="The domain belongs to a disposable email service.")
+    is_role_based: bool = Field(
+        description="The local part is a role (info@, support@ …) rather than a person."
+    )
+    is_free: bool = Field(description="The domain is a free email provider.")
+    is_catch_all: bool = Field(description="The domain's mail server accepts any address.")
     mx_records: list[str] = Field(description="MX hosts of the domain, by preference.")
     smtp_response: str | None = Field(
-        None, description="Last SMTP reply about this address; null when none."
+        None, description="Last SMTP reply about this address; null when there was none."
     )
-    verification_time_ms: int | None = Field(None, ge=0)
-    api_version: str | None = None
-    sub_status: SubStatus = SubStatus.OK
-    did_you_mean: str | None = Field(None, description="Suggested address for a likely typo.")
+    verification_time_ms: int | None = Field(
+        None, ge=0, description="Time the verification took, in milliseconds."
+    )
+    api_version: str | None = Field(None, description="API version that produced the result.")
+    sub_status: SubStatus = Field(
+        SubStatus.OK, description="A finer reason than `status`, e.g. `mailbox_not_found`."
+    )
+    did_you_mean: str | None = Field(
+        None, description="Suggested correction for a likely typo in the domain; else null."
+    )
     catch_all_score: int | None = Field(
-        None, ge=0, le=100, description="On catch-all domains: 0-100 likelihood it exists."
+        None,
+        ge=0,
+        le=100,
+        description="On catch-all domains, 0-100 likelihood that the mailbox exists (80 and "
+        "above: high confidence, status `likely_valid`); null elsewhere.",
     )
