@@ -5,8 +5,9 @@
 (:mod:`bench.ingest_worker`) for time and peak RSS:
 
 - ingest: sniff + detect the email column + count, load the column, normalise, dedupe, group
-  by domain — ours (``inspect_csv``, ``load_emails``, ``normalise_emails``, Polars) against a
-  one-pass ``csv.reader`` + dict implementation;
+  by domain — ours (``read_emails``: ``inspect_csv`` + ``load_emails`` from one read on the
+  native fast path; ``normalise_emails``; Polars) against a one-pass ``csv.reader`` + dict
+  implementation; and ours for a file the fast path refuses (the tokenizer fallback);
 - results file: ``values_for_rows`` + ``write_results_csv`` (the original bytes plus
   ``Safe to Send``) against ``csv.reader`` → ``csv.writer``.
 """
@@ -47,14 +48,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         truth = write_upload(path, args.rows)
         gen_s = time.perf_counter() - started
         size_mb = path.stat().st_size / 1e6
-        for impl in ("ours", "csv", "write-ours", "write-csv"):
+        for impl in ("ours", "ours-fallback", "csv", "write-ours", "write-csv"):
             runs[impl] = run_measured(
                 ["bench.ingest_worker", "--impl", impl, "--path", str(path)],
                 timeout=args.timeout,
             )
 
-    ours, base = runs["ours"], runs["csv"]
-    for impl in ("ours", "csv"):
+    ours, base, refused = runs["ours"], runs["csv"], runs["ours-fallback"]
+    for impl in ("ours", "ours-fallback", "csv"):
         found = runs[impl]["counts"]
         if found["unique_addresses"] != truth["unique_addresses"]:
             raise RuntimeError(f"{impl} found {found} but the file holds {truth}")
@@ -104,22 +105,39 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         target_cell(ours["peak_rss_mib"] * 1.048576 <= 2000),
     )
     targets.add("csv wall ÷ ours (ingest)", fmt_ratio(speedup), "≥ 5×", target_cell(speedup >= 5))
+    fallback = base["wall_s"] / refused["wall_s"]
+    targets.add(
+        "csv wall ÷ ours, refused by the fast path (ingest)",
+        f"{fmt_ratio(fallback)} ({refused['wall_s']:.2f} s)",
+        "–",
+        "–",
+    )
     targets.add("csv wall ÷ ours (results file)", fmt_ratio(write_speedup), "–", "–")
 
     steps = ours["steps"]
-    passes = sum(v for k, v in steps.items() if k.startswith(("inspect", "load")))
+    read_s = sum(v for k, v in steps.items() if k.startswith(("inspect", "load")))
+    polars_s = sum(steps.values()) - read_s
+    verdict = (
+        "meets the ≥ 5× target."
+        if speedup >= 5
+        else f"misses the ≥ 5× target: the Polars steps alone ({polars_s:.2f} s) would cap "
+        f"it at {base['wall_s'] / polars_s:.1f}× even if reading the file cost nothing."
+    )
     reading = [
-        f"Ours takes {ours['wall_s']:.1f} s, {passes:.1f} s of it in two Python passes over "
-        "the file (inspect_csv counting rows for the upload limit and the credit reservation, "
-        "then load_emails taking the email cell of each record) through the one tokenizer "
-        "that also writes the results file; the Polars part (normalise, dedupe, group) takes "
-        f"{ours['wall_s'] - passes:.1f} s. The csv module does everything in one pass with its "
-        f"C reader in {base['wall_s']:.1f} s, so ours is {speedup:.2f}× its speed: the ≥ 5× "
-        "target is missed, by design rather than by accident — Polars is not the parser (it "
-        'rejects spreadsheet quoting such as 5" screen, bare-CR lines and non-UTF-8 files, '
-        "see tasks/csv_io.py), so the per-line Python cost is the floor.",
-        f"Memory: {ours['peak_rss_mib']:,.0f} MiB peak for ours (the email column as Python "
-        "strings, then Polars frames of row, email, normalised, domain) against "
+        f"Ours takes {ours['wall_s']:.2f} s: {read_s:.2f} s to sniff the file, count its rows "
+        "and load the email column from one read (the native fast path: the file is read "
+        "once into memory, Polars reads it as lines and as CSV on every core, and every line "
+        "is checked to be one the tokenizer reads the same way; this CRLF file with quoted "
+        f"cells qualifies), and {polars_s:.2f} s of Polars work on the rows (normalise, dedupe, "
+        "group by domain). The csv module does everything in one pass of its C reader with "
+        f"dicts in {base['wall_s']:.2f} s, so ours is {speedup:.2f}× its speed and {verdict}",
+        "A file the fast path refuses (bare-CR line ends, line breaks inside quoted cells, "
+        'stray quotes such as 5" screen; non-UTF-8 files are not even tried) goes through the '
+        "Python tokenizer, two passes; refused after all its checks, as measured here, it "
+        f"takes {refused['wall_s']:.2f} s, {fallback:.2f}× the csv module. Module imports "
+        "(Polars, verimail) are start-up and untimed on both sides.",
+        f"Memory: {ours['peak_rss_mib']:,.0f} MiB peak for ours (the file's bytes and its lines "
+        "while reading, then Polars frames of row, email, normalised, domain) against "
         f"{base['peak_rss_mib']:,.0f} MiB for the csv module (a dict of unique addresses); "
         "both far under 2 GB.",
         f"The results file: ours {runs['write-ours']['wall_s']:.1f} s against "
@@ -127,8 +145,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"{write_speedup:.2f}×), and ours keeps every original byte (quoting, line ends, "
         "encoding) where the csv module re-quotes the file. Ours spends "
         f"{runs['write-ours']['steps'].get('values per row', 0):.1f} s mapping each row's "
-        "address to its value (a Polars join), the rest in the same per-line tokenizer as "
-        "the ingest.",
+        "address to its value (a Polars join), the rest in the per-line tokenizer (writing "
+        "has no fast path: it must keep every byte).",
         f"Generating the {size_mb:,.0f} MB file took {gen_s:.1f} s (not measured above).",
     ]
     publish(

@@ -24,8 +24,8 @@ from pathlib import Path
 import polars as pl
 
 from verimail.schemas.results import VerificationResult
-from verimail.tasks.csv_detect import CsvInfo, inspect_csv
-from verimail.tasks.csv_io import load_emails, normalise_emails, values_for_rows, write_results_csv
+from verimail.tasks.csv_detect import CsvInfo
+from verimail.tasks.csv_io import normalise_emails, read_emails, values_for_rows, write_results_csv
 
 SAFE_COLUMN = "Safe to Send"
 DETAIL_COLUMNS = ("Status", "Reason", "Score")
@@ -65,9 +65,11 @@ class JobInput:
 
 
 def read_job_input(upload: Path, email_column: str | None, max_rows: int) -> JobInput:
-    """Sniff, load, normalise and dedupe the upload (Polars; raises ``UploadError``)."""
-    info = inspect_csv(upload, max_rows=max_rows, email_column=email_column)
-    rows = normalise_emails(load_emails(upload, info))
+    """Sniff, load, normalise and dedupe the upload (Polars; raises ``UploadError``).
+
+    One read of the file for counting and loading when the fast path applies."""
+    info, emails = read_emails(upload, max_rows=max_rows, email_column=email_column)
+    rows = normalise_emails(emails)
     uniques = rows.get_column("normalised").drop_nulls().unique(maintain_order=True).to_list()
     return JobInput(info, rows, uniques)
 

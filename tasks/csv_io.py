@@ -4,10 +4,12 @@ The results file is the original file byte for byte with columns appended at the
 record (``Safe to Send`` for bulk verification; ``email``, ``status``, ``confidence`` for the
 Email Finder). To make that safe, one tokenizer decides where records start and end for
 counting, loading and writing alike (see :mod:`verimail.tasks.csv_detect`). Polars holds the
-loaded columns and does the vectorised normalising and de-duplication, but does not parse the
-file: Polars 2.1 refuses real-world quoting that spreadsheets produce (``5" screen``,
-``"abc"def``), does not split on bare-CR line endings, reads only UTF-8, and a second parser
-would be a second opinion on where row *n* is.
+loaded columns and does the vectorised normalising and de-duplication. It parses the file
+itself only on the fast path (``fast_data_cells``), for files where every line is checked to
+read the same both ways: Polars 2.1 refuses real-world quoting that spreadsheets produce
+(``5" screen``, ``"abc"def``), does not split on bare-CR line endings and reads only UTF-8,
+so any such file, and any file it cannot prove plain, goes through the tokenizer, and row *n*
+is the same record everywhere.
 """
 
 from __future__ import annotations
@@ -32,16 +34,20 @@ from verimail.tasks.csv_detect import (
     PersonColumns,
     UploadError,
     UploadTooLarge,
+    blank_to_null,
     bom_bytes,
     codec_errors,
+    fast_data_cells,
     find_person_columns,
     inspect_csv,
+    inspect_csv_cells,
     is_blank,
     iter_data_cell,
     iter_data_cells,
     iter_records,
     looks_like_email,
     open_info,
+    read_whole,
     resolve_column,
 )
 
@@ -60,6 +66,7 @@ __all__ = [
     "load_person_rows",
     "looks_like_email",
     "normalise_emails",
+    "read_emails",
     "resolve_column",
     "save_upload",
     "save_upload_sync",
@@ -148,16 +155,51 @@ def _row_index(n: int) -> pl.Series:
 
 def load_emails(path: Path | str, info: CsvInfo) -> pl.DataFrame:
     """``row`` (0-based data row, the order :func:`write_results_csv` expects values in) and
-    ``email`` (the cell as typed; null when blank or missing from a short row)."""
+    ``email`` (the cell as typed; null when blank or missing from a short row).
+
+    Read by the native fast path when the file allows it (same values; see
+    :func:`~verimail.tasks.csv_detect.fast_data_cells`), else by the tokenizer."""
     index = info.email_index
     if index is None:
         raise ValueError("CsvInfo has no email column; inspect the file with need_email=True")
+    path = Path(path)
+    raw = read_whole(path) if info.encoding == "utf-8" else None
+    if raw is not None:
+        cells = fast_data_cells(
+            raw, info.encoding, info.has_bom, info.delimiter, info.has_header, index
+        )
+        if cells is not None:
+            return _email_frame(blank_to_null(cells))
+    return _load_emails_tokenized(path, info, index)
+
+
+def _load_emails_tokenized(path: Path, info: CsvInfo, index: int) -> pl.DataFrame:
+    """The tokenizer's read: any file the sniffer accepts, ~1 s per million rows."""
     emails: list[str | None] = []
     add = emails.append
-    with open_info(Path(path), info) as f:
+    with open_info(path, info) as f:
         for value in iter_data_cell(f, info.delimiter, info.has_header, index):
             add(value if value.strip() else None)
     return pl.DataFrame([_row_index(len(emails)), pl.Series("email", emails, dtype=pl.String)])
+
+
+def _email_frame(emails: pl.Series) -> pl.DataFrame:
+    """:func:`load_emails`' frame from fast-path cells, blank ones already null."""
+    return pl.DataFrame([_row_index(emails.len()), emails.alias("email")])
+
+
+def read_emails(
+    path: Path | str, *, max_rows: int, email_column: str | None = None
+) -> tuple[CsvInfo, pl.DataFrame]:
+    """:func:`inspect_csv` then :func:`load_emails`, reading the file once when the fast path
+    applies (its count and its cells come from the same read)."""
+    path = Path(path)
+    info, cells = inspect_csv_cells(path, max_rows=max_rows, email_column=email_column)
+    if cells is not None:
+        return info, _email_frame(cells)
+    if info.email_index is None:  # need_email: inspect_csv refuses a file without one
+        raise ValueError("inspect_csv returned no email column")
+    return info, _load_emails_tokenized(path, info, info.email_index)
 
 
 def normalise_emails(df: pl.DataFrame) -> pl.DataFrame:
@@ -172,7 +214,8 @@ def normalise_emails(df: pl.DataFrame) -> pl.DataFrame:
     lower = domain.str.to_lowercase()
     local = trimmed.str.head(trimmed.str.len_chars() - domain.str.len_chars() - 1)
     return (
-        df.with_columns(pl.col("email").str.strip_chars().alias("_vm_trimmed"))
+        df.lazy()  # lazy: 3x faster than eager here (no frame copied between the steps)
+        .with_columns(pl.col("email").str.strip_chars().alias("_vm_trimmed"))
         .with_columns(
             pl.when(trimmed.str.contains("@", literal=True))
             .then(trimmed.str.split("@").list.last())
@@ -186,6 +229,7 @@ def normalise_emails(df: pl.DataFrame) -> pl.DataFrame:
             pl.when(has_domain).then(lower).alias("domain"),
         )
         .drop("_vm_trimmed", "_vm_domain")
+        .collect()
     )
 
 
