@@ -67,22 +67,30 @@ async def create_and_start(
             f"Not enough credits: this job needs {total} (1 per address), the balance is "
             f"{have}. Nothing was stored or charged.",
         )
+    await start_run(request, store, runner_kind, job)
+    return job
+
+
+async def start_run(request: Request, store: Store, runner_kind: str, job: job_store.Job) -> None:
+    """Hand a created job to the runner. If it cannot start, the job is failed (which
+    refunds its reservation, if any) and the answer is 503: no job is left pending and
+    nothing stays charged."""
     runner = request.app.state.runner
     try:
         await to_thread.run_sync(runner.submit, runner_kind, job.id)
     except Exception as exc:
         log.exception("could not start job %s", job.id)
+        settled = "its credits were refunded" if job.credits_reserved else "nothing was charged"
         await to_thread.run_sync(
             lambda: job_store.mark_failed(
-                store.engine, job.id, "The job could not be started; all credits were refunded."
+                store.engine, job.id, f"The job could not be started; {settled}."
             )
         )
         raise ApiError(
             503,
-            "The job could not be started right now; its credits were refunded.",
+            f"The job could not be started right now; {settled}.",
             {"Retry-After": str(DATABASE_RETRY_AFTER)},
         ) from exc
-    return job
 
 
 def webhook_options(request: Request, url: str | None) -> dict[str, str]:

@@ -19,13 +19,12 @@ from fastapi.responses import FileResponse
 from verimail.api.deps import StoreDep
 from verimail.api.downloads import WholeFileResponse
 from verimail.api.errors import (
-    DATABASE_RETRY_AFTER,
     ApiError,
     ValidationErrorBody,
     error_doc,
     pick_error_docs,
 )
-from verimail.api.jobs import uploads_dir, webhook_options
+from verimail.api.jobs import start_run, uploads_dir, webhook_options
 from verimail.api.routes.finder import FINDER_DISABLED, FinderAccountDep, SettingsDep
 from verimail.api.uploads import receive_upload, upload_body
 from verimail.schemas.jobs import FinderJob
@@ -138,17 +137,7 @@ async def create_finder_job(
         )
     )
     assert job is not None  # nothing to reserve
-    try:
-        await to_thread.run_sync(request.app.state.runner.submit, "finder", job.id)
-    except Exception as exc:
-        await to_thread.run_sync(
-            lambda: job_store.mark_failed(store.engine, job.id, "The job could not be started.")
-        )
-        raise ApiError(
-            503,
-            "The job could not be started right now; nothing was charged.",
-            {"Retry-After": str(DATABASE_RETRY_AFTER)},
-        ) from exc
+    await start_run(request, store, "finder", job)
     out = FinderJob.of(job)
     if hook:
         out.webhook_secret = hook["webhook_secret"]  # type: ignore[attr-defined]
