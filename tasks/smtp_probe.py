@@ -583,6 +583,7 @@ class DomainSession:
         self._run: _Run | None = None
         self._session: _Session | None = None
         self._failure: Finding | None = None  # no session could be had: same for every row
+        self._broken = 0  # sessions lost in a row (dropped, reset, 421) without an answer
 
     async def __aenter__(self) -> DomainSession:
         return self
@@ -615,6 +616,15 @@ class DomainSession:
         self._session = await self.prober._open(run)
         return self._session
 
+    def _gave_up(self, finding: Finding) -> bool:
+        """Count a lost session; after ``MAX_ATTEMPTS`` in a row the domain's servers are
+        given up for every later row too (as the engine drops such a host), so a server
+        that breaks every session cannot cost a session per candidate and per person."""
+        self._broken += 1
+        if self._broken >= MAX_ATTEMPTS:
+            self._failure = finding
+        return self._failure is not None
+
     async def probe(
         self,
         hosts: tuple[MailHost, ...],
@@ -627,7 +637,8 @@ class DomainSession:
 
         The catch-all probe goes first, once per session's domain; on a catch-all domain
         no candidate is sent at all, because there an accepted candidate proves nothing.
-        A session that breaks is reopened at most once per call.
+        A session that breaks is reopened at most once per call, and after
+        ``MAX_ATTEMPTS`` broken sessions in a row not at all.
         """
         run = self._bind(hosts, domain)
         run.result = GroupResult()  # this lookup's findings and traffic only
@@ -654,7 +665,7 @@ class DomainSession:
                 code, message = await self.prober._rcpt(session, item, stats)
             except _SessionLost as lost:
                 await session.close(polite=False)
-                if reopened:
+                if self._gave_up(lost.finding) or reopened:
                     self.prober._record(run, item, lost.finding)
                     break
                 reopened = True
@@ -665,11 +676,16 @@ class DomainSession:
                 await session.close()
                 continue
             index += 1
-            if code == 421:  # the server is closing this session: the next row reconnects
-                await session.close(polite=False)
             finding = Finding(
                 classify_rcpt(code, message), one_line(code, message), session.host.name
             )
+            if code == 421:  # the server is closing this session: the next row reconnects
+                await session.close(polite=False)
+                if self._gave_up(finding):
+                    self.prober._record(run, item, finding)
+                    break
+            else:
+                self._broken = 0
             if finding.outcome is SmtpOutcome.ACCEPTED:
                 session.tx_rcpts += 1
             else:

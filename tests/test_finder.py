@@ -42,6 +42,7 @@ def _world() -> World:
         HostSpec("mx.idn.test", HostBehaviour(mailboxes={"john.smith"})),
         HostSpec("mx.throwaway.test", HostBehaviour(accept_all=True)),
         HostSpec("internal.evil.test", address="10.0.0.1"),
+        HostSpec("mx.reset.test", HostBehaviour(hostile="reset_mid_rcpt")),
         # Postfix-like: it hangs up on the 10th refused recipient of a session.
         HostSpec(
             "mx.staff.test",
@@ -62,6 +63,7 @@ def _world() -> World:
         DomainSpec("broken.test", servfail=True),
         DomainSpec("private.test", mx=[(10, "internal.evil.test")]),
         DomainSpec("staff.test", mx=[(10, "mx.staff.test")]),
+        DomainSpec("reset.test", mx=[(10, "mx.reset.test")]),
     ]
     return World.of(hosts, domains)
 
@@ -240,6 +242,22 @@ async def test_a_catch_all_domain_is_probed_once_for_everyone(engine: Engine, tb
     assert {r.status for r in results} == {"catch_all"} and not any(r.found for r in results)
     stats = tb.host_stats("mx.catchall.test")
     assert stats.sessions == 1 and len(stats.rcpts) == 1  # the probe, nothing else
+
+
+async def test_a_server_that_breaks_every_session_is_given_up_for_the_rest(
+    engine: Engine, tb: Testbed
+) -> None:
+    """It resets the connection at every RCPT: after three broken sessions in a row the
+    domain is given up for the other rows too (each person used to reopen a session)."""
+    people = [("Ann", "Lee"), ("Bob", "Stone"), ("Cy", "Dee"), ("Di", "Eve"), ("Ed", "Fox")]
+    async with DomainSession(engine.prober) as session:
+        results = [
+            await find_email(engine, first, last, "reset.test", max_probes=8, session=session)
+            for first, last in people
+        ]
+    assert {r.status for r in results} == {"not_found"}
+    assert all("try again later" in (r.reason or "") for r in results), results
+    assert tb.host_stats("mx.reset.test").sessions == 3  # MAX_ATTEMPTS, then no more
 
 
 async def test_a_session_serves_one_domain_only(engine: Engine, tb: Testbed) -> None:
