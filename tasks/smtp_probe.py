@@ -182,6 +182,15 @@ class _Session:
                 sem.release()
 
 
+def _tally(session: _Session, outcome: SmtpOutcome) -> None:
+    """Count an answered recipient against the session's limits: accepted ones against the
+    transaction's (452), refused ones against the rejections a server tolerates."""
+    if outcome is SmtpOutcome.ACCEPTED:
+        session.tx_rcpts += 1
+    else:
+        session.rejections += 1
+
+
 class Prober:
     """Runs host groups; holds per-host politeness semaphores and learned limits."""
 
@@ -314,10 +323,7 @@ class Prober:
             return
         outcome = classify_rcpt(code, message)
         finding = Finding(outcome, one_line(code, message), host)
-        if outcome is SmtpOutcome.ACCEPTED:
-            session.tx_rcpts += 1
-        else:
-            session.rejections += 1
+        _tally(session, outcome)
         if outcome in (SmtpOutcome.GREYLISTED, SmtpOutcome.TEMP_FAILURE):
             run.retry_later.append(item)
         self._record(run, item, finding)
@@ -583,7 +589,6 @@ class DomainSession:
         self._run: _Run | None = None
         self._session: _Session | None = None
         self._failure: Finding | None = None  # no session could be had: same for every row
-        self._broken = 0  # sessions lost in a row (dropped, reset, 421) without an answer
 
     async def __aenter__(self) -> DomainSession:
         return self
@@ -616,15 +621,6 @@ class DomainSession:
         self._session = await self.prober._open(run)
         return self._session
 
-    def _gave_up(self, finding: Finding) -> bool:
-        """Count a lost session; after ``MAX_ATTEMPTS`` in a row the domain's servers are
-        given up for every later row too (as the engine drops such a host), so a server
-        that breaks every session cannot cost a session per candidate and per person."""
-        self._broken += 1
-        if self._broken >= MAX_ATTEMPTS:
-            self._failure = finding
-        return self._failure is not None
-
     async def probe(
         self,
         hosts: tuple[MailHost, ...],
@@ -637,8 +633,9 @@ class DomainSession:
 
         The catch-all probe goes first, once per session's domain; on a catch-all domain
         no candidate is sent at all, because there an accepted candidate proves nothing.
-        A session that breaks is reopened at most once per call, and after
-        ``MAX_ATTEMPTS`` broken sessions in a row not at all.
+        A session that breaks is reopened at most once per call; a host that breaks
+        ``MAX_ATTEMPTS`` sessions in a row is dropped as the engine drops it (the next MX
+        host is tried, and with none left every later call gets the same failure).
         """
         run = self._bind(hosts, domain)
         run.result = GroupResult()  # this lookup's findings and traffic only
@@ -665,7 +662,8 @@ class DomainSession:
                 code, message = await self.prober._rcpt(session, item, stats)
             except _SessionLost as lost:
                 await session.close(polite=False)
-                if self._gave_up(lost.finding) or reopened:
+                self.prober._broken(run, session.host.name, lost.finding)
+                if reopened:
                     self.prober._record(run, item, lost.finding)
                     break
                 reopened = True
@@ -681,15 +679,10 @@ class DomainSession:
             )
             if code == 421:  # the server is closing this session: the next row reconnects
                 await session.close(polite=False)
-                if self._gave_up(finding):
-                    self.prober._record(run, item, finding)
-                    break
+                self.prober._broken(run, session.host.name, finding)
             else:
-                self._broken = 0
-            if finding.outcome is SmtpOutcome.ACCEPTED:
-                session.tx_rcpts += 1
-            else:
-                session.rejections += 1
+                run.broken[session.host.name] = 0  # it answered
+            _tally(session, finding.outcome)
             self.prober._record(run, item, finding)
             if item.is_probe:
                 self.catch_all = run.result.catch_all.get(domain)
