@@ -255,7 +255,7 @@ async def poll_job(
         body = response.json()
         if body["status"] in ("completed", "failed"):
             return body
-        assert time.monotonic() < deadline, f"job still {body['status']} after {timeout} s"
+        assert time.monotonic() < deadline, f"job still {body['status']} after {timeout} s: {body}"
         await asyncio.sleep(0.05)
 
 

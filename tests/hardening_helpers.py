@@ -1,19 +1,17 @@
 """Helpers shared by the ``test_hardening_*`` files: sizes that CI keeps small, lazy bodies,
-polling a job through the API instead of sleeping, the environment of a ``verimail serve``
-subprocess, and the ledger invariant."""
+the environment of a ``verimail serve`` subprocess, and the ledger invariant. (Polling a
+job is ``api_helpers.poll_job``.)"""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
-import httpx
 from api_helpers import env_for_testbed
 
+from verimail.store import jobs as job_store
 from verimail.store.credits import LedgerEntry, balance, ledger
 from verimail.store.db import Store
 from verimail.testbed.server import Testbed
@@ -54,21 +52,6 @@ class LazyBody:
         self.exhausted = True
 
 
-async def poll_job(
-    client: httpx.AsyncClient, url: str, headers: dict[str, str], timeout: float = 90.0
-) -> dict[str, Any]:
-    """GET ``url`` until the job is completed or failed (fails the test after ``timeout``)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        response = await client.get(url, headers=headers)
-        assert response.status_code == 200, response.text
-        body = response.json()
-        if body["status"] in ("completed", "failed"):
-            return body
-        assert time.monotonic() < deadline, f"job still {body['status']}: {body}"
-        await asyncio.sleep(0.05)
-
-
 def serve_env(tb: Testbed, url: str, data: Path, **extra: str) -> dict[str, str]:
     """What a ``verimail serve`` subprocess needs: the testbed, the store, the shared Prefect
     server of this test session (never an embedded one of its own). Call it while the
@@ -99,3 +82,8 @@ def assert_ledger_exact(store: Store, account_id: int) -> list[LedgerEntry]:
         assert running >= 0, row
     assert balance(store.engine, account_id).prepaid == running
     return rows
+
+
+def assert_no_open_jobs(store: Store) -> None:
+    """No job is left ``pending`` or ``processing``, however recent its heartbeat."""
+    assert job_store.find_stale_processing(store.engine, timedelta(0), include_pending=True) == []

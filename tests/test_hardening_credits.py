@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
-from api_helpers import api_world, make_customer, serve_processes
-from hardening_helpers import assert_ledger_exact, poll_job, scaled, serve_env
+from api_helpers import api_world, make_customer, poll_job, serve_processes
+from hardening_helpers import assert_ledger_exact, assert_no_open_jobs, scaled, serve_env
 
 from verimail.config import Settings
 from verimail.store import jobs as job_store
@@ -151,10 +150,7 @@ async def test_two_processes_and_a_bulk_job_share_one_account(
                 - ok_batches * batch_size
                 - sum(f["credits_reserved"] for f in finals)
             )
-            nothing_open = job_store.find_stale_processing(
-                store.engine, timedelta(0), include_pending=True
-            )
-            assert nothing_open == []
+            assert_no_open_jobs(store)
             assert customer.key not in logs
         finally:
             store.close()

@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 from api_helpers import make_customer, serve_processes
-from hardening_helpers import assert_ledger_exact, serve_env
+from hardening_helpers import assert_ledger_exact, assert_no_open_jobs, serve_env
 
 from verimail.config import Settings
 from verimail.flows.context import forget, store_for
@@ -169,10 +169,7 @@ def test_bulk_job_survives_its_process(
             expected_balance = CREDITS - job.processed_emails
         assert balance(store.engine, customer.account_id).total == expected_balance
         assert_ledger_exact(store, customer.account_id)
-        open_jobs = job_store.find_stale_processing(
-            store.engine, timedelta(0), include_pending=True
-        )
-        assert open_jobs == []
+        assert_no_open_jobs(store)
         assert customer.key not in logs
     finally:
         store.close()

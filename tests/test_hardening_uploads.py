@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from api_helpers import api_world, assert_error_body, running_app, total_balance
-from hardening_helpers import LazyBody, poll_job
+from api_helpers import api_world, assert_error_body, poll_job, running_app, total_balance
+from hardening_helpers import LazyBody
 
 from verimail.api.uploads import ENVELOPE_ALLOWANCE
 
@@ -191,7 +191,7 @@ async def test_hostile_files(testbed_factory, testbed_settings, tmp_path, case: 
         assert response.status_code == 200, response.text
         job = response.json()
         assert job["total_emails"] == expected
-        done = await poll_job(app.client, f"/api/bulk/{job['job_id']}", customer.headers)
+        done = await poll_job(app.client, f"/api/bulk/{job['job_id']}", customer.headers, 90)
         assert done["status"] == "completed", done
         assert total_balance(app.store, customer.account_id) == CREDITS - expected
         download = await app.client.get(
@@ -228,7 +228,7 @@ async def test_csv_injection_is_neutralised_on_request(settings):
         )
         assert response.status_code == 200, response.text
         job_id = response.json()["job_id"]
-        done = await poll_job(app.client, f"/api/bulk/{job_id}", customer.headers)
+        done = await poll_job(app.client, f"/api/bulk/{job_id}", customer.headers, 90)
         assert done["status"] == "completed", done
         url = f"/api/bulk/{job_id}/download"
         plain = await app.client.get(url, headers=customer.headers)
