@@ -89,7 +89,11 @@ def run_side(
             timeout=timeout,
         )
         after = tb.stats()
-        statuses = json.loads(statuses_path.read_text())
+        if side == "engine-stream":  # [address, status] lines, in the order results came
+            pairs = dict(json.loads(line) for line in statuses_path.open(encoding="utf-8"))
+            statuses = [pairs[a.address] for a in addresses]
+        else:
+            statuses = json.loads(statuses_path.read_text())
     figures["testbed"] = after
     figures["testbed_cpu_s"] = after["cpu_s"] - before["cpu_s"]
     figures["agreement"] = agreement(addresses, statuses, ENGINE_OK)

@@ -1,9 +1,12 @@
 """One measured verification run in a fresh process (cold caches, its own peak RSS).
 
-``python -m bench.verify_worker --side engine|flow --addresses FILE --nameserver IP:PORT
---smtp-port N --data-dir DIR --statuses FILE`` verifies the addresses of FILE (one a line)
+``python -m bench.verify_worker --side engine|engine-stream|flow --addresses FILE
+--nameserver IP:PORT --smtp-port N --data-dir DIR --statuses FILE`` verifies the addresses of
+FILE (one a line)
 
 - ``engine``: ``Engine(settings).verify_many(addresses)``, the call the API and CLI make;
+- ``engine-stream``: ``Engine(settings).stream(...)`` fed line by line from FILE, each result
+  written out as it comes (``[address, status]`` JSON lines), as a job writing to disk would;
 - ``flow``: a bulk job (upload CSV + job row, as the API creates them) run by the
   ``bulk-verify`` flow through ``LocalRunner`` on a Prefect test server (the server's
   start-up is timed apart: the API warms it at start-up, so no job waits for it).
@@ -80,6 +83,28 @@ def run_engine(settings: Settings, addresses: list[str]) -> tuple[dict[str, Any]
     return {"wall_s": wall, "phases": phases, "engine": batch.stats.as_dict()}, statuses
 
 
+def run_engine_stream(settings: Settings, source: Path, out: Path) -> dict[str, Any]:
+    from verimail.tasks.engine import Engine, EngineStats
+
+    engine = Engine(settings)
+    phases: dict[str, float] = {}
+    engine.prepare = _timed(engine.prepare, phases, "prepare_s")  # type: ignore[method-assign]
+    engine.verdict = _timed(engine.verdict, phases, "verdicts_s")  # type: ignore[method-assign]
+    stats = EngineStats()
+
+    async def run() -> None:
+        with source.open(encoding="utf-8") as given, out.open("w", encoding="utf-8") as sink:
+            addresses = (line.strip() for line in given if line.strip())
+            async for raw, result in engine.stream(addresses, stats=stats):
+                sink.write(json.dumps([raw, result.status.value]) + "\n")
+
+    started = time.perf_counter()
+    asyncio.run(run())
+    wall = time.perf_counter() - started
+    phases["smtp_s"] = wall - phases.get("prepare_s", 0.0) - phases.get("verdicts_s", 0.0)
+    return {"wall_s": wall, "phases": phases, "engine": stats.as_dict()}
+
+
 def run_flow(settings: Settings, addresses: list[str]) -> tuple[dict[str, Any], list[str]]:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
@@ -127,25 +152,35 @@ def run_flow(settings: Settings, addresses: list[str]) -> tuple[dict[str, Any], 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--side", choices=["engine", "flow"], required=True)
+    parser.add_argument("--side", choices=["engine", "engine-stream", "flow"], required=True)
     parser.add_argument("--addresses", type=Path, required=True)
     parser.add_argument("--nameserver", required=True)
     parser.add_argument("--smtp-port", type=int, required=True)
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--statuses", type=Path, required=True)
     args = parser.parse_args()
-    addresses = args.addresses.read_text(encoding="utf-8").split()
-    args.count = len(addresses)
-    settings = _settings(args)
-    rss_before = current_rss_mib()
-    cpu0 = time.process_time()
-    if args.side == "engine":
-        figures, statuses = run_engine(settings, addresses)
+    if args.side == "engine-stream":
+        # The input is read as the engine goes, not held as a list: only the engine's own
+        # memory grows with the addresses.
+        args.count = 0
+        settings = _settings(args)
+        rss_before = current_rss_mib()
+        cpu0 = time.process_time()
+        figures = run_engine_stream(settings, args.addresses, args.statuses)
+        count = figures["engine"]["addresses"]
     else:
-        figures, statuses = run_flow(settings, addresses)
-    args.statuses.write_text(json.dumps(statuses), encoding="utf-8")
+        addresses = args.addresses.read_text(encoding="utf-8").split()
+        args.count = count = len(addresses)
+        settings = _settings(args)
+        rss_before = current_rss_mib()
+        cpu0 = time.process_time()
+        if args.side == "engine":
+            figures, statuses = run_engine(settings, addresses)
+        else:
+            figures, statuses = run_flow(settings, addresses)
+        args.statuses.write_text(json.dumps(statuses), encoding="utf-8")
     figures.update(
-        addresses=len(addresses),
+        addresses=count,
         cpu_s=time.process_time() - cpu0,
         rss_before_mib=rss_before,
         peak_rss_mib=peak_rss_mib(),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import sys
 import unicodedata
 from dataclasses import dataclass
 
@@ -198,7 +199,9 @@ def parse_address(raw: str | None) -> ParsedAddress | SyntaxProblem:
     except EmailNotValidError as exc:
         return problem(_friendly(str(exc)))
 
-    ascii_domain = (checked.ascii_domain or "").lower()
+    # One string per domain, shared by its addresses: a list's parses are held until its
+    # SMTP work ends, and most of a list's addresses share a few domains.
+    ascii_domain = sys.intern((checked.ascii_domain or "").lower())
     if "." not in ascii_domain:  # "test" alone slips through with test_environment
         return problem(_NO_DOT)
     email = f"{local}@{ascii_domain}"
@@ -209,7 +212,7 @@ def parse_address(raw: str | None) -> ParsedAddress | SyntaxProblem:
         email=email,
         local=local,
         domain=ascii_domain,
-        unicode_domain=(checked.domain or ascii_domain).lower(),
+        unicode_domain=sys.intern((checked.domain or ascii_domain).lower()),
     )
 
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import gc
 import math
 
 import pytest
 
 from verimail.schemas.outcomes import Status, SubStatus
+from verimail.schemas.results import VerificationResult
 from verimail.tasks import dns_facts
 from verimail.tasks.engine import Engine
+from verimail.tasks.syntax import ParsedAddress
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 
@@ -306,3 +309,64 @@ async def test_slow_host_beyond_timeout_is_unknown(testbed_factory, tmp_path, te
     result = (await Engine(settings).verify_many(addresses)).results[0]
     assert result.status is Status.UNKNOWN
     assert result.sub_status is SubStatus.TIMEOUT
+
+
+def _live(cls: type) -> int:
+    """Instances of ``cls`` still reachable in this process."""
+    return sum(1 for obj in gc.get_objects() if type(obj) is cls)
+
+
+async def test_stream_matches_verify_many_and_hands_each_string_over_once(engine, world_tb):
+    given = [address for address, _, _ in CASES] + ["alice@acme.test", " Alice@ACME.test"]
+    streamed: list[tuple[str, Status, SubStatus]] = []
+    async for raw, result in engine.stream(given):
+        streamed.append((raw, result.status, result.sub_status))
+    raws = [raw for raw, _, _ in streamed]
+    assert sorted(raws) == sorted(set(given))  # each distinct string once, duplicates folded
+    dns_facts.clear_cache()
+    batch = await engine.verify_many(given)
+    expected = {raw: (r.status, r.sub_status) for raw, r in zip(given, batch.results, strict=True)}
+    assert {raw: (s, sub) for raw, s, sub in streamed} == expected
+
+
+async def test_stream_hands_over_fast_hosts_before_a_slow_host_ends(engine, world_tb):
+    """Results come as their host group ends: those decided without SMTP first, then a fast
+    host's, while the slow host (0.2 s a reply) is still talking."""
+    order: list[str] = []
+    slow_sessions_open_at_acme: list[int] = []
+    async for raw, _result in engine.stream(
+        ["jack@slow.test", "alice@acme.test", "not an address", "x@doesnotexist.test"]
+    ):
+        order.append(raw)
+        if raw == "alice@acme.test":
+            stats = world_tb.host_stats("mx.slow.test")
+            slow_sessions_open_at_acme.append(stats.active)
+    assert set(order[:2]) == {"not an address", "x@doesnotexist.test"}
+    assert order[2:] == ["alice@acme.test", "jack@slow.test"]
+    assert slow_sessions_open_at_acme == [1]
+
+
+async def test_stream_forgets_what_it_has_handed_over(testbed_factory, tmp_path, testbed_settings):
+    """The engine keeps no result and no parse of an address once it is handed over: at the
+    last address, only that one's record is alive (verify_many holds them all)."""
+    world, addresses = _hosted_world(4, 40, 10)
+    tb = testbed_factory(world)
+    engine = Engine(testbed_settings(tb, tmp_path))
+    gc.collect()
+    before = _live(ParsedAddress)
+    alive: list[tuple[int, int]] = []
+    seen = 0
+    async for _raw, _result in engine.stream(addresses):
+        seen += 1
+        if seen % 100 == 0:
+            gc.collect()
+            alive.append((_live(VerificationResult), _live(ParsedAddress) - before))
+    assert seen == len(addresses) == 400
+    # One record alive (the one in hand); the parses left are the groups still to finish.
+    assert [records for records, _ in alive] == [1, 1, 1, 1]
+    assert [parses for _, parses in alive] == sorted((p for _, p in alive), reverse=True)
+    assert alive[-1][1] <= 100  # the last group's own addresses at most, out of 400
+    dns_facts.clear_cache()
+    batch = await engine.verify_many(addresses)
+    gc.collect()
+    assert _live(VerificationResult) >= 400 and len(batch.results) == 400
