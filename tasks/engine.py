@@ -5,7 +5,7 @@ Three steps, so that flows can spread the middle one over Prefect tasks:
 1. ``prepare`` — syntax, reference lists, DNS once per unique domain (concurrently,
    cached), and grouping of the domains that need SMTP by the mail hosts serving them;
 2. ``run_groups`` — the SMTP prober over any subset of those groups;
-3. ``finish`` — the verdict for every submitted address, in input order.
+3. ``absorb`` each group's findings, then ``verdict`` (or ``result_for``) per submitted string.
 
 ``stream`` runs all three and hands each result over as soon as it is known, then forgets it;
 ``verify_many`` collects the stream in input order, and ``verify`` is the same code with one
@@ -65,7 +65,6 @@ class EngineStats:
 class Prepared:
     """Everything known before SMTP, and the SMTP work still to do."""
 
-    inputs: list[str]  # as submitted, in order (empty when prepared for ``stream``)
     parsed: dict[str, ParsedAddress | SyntaxProblem]  # by submitted string
     facts: dict[str, DomainFacts]  # by ASCII domain
     groups: list[HostGroup]
@@ -183,7 +182,7 @@ class Engine:
         (``verify_many`` on 200,000 addresses held ~3.5 KiB per address). ``addresses``
         may be a generator: it is read once. ``stats``, when given, is filled in.
         """
-        prepared = await self.prepare(addresses, keep_inputs=False, stats=stats)
+        prepared = await self.prepare(addresses, stats=stats)
         done = 0
 
         def progress(n: int) -> None:
@@ -224,21 +223,17 @@ class Engine:
         self,
         addresses: Iterable[str],
         *,
-        keep_inputs: bool = True,
         stats: EngineStats | None = None,
     ) -> Prepared:
         """Syntax, lists and DNS for every unique address; SMTP work grouped by host.
 
-        ``keep_inputs=False`` (``stream``) keeps only the distinct strings, not the list."""
+        Keeps the distinct submitted strings, not the list (``addresses`` is read once)."""
         started = time.perf_counter()
         stats = stats if stats is not None else EngineStats()
-        inputs: list[str] = []
         parsed: dict[str, ParsedAddress | SyntaxProblem] = {}
         for given in addresses:
             raw = given if isinstance(given, str) else ""
             stats.addresses += 1
-            if keep_inputs:
-                inputs.append(raw)
             if raw not in parsed:
                 parsed[raw] = parse_address(raw)
         by_email: dict[str, ParsedAddress] = {}
@@ -287,7 +282,7 @@ class Engine:
             if group is None:
                 group = groups[key] = HostGroup(hosts=hosts, domains={})
             group.domains.setdefault(item.domain, []).append(email)
-        return Prepared(inputs, parsed, facts, list(groups.values()), decided, started, stats)
+        return Prepared(parsed, facts, list(groups.values()), decided, started, stats)
 
     async def run_groups(self, groups: Sequence[HostGroup]) -> list[GroupResult]:
         """SMTP for a subset of the prepared groups (a flow task's share)."""
@@ -318,15 +313,6 @@ class Engine:
             prepared.catch_all,
             elapsed_ms,
         )
-
-    def finish(
-        self, prepared: Prepared, group_results: Iterable[GroupResult]
-    ) -> list[VerificationResult]:
-        """Verdicts for every submitted address, in input order."""
-        for result in group_results:
-            self.absorb(prepared, result)
-        prepared.stats.elapsed_ms = int((time.perf_counter() - prepared.started) * 1000)
-        return [self.result_for(prepared, raw) for raw in prepared.inputs]
 
     def _result(
         self,
