@@ -171,6 +171,12 @@ def _form(content: bytes, name: str = "list.csv") -> dict[str, Any]:
     return {"files": {"file": (name, content, "text/csv")}}
 
 
+async def _upload_refused(ctx: Ctx, customer: Any, path: str, content: bytes, status: int) -> None:
+    """POST ``content`` as ``customer``'s upload to ``path``: the contract's ``status`` error."""
+    response = await ctx.idle.client.post(path, headers=customer.headers, **_form(content))
+    assert_error_body(response, status)
+
+
 CHEAP: dict[tuple[str, str], Call] = {
     # Past authentication these end in a quick 422 or 404: no DNS, no SMTP, no job.
     ("POST", "/api/verify/single"): Call("POST", "/api/verify/single", {"json": {}}),
@@ -444,27 +450,20 @@ async def bulk_ok(ctx: Ctx) -> None:
 @recipe("POST", "/api/bulk", 402)
 async def bulk_no_credits(ctx: Ctx) -> None:
     customer = ctx.idle.customer(credits=1)  # two addresses need two
-    response = await ctx.idle.client.post(
-        "/api/bulk", headers=customer.headers, **_form(EMAILS_CSV)
-    )
-    assert_error_body(response, 402)
+    await _upload_refused(ctx, customer, "/api/bulk", EMAILS_CSV, 402)
 
 
 @recipe("POST", "/api/bulk", 413)
 async def bulk_too_large(ctx: Ctx) -> None:
     big = b"email\n" + b"someone@acme.test\n" * (UPLOAD_MAX_BYTES // 10)
     customer = ctx.idle.customer()
-    response = await ctx.idle.client.post("/api/bulk", headers=customer.headers, **_form(big))
-    assert_error_body(response, 413)
+    await _upload_refused(ctx, customer, "/api/bulk", big, 413)
 
 
 @recipe("POST", "/api/bulk", 422)
 async def bulk_invalid(ctx: Ctx) -> None:
     customer = ctx.idle.customer()
-    response = await ctx.idle.client.post(
-        "/api/bulk", headers=customer.headers, **_form(b"name,phone\nAl,123\n")
-    )
-    assert_error_body(response, 422)
+    await _upload_refused(ctx, customer, "/api/bulk", b"name,phone\nAl,123\n", 422)
 
 
 # GET /api/bulk/{job_id}
@@ -607,39 +606,27 @@ async def finder_csv_ok(ctx: Ctx) -> None:
 @recipe("POST", "/api/find-email/csv", 402)
 async def finder_csv_no_credits(ctx: Ctx) -> None:
     customer = ctx.idle.customer(credits=1)  # below the price of one find
-    response = await ctx.idle.client.post(
-        "/api/find-email/csv", headers=customer.headers, **_form(PEOPLE_CSV)
-    )
-    assert_error_body(response, 402)
+    await _upload_refused(ctx, customer, "/api/find-email/csv", PEOPLE_CSV, 402)
 
 
 @recipe("POST", "/api/find-email/csv", 403)
 async def finder_csv_disabled(ctx: Ctx) -> None:
     customer = ctx.idle.customer()
     set_finder(ctx.idle.store.engine, customer.account_id, False)
-    response = await ctx.idle.client.post(
-        "/api/find-email/csv", headers=customer.headers, **_form(PEOPLE_CSV)
-    )
-    assert_error_body(response, 403)
+    await _upload_refused(ctx, customer, "/api/find-email/csv", PEOPLE_CSV, 403)
 
 
 @recipe("POST", "/api/find-email/csv", 413)
 async def finder_csv_too_large(ctx: Ctx) -> None:
     big = b"first_name,last_name,domain\n" + b"Alice,Smith,acme.test\n" * (UPLOAD_MAX_BYTES // 10)
     customer = ctx.idle.customer()
-    response = await ctx.idle.client.post(
-        "/api/find-email/csv", headers=customer.headers, **_form(big)
-    )
-    assert_error_body(response, 413)
+    await _upload_refused(ctx, customer, "/api/find-email/csv", big, 413)
 
 
 @recipe("POST", "/api/find-email/csv", 422)
 async def finder_csv_invalid(ctx: Ctx) -> None:
     customer = ctx.idle.customer()
-    response = await ctx.idle.client.post(
-        "/api/find-email/csv", headers=customer.headers, **_form(b"name,company\nJ,acme\n")
-    )
-    assert_error_body(response, 422)
+    await _upload_refused(ctx, customer, "/api/find-email/csv", b"name,company\nJ,acme\n", 422)
 
 
 # GET /api/find-email/csv/{job_id}
