@@ -53,7 +53,7 @@ def safe_value(address: str) -> str:
 def ingest_ours(path: Path) -> tuple[dict[str, float], dict[str, int], Any]:
     import polars as pl
 
-    from verimail.tasks.csv_io import normalise_emails, read_emails
+    from verimail.tasks.csv_io import distinct_in_order, normalise_emails, read_emails
 
     steps: dict[str, float] = {}
     t = time.perf_counter()
@@ -67,16 +67,34 @@ def ingest_ours(path: Path) -> tuple[dict[str, float], dict[str, int], Any]:
     rows = normalise_emails(rows)
     steps["normalise"] = time.perf_counter() - t
     t = time.perf_counter()
-    # Dedupe and group in one query: the first row of each address feeds both the work list
-    # (first-seen order) and the per-domain groups, as the csv implementation's dict does.
-    firsts = rows.lazy().filter(
-        pl.col("normalised").is_not_null() & pl.col("normalised").is_first_distinct()
+    uniques = distinct_in_order(rows.get_column("normalised"))
+    steps["dedupe"] = time.perf_counter() - t
+    t = time.perf_counter()
+    # The csv implementation's groups: each unique address under its domain (lower-cased
+    # already by normalising), in first-seen order. Grouped on a 64-bit hash of the domain
+    # (half the time of grouping the strings), checked by a second hash as in
+    # distinct_in_order; the exact group-by runs if the counts differ.
+    address, domain = pl.col("normalised"), pl.col("domain")
+    with_domain = (
+        uniques.to_frame()
+        .lazy()
+        .with_columns(
+            domain=pl.when(address.str.contains("@", literal=True))
+            .then(address.str.split("@").list.last())
+            .otherwise(pl.lit(""))
+        )
     )
-    unique_frame, groups = pl.collect_all(
-        [firsts.select("normalised"), firsts.group_by("domain").agg(pl.col("normalised"))]
+    groups, check = pl.collect_all(
+        [
+            with_domain.group_by(domain.hash(0x5EED).alias("key"), maintain_order=True)
+            .agg(domain.first(), address)
+            .drop("key"),
+            with_domain.select(domain.hash(0xC0FFEE).n_unique()),
+        ]
     )
-    uniques = unique_frame.to_series()
-    steps["dedupe + group by domain"] = time.perf_counter() - t
+    if groups.height != check.item():
+        groups = with_domain.group_by(domain, maintain_order=True).agg(address).collect()
+    steps["group by domain"] = time.perf_counter() - t
     counts = {
         "rows": rows.height,
         "addresses": int(rows.get_column("normalised").is_not_null().sum()),

@@ -25,7 +25,13 @@ import polars as pl
 
 from verimail.schemas.results import VerificationResult
 from verimail.tasks.csv_detect import CsvInfo
-from verimail.tasks.csv_io import normalise_emails, read_emails, values_for_rows, write_results_csv
+from verimail.tasks.csv_io import (
+    distinct_in_order,
+    normalise_emails,
+    read_emails,
+    values_for_rows,
+    write_results_csv,
+)
 
 SAFE_COLUMN = "Safe to Send"
 DETAIL_COLUMNS = ("Status", "Reason", "Score")
@@ -50,7 +56,7 @@ class JobInput:
     """The upload read for verification."""
 
     info: CsvInfo
-    rows: pl.DataFrame  # row, email, normalised, domain — one per data row
+    rows: pl.DataFrame  # row, email, normalised — one per data row
     uniques: list[str]  # normalised addresses, each once, first-seen order
 
     @property
@@ -70,7 +76,7 @@ def read_job_input(upload: Path, email_column: str | None, max_rows: int) -> Job
     One read of the file for counting and loading when the fast path applies."""
     info, emails = read_emails(upload, max_rows=max_rows, email_column=email_column)
     rows = normalise_emails(emails)
-    uniques = rows.get_column("normalised").drop_nulls().unique(maintain_order=True).to_list()
+    uniques = distinct_in_order(rows.get_column("normalised")).to_list()
     return JobInput(info, rows, uniques)
 
 

@@ -13,11 +13,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from verimail.tasks import csv_io
 from verimail.tasks.csv_detect import iter_raw_records, open_info, split_terminator
 from verimail.tasks.csv_io import (
     CsvInfo,
     UploadError,
     UploadTooLarge,
+    distinct_in_order,
     domain_from_url,
     find_person_columns,
     inspect_csv,
@@ -454,16 +456,7 @@ def test_normalise_and_unique() -> None:
         "a@b@ex.org",
         "Zoë@exämple.org",
     ]
-    assert out.get_column("domain").to_list() == [
-        "example.com",
-        "example.com",
-        "example.com",
-        None,
-        None,
-        None,
-        "ex.org",
-        "exämple.org",
-    ]
+    assert out.get_column("email").to_list() == df.get_column("email").to_list()  # untouched
     assert unique_emails(df) == [
         "John.Doe@example.com",
         "john.doe@example.com",
@@ -528,6 +521,58 @@ def test_person_columns_detected(tmp_path: Path, first: str, last: str, dom: str
     df = load_person_rows(path, info, cols.first_name_index, cols.last_name_index, cols.domain)
     assert df.columns == ["row", "first_name", "last_name", "domain"]
     assert df.rows() == [(0, "Ann", "Lee", "acme.com"), (1, "Bob", None, None)]
+
+
+def test_normalise_skips_only_cells_already_normal() -> None:
+    """normalise_emails rewrites only the cells its regex flags. Every ASCII character and
+    a spread of others, at the start, at the end, in the local part and in the domain, must
+    give what the full rule (trim, lower-case the domain) gives on every cell."""
+    chars = [chr(c) for c in (*range(128), *range(128, 0x110000, 61)) if not 0xD800 <= c <= 0xDFFF]
+    chars += ["\u0130", "\u212a", "\ua7ce", "\U00016ea0", "\u2028", "\u3000", "\x85"]
+    cells = [
+        *(f"{c}a@b.org" for c in chars),
+        *(f"a@b.org{c}" for c in chars),
+        *(f"a{c}b@x.org" for c in chars),
+        *(f"a@b{c}x.org" for c in chars),
+        *(f"a@{c}@x.org" for c in chars),
+        *(f"a@x.org@{c}" for c in chars),
+        "",
+        "   ",
+        "plain@example.org",
+    ]
+    df = pl.DataFrame({"row": range(len(cells)), "email": cells})
+    full = df.select(csv_io._normalised(pl.col("email"))).to_series()
+    got = normalise_emails(df).get_column("normalised")
+    differ = (got != full) | (got.is_null() != full.is_null())
+    assert not differ.any(), df.filter(differ).head(5)
+    assert got.is_null().sum() == 2 and (got != df.get_column("email")).sum() > 100
+
+
+def test_distinct_in_order_is_exact_even_when_hashes_collide(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hashed dedupe equals the exact one; when the dedupe key collides (here: a "hash"
+    that is the value's length), the check notices and the exact dedupe answers."""
+    rng = random.Random(5)
+    values = pl.Series(
+        "v",
+        [
+            rng.choice([None, *(f"u{rng.randrange(500)}@x.org" for _ in range(3))])
+            for _ in range(5000)
+        ],
+    )
+    exact = values.filter(values.is_not_null() & values.is_first_distinct()).to_list()
+    assert distinct_in_order(values).to_list() == exact
+    real = csv_io._hash_key
+
+    def colliding(value: pl.Expr, seed: int) -> pl.Expr:
+        if seed == csv_io._DEDUPE_SEED:
+            return value.str.len_bytes().cast(pl.UInt64)
+        return real(value, seed)
+
+    monkeypatch.setattr(csv_io, "_hash_key", colliding)
+    assert len(exact) > 10
+    assert distinct_in_order(values).to_list() == exact
 
 
 def test_person_columns_override_and_missing(tmp_path: Path) -> None:
