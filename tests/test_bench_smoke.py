@@ -101,7 +101,7 @@ def test_scaling_smoke(tmp_path):
 
 
 def test_ingest_smoke(tmp_path):
-    result = _run(tmp_path, "ingest", "--rows", "2000")
+    result = _run(tmp_path, "ingest", "--rows", "2000", "--repeat", "2")
     assert _first_cells(result) == ["verimail (tokenizer + Polars)", "Python csv module"]
     assert _first_cells(result, 1) == [
         "verimail (values_for_rows + write_results_csv)",
@@ -109,6 +109,8 @@ def test_ingest_smoke(tmp_path):
     ]
     runs = result["extra"]["runs"]
     assert runs["ours"]["counts"] == runs["csv"]["counts"]
+    assert [len(runs[impl]["walls_s"]) for impl in ("ours", "csv", "ours-fallback")] == [2] * 3
+    assert runs["ours"]["wall_s"] == min(runs["ours"]["walls_s"])  # the lower middle of two
 
 
 @pytest.mark.parametrize("tool", ["httpx", "wrk"])
