@@ -189,3 +189,12 @@ jobs = Table(
     Index("ix_jobs_account_id_id", "account_id", "id"),
     Index("ix_jobs_status_heartbeat_at", "status", "heartbeat_at"),
 )
+
+# Dashboard sessions ended by logging out (store/sessions.py): the session is a signed cookie,
+# so this is what makes a copy of it taken before the logout stop working.
+ended_sessions = Table(
+    "ended_sessions",
+    metadata,
+    Column("sid_hash", String(64), primary_key=True),  # SHA-256 of the session id
+    Column("expires_at", UTCDateTime, nullable=False, index=True),
+)

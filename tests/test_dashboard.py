@@ -231,6 +231,30 @@ async def test_signup_login_pages_logout(settings):
         assert (await client.get("/dashboard/keys")).status_code == 303
 
 
+async def test_logout_ends_every_copy_of_the_session(settings):
+    """The session is a signed cookie, so logging out must also end a copy taken before
+    (another browser, a stolen cookie) — and only that session, not the account's others."""
+    async with running_app(settings) as app:
+        make_user(app, "copied@example.com")
+        async with browser(app) as first, browser(app) as copy, browser(app) as other:
+            assert (await log_in(first, "copied@example.com")).status_code == 303
+            assert (await log_in(other, "copied@example.com")).status_code == 303
+            copy.cookies.set(
+                SESSION_COOKIE, first.cookies[SESSION_COOKIE], "verimail.test", "/dashboard"
+            )
+            assert (await copy.get("/dashboard/keys")).status_code == 200
+            page = await first.get("/dashboard")
+            out = await first.post("/dashboard/logout", data={"csrf_token": csrf_of(page.text)})
+            assert out.status_code == 303
+
+            replayed = await copy.get("/dashboard/keys")
+            assert replayed.status_code == 303
+            assert replayed.headers["location"].startswith("/dashboard/login")
+            assert (await first.get("/dashboard/keys")).status_code == 303
+            kept = await other.get("/dashboard/keys")
+            assert kept.status_code == 200 and "copied@example.com" in kept.text
+
+
 async def test_session_cookie_is_secure_over_https(settings):
     async with running_app(settings) as app:
         make_user(app, "tls@example.com")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -14,7 +14,8 @@ from verimail.store import accounts as acc
 from verimail.store import credits as cr
 from verimail.store.credits import AccountNotFound
 from verimail.store.db import Store, utcnow
-from verimail.store.tables import api_keys, metadata
+from verimail.store.sessions import end_session, session_ended
+from verimail.store.tables import api_keys, ended_sessions, metadata
 from verimail.store.testing import temporary_store
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
@@ -144,3 +145,18 @@ def test_set_plan_and_finder(store: Store) -> None:
         acc.set_plan(store.engine, account.id, "platinum")
     assert acc.set_plan(store.engine, 999, "pro") is None
     assert acc.get_account(store.engine, 999) is None
+
+
+def test_ended_sessions_are_kept_until_their_cookie_expires(store: Store) -> None:
+    now = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+    end_session(store.engine, "sid-a", now + timedelta(days=14), now=now)
+    end_session(store.engine, "sid-a", now + timedelta(days=14), now=now)  # twice: one record
+    end_session(store.engine, "sid-b", now + timedelta(minutes=5), now=now)
+    assert session_ended(store.engine, "sid-a") and session_ended(store.engine, "sid-b")
+    assert not session_ended(store.engine, "sid-c")
+    # A later logout forgets records whose cookies have expired by then.
+    end_session(store.engine, "sid-c", now + timedelta(days=15), now=now + timedelta(hours=1))
+    assert session_ended(store.engine, "sid-a") and not session_ended(store.engine, "sid-b")
+    with store.engine.connect() as conn:
+        stored = conn.execute(select(ended_sessions.c.sid_hash)).scalars().all()
+    assert len(stored) == 2 and not any(h.startswith("sid") for h in stored)  # hashes only

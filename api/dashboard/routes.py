@@ -16,6 +16,7 @@ import shutil
 import time
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -29,6 +30,7 @@ from verimail.api.billing import charged
 from verimail.api.dashboard.security import (
     LOGIN_FAILURES,
     LOGIN_WINDOW_SECONDS,
+    SESSION_MAX_AGE,
     Signer,
     Throttle,
     hash_password,
@@ -66,7 +68,9 @@ from verimail.schemas.jobs import BulkJob
 from verimail.store import accounts as acc
 from verimail.store import jobs as job_store
 from verimail.store.credits import balance, ledger
+from verimail.store.db import utcnow
 from verimail.store.plans import PLANS, get_plan
+from verimail.store.sessions import end_session
 from verimail.tasks.csv_detect import (
     UploadError,
     UploadTooLarge,
@@ -232,8 +236,12 @@ async def login(request: Request, store: StoreDep, form: CheckedForm) -> Respons
 
 
 @router.post("/logout")
-async def logout(request: Request, form: CheckedForm) -> Response:
-    session_of(request).log_out()
+async def logout(request: Request, form: CheckedForm, store: StoreDep) -> Response:
+    session = session_of(request)
+    if session.account_id is not None:  # every copy of this cookie stops working too
+        until = utcnow() + timedelta(seconds=SESSION_MAX_AGE)
+        await to_thread.run_sync(end_session, store.engine, session.sid, until)
+    session.log_out()
     return redirect(f"{PREFIX}/login?notice=logged_out")
 
 

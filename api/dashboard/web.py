@@ -29,6 +29,7 @@ from fastapi import Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
+from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -46,6 +47,7 @@ from verimail.api.deps import get_store, limited_account
 from verimail.api.errors import DATABASE_UNAVAILABLE, ApiError, validation_detail
 from verimail.store.accounts import Account, get_account
 from verimail.store.db import Store
+from verimail.store.sessions import session_ended
 
 log = logging.getLogger("verimail.dashboard")
 
@@ -246,12 +248,18 @@ class DashboardRoute(APIRoute):
 StoreDep = Annotated[Store, Depends(get_store)]
 
 
+def _signed_in(engine: Engine, account_id: int, sid: str) -> Account | None:
+    """The session's account, unless the session was logged out (from another copy)."""
+    return None if session_ended(engine, sid) else get_account(engine, account_id)
+
+
 async def optional_account(request: Request, store: StoreDep) -> Account | None:
-    """The signed-in account, or None. A deleted account or changed password ends the session."""
+    """The signed-in account, or None. Logging out, a deleted account or a changed password
+    ends the session (every copy of its cookie)."""
     session = session_of(request)
     if session.account_id is None:
         return None
-    account = await to_thread.run_sync(get_account, store.engine, session.account_id)
+    account = await to_thread.run_sync(_signed_in, store.engine, session.account_id, session.sid)
     signer = dashboard_state(request).signer
     if (
         account is None
