@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -39,6 +40,8 @@ from verimail.tasks.bulk_io import (
 )
 from verimail.tasks.engine import Engine, Prepared
 from verimail.tasks.smtp_probe import GroupResult, HostGroup
+
+log = logging.getLogger(__name__)
 
 MAX_CHUNKS = 100  # task runs per job, whatever its size
 MIN_CHUNK_ADDRESSES = 200  # below this, one task does it all
@@ -114,11 +117,18 @@ async def _db(fn: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 async def _heartbeat(store: Store, job_id: int, stale_after: float) -> None:
-    """Beat while the run works, so recovery can tell a live job from a dead one."""
+    """Beat while the run works, so recovery can tell a live job from a dead one.
+
+    A beat that fails (the database briefly unreachable) is logged and the next one tried:
+    a heartbeat task that died of it would leave a live run looking dead, and recovery
+    would start the job a second time beside it."""
     interval = min(HEARTBEAT_SECONDS, stale_after / 4)
     while True:
         await asyncio.sleep(interval)
-        await _db(job_store.heartbeat, store.engine, job_id)
+        try:
+            await _db(job_store.heartbeat, store.engine, job_id)
+        except Exception as exc:
+            log.warning("job %s: heartbeat failed (%s); trying again", job_id, exc)
 
 
 def _flow_run_id() -> str | None:

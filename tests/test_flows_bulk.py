@@ -9,8 +9,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from sqlalchemy.exc import OperationalError
 
 from verimail.config import using_settings
+from verimail.flows import bulk as bulk_flow
 from verimail.flows.bulk import bulk_verify, chunk_groups
 from verimail.flows.context import forget, store_for
 from verimail.flows.recovery import recover_stale_jobs
@@ -205,3 +207,33 @@ def test_run_started_from_the_ui_creates_its_job_and_progress_artifact(setup, tm
     artifacts = asyncio.run(progress())
     assert artifacts and artifacts[0].type == "progress"
     assert float(artifacts[0].data) == 100.0
+
+
+async def test_heartbeat_outlives_a_failed_beat(setup, monkeypatch):
+    """A beat that fails (database briefly unreachable) must not end the heartbeat: a run
+    whose heartbeat stopped looks dead, and recovery would start the job again beside it."""
+    _, settings, store, account = setup
+    job = _job_for(settings, store, account, "email\nalice@acme.test\n", reserve=1)
+    job_store.mark_processing(store.engine, job.id)
+    quiet = utcnow() - timedelta(minutes=5)
+    job_store.heartbeat(store.engine, job.id, now=quiet)
+    real = job_store.heartbeat
+    calls: list[int] = []
+
+    def flaky(engine, job_id, **kwargs):
+        calls.append(job_id)
+        if len(calls) == 1:
+            raise OperationalError("UPDATE jobs", {}, Exception("database is locked"))
+        return real(engine, job_id, **kwargs)
+
+    monkeypatch.setattr(job_store, "heartbeat", flaky)
+    beat = asyncio.create_task(bulk_flow._heartbeat(store, job.id, 0.2))
+    try:
+        for _ in range(400):  # until a beat after the failed one lands (~0.1 s)
+            if job_store.get_job_any(store.engine, job.id).heartbeat_at > quiet:
+                break
+            await asyncio.sleep(0.01)
+        assert len(calls) >= 2 and not beat.done()
+        assert job_store.get_job_any(store.engine, job.id).heartbeat_at > quiet
+    finally:
+        beat.cancel()
