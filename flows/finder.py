@@ -10,6 +10,9 @@ catch-all domain the other rows get their most likely pattern without any RCPT.
 Billing as the job goes: each verified find is charged ``finder_charge`` on its own
 (atomically). When a find cannot be paid for, the row is ``skipped_no_credits`` (its
 address is not revealed) and so is every row not yet looked up; nothing else is charged.
+Each charge is filed under its row (``job:<id>:row:<n>``) and made at most once: a run
+that resumes the job after its runner died looks every row up again, but pays nothing for
+the rows an earlier run paid for.
 
 Results CSV: the upload byte for byte plus ``email``, ``status``, ``confidence`` (all three
 prefixed ``finder_`` when the upload already has a column of one of those names).
@@ -34,7 +37,7 @@ from verimail.config import Settings, current_settings
 from verimail.flows.context import engine_for, store_for
 from verimail.flows.notify import notify_job
 from verimail.store import jobs as job_store
-from verimail.store.credits import charge
+from verimail.store.credits import charge_once, charges_under
 from verimail.store.db import Store
 from verimail.tasks.bulk_io import job_dir, save_info
 from verimail.tasks.csv_detect import find_person_columns, inspect_csv
@@ -56,7 +59,8 @@ STATUS_COLUMN = {
 
 
 class _Billing:
-    """Charges finds one by one; after the first refusal everything left is skipped."""
+    """Charges finds one by one, each row at most once across runs; after the first refusal
+    every row not yet paid for is skipped."""
 
     def __init__(self, store: Store, job: job_store.Job, price: int) -> None:
         self.store = store
@@ -64,25 +68,49 @@ class _Billing:
         self.price = price
         self.exhausted = False
         self.used = 0
+        self.paid_rows: set[int] = set()
         self.lock = asyncio.Lock()
 
-    async def pay(self, email: str) -> bool:
+    def _reference(self, row: int) -> str:
+        return f"{self._prefix}{row}"
+
+    @property
+    def _prefix(self) -> str:
+        return f"job:{self.job.id}:row:"
+
+    async def load(self) -> None:
+        """What earlier runs of this job paid for (a resumed job)."""
+        spent = await asyncio.to_thread(
+            charges_under, self.store.engine, self.job.account_id, self._prefix
+        )
+        self.paid_rows = {int(reference.removeprefix(self._prefix)) for reference in spent}
+        self.used = sum(spent.values())
+
+    def skips(self, row: int) -> bool:
+        """Out of credits, and this row was not paid for before."""
+        return self.exhausted and row not in self.paid_rows
+
+    async def pay(self, row: int, email: str) -> bool:
         async with self.lock:
+            if row in self.paid_rows:
+                return True
             if self.exhausted:
                 return False
-            ok = await asyncio.to_thread(
-                charge,
+            outcome = await asyncio.to_thread(
+                charge_once,
                 self.store.engine,
                 self.job.account_id,
                 self.price,
                 reason=f"email finder: {email}",
-                reference=f"job:{self.job.id}",
+                reference=self._reference(row),
             )
-            if ok:
-                self.used += self.price
-            else:
+            if outcome == "short":
                 self.exhausted = True
-            return ok
+                return False
+            if outcome == "charged":
+                self.used += self.price
+            self.paid_rows.add(row)
+            return True
 
 
 class _Progress:
@@ -124,7 +152,7 @@ async def _domain(
             if not (first and last and domain):
                 progress.record(row["row"], None, "invalid_input", 0.0)
                 continue
-            if billing.exhausted:
+            if billing.skips(row["row"]):
                 progress.record(row["row"], None, "skipped_no_credits", 0.0)
                 continue
             try:
@@ -140,7 +168,7 @@ async def _domain(
                 progress.record(row["row"], None, "invalid_input", 0.0)
                 continue
             if result.found and result.email:
-                if await billing.pay(result.email):
+                if await billing.pay(row["row"], result.email):
                     progress.record(row["row"], result.email, "found", result.confidence)
                 else:
                     progress.record(row["row"], None, "skipped_no_credits", 0.0)
@@ -213,6 +241,7 @@ async def find_emails(job_id: int) -> dict[str, Any]:
     billing = _Billing(store, job, settings.finder_charge)
     progress = _Progress(store, job.id, billing)
     try:
+        await billing.load()
         summary = await _run(settings, store, job, billing, progress)
         await notify_job(settings, job.id)
         return summary

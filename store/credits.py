@@ -322,6 +322,58 @@ def charge(
         )
 
 
+ChargeOutcome = Literal["charged", "already", "short"]
+
+
+def charge_once(
+    engine: Engine,
+    account_id: int,
+    amount: int,
+    *,
+    reference: str,
+    reason: str = "",
+    now: datetime | None = None,
+) -> ChargeOutcome:
+    """:func:`charge`, at most once per ``reference``: "already" (nothing written) when the
+    account has a charge under it. For work that may run again — a finder job resumed after
+    its runner died finds the rows it already paid for once more.
+
+    The check and the charge share the account lock, so two runs cannot both pay."""
+    if amount == 0:
+        return "charged"
+    with write_tx(engine) as conn:
+        lock_account(conn, account_id)
+        seen = conn.execute(
+            select(credit_ledger.c.id)
+            .where(
+                credit_ledger.c.account_id == account_id,
+                credit_ledger.c.reference == reference,
+                credit_ledger.c.kind == "charge",
+            )
+            .limit(1)
+        ).first()
+        if seen is not None:
+            return "already"
+        ok = charge_in(conn, account_id, amount, reason=reason, reference=reference, now=now)
+    return "charged" if ok else "short"
+
+
+def charges_under(engine: Engine, account_id: int, prefix: str) -> dict[str, int]:
+    """Credits charged per reference for references starting with ``prefix``."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(credit_ledger.c.reference, credit_ledger.c.delta).where(
+                credit_ledger.c.account_id == account_id,
+                credit_ledger.c.kind == "charge",
+                credit_ledger.c.reference.startswith(prefix, autoescape=True),
+            )
+        ).all()
+    spent: dict[str, int] = {}
+    for reference, delta in rows:
+        spent[reference] = spent.get(reference, 0) - delta
+    return spent
+
+
 def reserve(
     engine: Engine,
     account_id: int,

@@ -3,14 +3,21 @@ charging per find, running out of credits, 402/403/404/409/422."""
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 
 import pytest
 from api_helpers import assert_error_body, poll_job, running_app, total_balance
+from sqlalchemy import update
 
+from verimail.config import using_settings
+from verimail.flows.finder import find_emails
 from verimail.store.accounts import set_finder
 from verimail.store.credits import ledger
+from verimail.store.db import utcnow
+from verimail.store.jobs import get_job_by_public_id
+from verimail.store.tables import jobs
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -133,6 +140,46 @@ async def test_running_out_of_credits_skips_the_rest(settings):
         assert done["found_count"] == 1 and done["skipped_no_credits_count"] == 1
         assert done["credits_used"] == 10
         assert total_balance(app.store, customer.account_id) == 0
+
+
+async def test_a_resumed_run_does_not_charge_a_find_twice(settings):
+    """A finder job charges each find as it goes. When its runner dies after paying for
+    finds, recovery starts the job again from the first row: the finds already paid for must
+    not be charged a second time, and the job must report what the account really paid."""
+    async with running_app(settings) as app:
+        customer = app.customer(credits=100)
+        created = await app.client.post(
+            "/api/find-email/csv",
+            headers=customer.headers,
+            **_form(PEOPLE, domain_column="Company Website"),
+        )
+        url = f"/api/find-email/csv/{created.json()['job_id']}"
+        first = await poll_job(app.client, url, customer.headers)
+        assert first["status"] == "completed" and first["credits_used"] == 20
+        job = get_job_by_public_id(app.store.engine, customer.account_id, first["job_id"])
+        assert job is not None
+        await asyncio.to_thread(app.app.state.runner.wait, 60)  # its thread is done too
+        # The run died after its charges, before it could mark the job completed.
+        with app.store.engine.begin() as conn:
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job.id)
+                .values(
+                    status="processing",
+                    completed_at=None,
+                    credits_used=0,
+                    heartbeat_at=utcnow(),
+                    flow_run_id=None,  # (else the reaper sees that run finished and fails it)
+                )
+            )
+        with using_settings(settings):
+            again = await find_emails(job.id)
+        assert again["status"] == "completed" and again["found_count"] == 2
+        done = await poll_job(app.client, url, customer.headers)
+        assert done["credits_used"] == 20
+        assert total_balance(app.store, customer.account_id) == 80
+        charges = [e for e in ledger(app.store.engine, customer.account_id) if e.kind == "charge"]
+        assert sorted(e.delta for e in charges) == [-10, -10]
 
 
 async def test_finder_csv_errors(settings):

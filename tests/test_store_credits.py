@@ -279,3 +279,29 @@ def test_a_lagging_clock_never_reopens_an_allowance_period(store: Store) -> None
     assert cr.charge(store.engine, a.id, 1, reason="slow host", now=lagging)
     b = cr.balance(store.engine, a.id, now=next_day)
     assert (b.prepaid, b.allowance_remaining) == (99, 0)
+
+
+def test_charge_once_pays_each_reference_once(store20: Store) -> None:
+    """What a resumed finder job relies on: a second charge under a reference it already
+    paid is not made, even from another thread at the same time; being short writes
+    nothing; charges_under reads back what each reference cost."""
+    a = acc.create_account(store20.engine, store20.settings, plan="enterprise")
+    with ThreadPoolExecutor(4) as pool:
+        outcomes = list(
+            pool.map(
+                lambda _: cr.charge_once(store20.engine, a.id, 5, reference="job:1:row:0"),
+                range(4),
+            )
+        )
+    assert sorted(outcomes) == ["already"] * 3 + ["charged"]
+    assert cr.charge_once(store20.engine, a.id, 5, reference="job:1:row:1") == "charged"
+    assert cr.charge_once(store20.engine, a.id, 5, reference="job:10:row:0") == "charged"
+    before = _ledger_count(store20, a.id)
+    assert cr.charge_once(store20.engine, a.id, 50, reference="job:1:row:2") == "short"
+    assert _ledger_count(store20, a.id) == before
+    assert cr.charges_under(store20.engine, a.id, "job:1:row:") == {
+        "job:1:row:0": 5,
+        "job:1:row:1": 5,
+    }
+    assert cr.balance(store20.engine, a.id).total == 5
+    _assert_consistent(store20, a.id)
