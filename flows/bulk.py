@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -33,12 +34,13 @@ from verimail.store import jobs as job_store
 from verimail.store.db import Store
 from verimail.tasks.bulk_io import (
     JobInput,
+    ResultSink,
     append_history,
     job_dir,
     read_job_input,
     write_job_results,
 )
-from verimail.tasks.engine import Engine, Prepared
+from verimail.tasks.engine import Prepared
 from verimail.tasks.smtp_probe import GroupResult, HostGroup
 
 log = logging.getLogger(__name__)
@@ -90,16 +92,13 @@ async def prepare_addresses(addresses: list[str]) -> Prepared:
 class _Tally:
     """Counts by status over data rows, as results come in."""
 
-    def __init__(self, engine: Engine, prepared: Prepared, rows_per_address: dict[str, int]):
-        self.engine = engine
-        self.prepared = prepared
+    def __init__(self, rows_per_address: dict[str, int]):
         self.rows = rows_per_address
         self.counts: Counter[str] = Counter()
         self.processed = 0
 
-    def add(self, addresses: Iterable[str]) -> None:
-        for address in addresses:
-            result = self.engine.result_for(self.prepared, address)
+    def add(self, results: Iterable[tuple[str, VerificationResult]]) -> None:
+        for address, result in results:
             n = self.rows.get(address, 1)
             self.processed += n
             for column in STATUS_COUNTS[result.status.value]:
@@ -116,19 +115,38 @@ async def _db(fn: Any, *args: Any, **kwargs: Any) -> Any:
     return await asyncio.to_thread(fn, *args, **kwargs)
 
 
-async def _heartbeat(store: Store, job_id: int, stale_after: float) -> None:
-    """Beat while the run works, so recovery can tell a live job from a dead one.
+class _Heartbeat:
+    """Beats the job's heartbeat from a thread of its own while the run works, so recovery
+    can tell a live job from a dead one.
 
-    A beat that fails (the database briefly unreachable) is logged and the next one tried:
-    a heartbeat task that died of it would leave a live run looking dead, and recovery
-    would start the job a second time beside it."""
-    interval = min(HEARTBEAT_SECONDS, stale_after / 4)
-    while True:
-        await asyncio.sleep(interval)
-        try:
-            await _db(job_store.heartbeat, store.engine, job_id)
-        except Exception as exc:
-            log.warning("job %s: heartbeat failed (%s); trying again", job_id, exc)
+    Not a task on the run's event loop: parsing a million addresses holds that loop for
+    minutes, and a run whose beats wait for the loop looks dead and is started a second
+    time beside itself. A beat that fails (the database briefly unreachable) is logged and
+    the next one tried; a heartbeat that died of it would look just as dead."""
+
+    def __init__(self, store: Store, job_id: int, stale_after: float) -> None:
+        self.store = store
+        self.job_id = job_id
+        self.interval = min(HEARTBEAT_SECONDS, stale_after / 4)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._beat, name=f"verimail-heartbeat-{job_id}", daemon=True
+        )
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                job_store.heartbeat(self.store.engine, self.job_id)
+            except Exception as exc:
+                log.warning("job %s: heartbeat failed (%s); trying again", self.job_id, exc)
 
 
 def _flow_run_id() -> str | None:
@@ -182,9 +200,9 @@ async def bulk_verify(
         return {"job_id": job.id, "status": job.status}
     if job.status == "pending":
         await _db(job_store.mark_processing, store.engine, job.id, flow_run_id=_flow_run_id())
-    beat = asyncio.create_task(_heartbeat(store, job.id, settings.job_stale_after))
     try:
-        summary = await _run(settings, store, job)
+        with _Heartbeat(store, job.id, settings.job_stale_after):
+            summary = await _run(settings, store, job)
         await notify_job(settings, job.id)
     except BaseException as exc:
         fresh = await _db(job_store.get_job_any, store.engine, job.id)
@@ -200,8 +218,6 @@ async def bulk_verify(
         with contextlib.suppress(Exception):
             await notify_job(settings, job.id)
         raise
-    finally:
-        beat.cancel()
     return summary
 
 
@@ -214,8 +230,16 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
         read_job_input, upload, job.email_column, settings.upload_max_rows
     )
     prepared = await prepare_addresses(job_input.uniques)
-    tally = _Tally(engine, prepared, job_input.row_counts())
-    tally.add(prepared.decided_inputs())
+    tally = _Tally(job_input.row_counts())
+    sink = ResultSink(directory)
+    chunks = chunk_groups(prepared.groups)
+    n_groups = len(prepared.groups)
+    # Each result goes to the tally and the sink as it is known, and the engine forgets it:
+    # the run holds the work still to do and one part of results, never the whole list.
+    settled = list(engine.settle(prepared, prepared.decided_inputs()))
+    prepared.groups = []  # the chunks hold them now
+    tally.add(settled)
+    sink.add(settled)
     total = max(job_input.address_rows, 1)
     artifact = None
     with contextlib.suppress(Exception):
@@ -225,41 +249,45 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
             description=f"Bulk job {job.id}: {job_input.address_rows} addresses",
         )
     await _db(job_store.update_progress, store.engine, job.id, tally.processed, tally.job_counts())
-    chunks = chunk_groups(prepared.groups)
     logger.info(
         "job %s: %s rows, %s unique, %s domains, %s host groups in %s tasks",
         job.id,
         job_input.address_rows,
         len(job_input.uniques),
         prepared.stats.domains,
-        len(prepared.groups),
+        n_groups,
         len(chunks),
     )
-    pending = [asyncio.ensure_future(_chunk(chunk)) for chunk in chunks]
-    for done in asyncio.as_completed(pending):
+    # No list of the tasks or chunks: a finished task holds its chunk and findings.
+    running = asyncio.as_completed([asyncio.ensure_future(_chunk(c)) for c in chunks])
+    del chunks
+    for done in running:
         chunk, results = await done
         for result in results:
             engine.absorb(prepared, result)
         for group in chunk:
-            tally.add(prepared.emails_of(group))
+            settled = list(engine.settle(prepared, prepared.emails_of(group), group))
+            tally.add(settled)
+            sink.add(settled)
         await _db(
             job_store.update_progress, store.engine, job.id, tally.processed, tally.job_counts()
         )
         if artifact is not None:
             with contextlib.suppress(Exception):
                 await aupdate_progress_artifact(artifact, progress=100.0 * tally.processed / total)
-    results: dict[str, VerificationResult] = {
-        address: engine.result_for(prepared, address) for address in job_input.uniques
-    }
-    result_csv = await asyncio.to_thread(write_job_results, directory, upload, job_input, results)
+    by_address = await asyncio.to_thread(sink.frame)
+    result_csv = await asyncio.to_thread(
+        write_job_results, directory, upload, job_input, by_address
+    )
     await asyncio.to_thread(
         append_history,
         settings.data_dir,
-        results.values(),
+        by_address,
         job_id=job.id,
         account_id=job.account_id,
         source="bulk",
     )
+    sink.remove()
     await _db(
         job_store.mark_completed,
         store.engine,

@@ -5,7 +5,9 @@ Layout under ``<data_dir>/jobs/<job_id>/``:
 - ``upload.csv`` — the upload exactly as received (or the JSON list, as a headerless CSV);
 - ``results.parquet`` — one row per data row: ``row``, the original cell, every result field;
 - ``results.csv`` — the upload byte-for-byte plus ``Safe to Send`` (``Yes``/``No``);
-- ``results-details.csv`` — the same plus ``Status``, ``Reason``, ``Score`` (made on demand).
+- ``results-details.csv`` — the same plus ``Status``, ``Reason``, ``Score`` (made on demand);
+- ``result-parts/`` — while a run works: its results so far, one row per address, in Parquet
+  parts (:class:`ResultSink`); read back and removed once the files above are written.
 
 History: ``<data_dir>/history/date=YYYY-MM-DD/*.parquet``, one file per job or run, read by
 DuckDB (``tasks/history.py``).
@@ -15,11 +17,14 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from types import UnionType
+from typing import Any, Union, get_args, get_origin
 
 import polars as pl
 
@@ -29,13 +34,45 @@ from verimail.tasks.csv_io import (
     distinct_in_order,
     normalise_emails,
     read_emails,
-    values_for_rows,
     write_results_csv,
 )
 
 SAFE_COLUMN = "Safe to Send"
 DETAIL_COLUMNS = ("Status", "Reason", "Score")
 RESULT_FIELDS = tuple(VerificationResult.model_fields)
+RESULT_PARTS = "result-parts"
+PART_ROWS = 20_000  # results a run holds before writing them out
+
+
+def _dtype(annotation: Any) -> pl.DataType:
+    """The Polars type of a result field (the record has no other kinds)."""
+    kind = annotation
+    if get_origin(annotation) in (Union, UnionType):  # X | None
+        (kind,) = (a for a in get_args(annotation) if a is not type(None))
+    if get_origin(kind) is list and get_args(kind) == (str,):
+        return pl.List(pl.String())
+    if kind is bool:
+        return pl.Boolean()
+    if kind is int:
+        return pl.Int64()
+    if kind is float:
+        return pl.Float64()
+    if isinstance(kind, type) and issubclass(kind, str):  # str and the str enums
+        return pl.String()
+    raise TypeError(f"no Polars type for result field type {annotation!r}")
+
+
+# One schema for every results frame, so that parts written apart read back as one table
+# (a part whose suggestions are all null must not become a column of nulls of its own type).
+RESULT_SCHEMA = pl.Schema(
+    {
+        "normalised": pl.String(),
+        **{
+            ("verified_email" if name == "email" else name): _dtype(field.annotation)
+            for name, field in VerificationResult.model_fields.items()
+        },
+    }
+)
 
 
 def job_dir(data_dir: Path, job_id: int) -> Path:
@@ -90,34 +127,72 @@ def load_info(directory: Path) -> CsvInfo:
     return CsvInfo(**data)
 
 
-def _result_frame(job_input: JobInput, results: Mapping[str, VerificationResult]) -> pl.DataFrame:
-    """One row per data row with every result field (empty cells get no result)."""
+def results_frame(results: Mapping[str, VerificationResult]) -> pl.DataFrame:
+    """One row per normalised address: ``normalised`` and every result field (``email``
+    renamed ``verified_email``), in :data:`RESULT_SCHEMA`."""
     records = [r.model_dump(mode="json") for r in results.values()]
-    by_address = pl.DataFrame(
-        {"normalised": list(results), **{f: [rec[f] for rec in records] for f in RESULT_FIELDS}},
-        schema_overrides={"mx_records": pl.List(pl.String)},
-        strict=False,
-    ).rename({"email": "verified_email"})
+    columns = {"normalised": list(results)}
+    for name in RESULT_FIELDS:
+        columns["verified_email" if name == "email" else name] = [rec[name] for rec in records]
+    return pl.DataFrame(columns, schema=RESULT_SCHEMA)
+
+
+class ResultSink:
+    """A bulk run's results as they come, written to Parquet parts under the job directory
+    (``result-parts/``) every :data:`PART_ROWS` results: the run holds at most that many
+    records, however long the list. A new sink clears the parts of an earlier run (a
+    resumed job verifies again from the start)."""
+
+    def __init__(self, directory: Path, part_rows: int | None = None) -> None:
+        self.directory = directory / RESULT_PARTS
+        shutil.rmtree(self.directory, ignore_errors=True)
+        self.directory.mkdir(parents=True)
+        self.part_rows = part_rows or PART_ROWS
+        self.pending: dict[str, VerificationResult] = {}
+        self.parts = 0
+
+    def add(self, results: Iterable[tuple[str, VerificationResult]]) -> None:
+        self.pending.update(results)
+        if len(self.pending) >= self.part_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            path = self.directory / f"part-{self.parts:05d}.parquet"
+            results_frame(self.pending).write_parquet(path)
+            self.parts += 1
+            self.pending = {}
+
+    def frame(self) -> pl.DataFrame:
+        """Every result written, one row per address."""
+        self.flush()
+        if not self.parts:
+            return RESULT_SCHEMA.to_frame()
+        return pl.read_parquet(self.directory / "*.parquet", schema=RESULT_SCHEMA)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _result_frame(job_input: JobInput, by_address: pl.DataFrame) -> pl.DataFrame:
+    """One row per data row with every result field (empty cells get no result)."""
     return job_input.rows.select("row", "email", "normalised").join(
         by_address, on="normalised", how="left", maintain_order="left"
     )
 
 
 def write_job_results(
-    directory: Path,
-    upload: Path,
-    job_input: JobInput,
-    results: Mapping[str, VerificationResult],
+    directory: Path, upload: Path, job_input: JobInput, by_address: pl.DataFrame
 ) -> Path:
-    """Write ``results.parquet`` and ``results.csv``; returns the CSV's path."""
+    """Write ``results.parquet`` and ``results.csv`` from :func:`results_frame`'s rows (one
+    per address); returns the CSV's path."""
     directory.mkdir(parents=True, exist_ok=True)
-    frame = _result_frame(job_input, results)
+    frame = _result_frame(job_input, by_address)
     frame.write_parquet(directory / "results.parquet")
-    safe = {k: ("Yes" if r.safe_to_send else "No") for k, r in results.items()}
+    safe = frame.get_column("safe_to_send").fill_null(False)
+    values = ["Yes" if v else "No" for v in safe.to_list()]
     out = directory / "results.csv"
-    write_results_csv(
-        upload, job_input.info, out, {SAFE_COLUMN: values_for_rows(job_input.rows, safe, "No")}
-    )
+    write_results_csv(upload, job_input.info, out, {SAFE_COLUMN: values})
     save_info(directory, job_input.info)
     return out
 
@@ -180,19 +255,28 @@ def read_result_page(directory: Path, offset: int, limit: int) -> list[dict]:
 
 def append_history(
     data_dir: Path,
-    results: Iterable[VerificationResult],
+    results: Iterable[VerificationResult] | pl.DataFrame,
     *,
     job_id: int | None,
     account_id: int | None,
     source: str,
     now: datetime | None = None,
 ) -> Path | None:
-    """Add results to the history dataset (a new Parquet file in today's partition)."""
+    """Add results to the history dataset (a new Parquet file in today's partition):
+    records, or a :func:`results_frame` (the bulk flow's, read back from its parts)."""
     now = now or datetime.now(UTC)
-    rows = [r.model_dump(mode="json") for r in results]
-    if not rows:
+    if isinstance(results, pl.DataFrame):
+        frame = results.select(
+            pl.col("verified_email" if name == "email" else name).alias(name)
+            for name in RESULT_FIELDS
+        )
+    else:
+        rows = [r.model_dump(mode="json") for r in results]
+        frame = pl.DataFrame(
+            rows, schema_overrides={"mx_records": pl.List(pl.String)}, strict=False
+        )
+    if frame.is_empty():
         return None
-    frame = pl.DataFrame(rows, schema_overrides={"mx_records": pl.List(pl.String)}, strict=False)
     frame = frame.with_columns(
         pl.lit(now).alias("verified_at"),
         pl.lit(job_id, dtype=pl.Int64).alias("job_id"),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from asyncio import FIRST_COMPLETED
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from verimail import API_VERSION
@@ -192,9 +192,8 @@ class Engine:
                 on_progress(done)
 
         decided = prepared.decided_inputs()
-        for raw in decided:
-            yield raw, self.verdict(prepared, raw)
-        prepared.forget(decided)
+        for item in self.settle(prepared, decided):
+            yield item
         progress(len(decided))
         # A set that loses each task as it is handled: a finished task holds its group and
         # its findings, which would otherwise stay alive until the last group ends.
@@ -206,10 +205,8 @@ class Engine:
                 for task in finished:
                     group, result = task.result()
                     self.absorb(prepared, result)
-                    raws = prepared.emails_of(group)
-                    for raw in raws:
-                        yield raw, self.verdict(prepared, raw)
-                    prepared.forget(raws, group)
+                    for item in self.settle(prepared, prepared.emails_of(group), group):
+                        yield item
                     progress(sum(len(r) for r in group.domains.values()))
         finally:
             for task in pending:
@@ -293,6 +290,16 @@ class Engine:
         prepared.findings.update(result.findings)
         prepared.catch_all.update(result.catch_all)
         prepared.stats.smtp.add(result.stats)
+
+    def settle(
+        self, prepared: Prepared, raws: list[str], group: HostGroup | None = None
+    ) -> Iterator[tuple[str, VerificationResult]]:
+        """Each of ``raws`` with its verdict (all of ``group``'s, once its findings are
+        absorbed); once all are handed over, they and ``group``'s domain facts are forgotten.
+        What :meth:`stream` and the bulk flow hand over: neither keeps a result it gave."""
+        for raw in raws:
+            yield raw, self.verdict(prepared, raw)
+        prepared.forget(raws, group)
 
     def result_for(self, prepared: Prepared, raw: str) -> VerificationResult:
         """The verdict for one submitted string, from what ``prepared`` knows now (kept, so

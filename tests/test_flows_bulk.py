@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import gc
+import threading
 from datetime import timedelta
 from pathlib import Path
 
@@ -17,9 +19,11 @@ from verimail.flows.bulk import bulk_verify, chunk_groups
 from verimail.flows.context import forget, store_for
 from verimail.flows.recovery import recover_stale_jobs
 from verimail.flows.runner import LocalRunner
+from verimail.schemas.results import VerificationResult
 from verimail.store import accounts, credits
 from verimail.store import jobs as job_store
 from verimail.store.db import utcnow
+from verimail.tasks import bulk_io
 from verimail.tasks.bulk_io import job_dir
 from verimail.tasks.smtp_probe import HostGroup
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
@@ -209,9 +213,12 @@ def test_run_started_from_the_ui_creates_its_job_and_progress_artifact(setup, tm
     assert float(artifacts[0].data) == 100.0
 
 
-async def test_heartbeat_outlives_a_failed_beat(setup, monkeypatch):
-    """A beat that fails (database briefly unreachable) must not end the heartbeat: a run
-    whose heartbeat stopped looks dead, and recovery would start the job again beside it."""
+async def test_heartbeat_beats_through_a_blocked_loop_and_a_failed_beat(setup, monkeypatch):
+    """The run's heartbeat must not depend on its event loop (parsing a million addresses
+    holds the loop for minutes) nor die of one failed beat (database briefly unreachable):
+    either way a live run would look dead and recovery would start it again beside itself.
+    Here the loop is held by a blocking wait for the beats themselves, and the first beat
+    fails: the beats after it still land."""
     _, settings, store, account = setup
     job = _job_for(settings, store, account, "email\nalice@acme.test\n", reserve=1)
     job_store.mark_processing(store.engine, job.id)
@@ -219,21 +226,105 @@ async def test_heartbeat_outlives_a_failed_beat(setup, monkeypatch):
     job_store.heartbeat(store.engine, job.id, now=quiet)
     real = job_store.heartbeat
     calls: list[int] = []
+    landed = threading.Event()
 
     def flaky(engine, job_id, **kwargs):
         calls.append(job_id)
         if len(calls) == 1:
             raise OperationalError("UPDATE jobs", {}, Exception("database is locked"))
-        return real(engine, job_id, **kwargs)
+        beaten = real(engine, job_id, **kwargs)
+        if len(calls) >= 3:
+            landed.set()
+        return beaten
 
     monkeypatch.setattr(job_store, "heartbeat", flaky)
-    beat = asyncio.create_task(bulk_flow._heartbeat(store, job.id, 0.2))
+    with bulk_flow._Heartbeat(store, job.id, 0.2) as heartbeat:
+        assert landed.wait(timeout=10)  # blocks this loop: the beats cannot use it
+    assert job_store.get_job_any(store.engine, job.id).heartbeat_at > quiet
+    assert not heartbeat._thread.is_alive()  # it stops with the run
+
+
+def _live(cls: type) -> int:
+    return sum(1 for obj in gc.get_objects() if type(obj) is cls)
+
+
+def test_bulk_flow_holds_one_part_of_results_at_a_time(
+    testbed_factory, testbed_settings, tmp_path, monkeypatch
+):
+    """800 addresses on 8 hosts (4 chunks): each chunk's results go to Parquet parts of 50
+    and are forgotten, so the records alive at each progress update stay under a part and
+    a host group (the run used to keep every record until it wrote the files)."""
+    hosts = [HostSpec(f"mx{h}.many.test", HostBehaviour()) for h in range(8)]
+    domains, lines = [], ["email"]
+    for h, host in enumerate(hosts):
+        domains.append(DomainSpec(f"d{h}.many.test", mx=[(10, host.name)]))
+        for i in range(100):
+            if i % 4:
+                host.behaviour.mailboxes.add(f"user{i}@d{h}.many.test")
+            lines.append(f"user{i}@d{h}.many.test")
+    tb = testbed_factory(World.of(hosts, domains))
+    settings = testbed_settings(tb, tmp_path)
+    store = store_for(settings)
+    account = accounts.create_account(store.engine, settings, plan="enterprise")
+    credits.grant(store.engine, account.id, 1000)
+    job = _job_for(settings, store, account, "\n".join(lines) + "\n", reserve=800)
+    monkeypatch.setattr(bulk_io, "PART_ROWS", 50)
+    alive: list[int] = []
+    real = job_store.update_progress
+
+    def watched(*args, **kwargs):
+        gc.collect()
+        alive.append(_live(VerificationResult))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(job_store, "update_progress", watched)
     try:
-        for _ in range(400):  # until a beat after the failed one lands (~0.1 s)
-            if job_store.get_job_any(store.engine, job.id).heartbeat_at > quiet:
-                break
-            await asyncio.sleep(0.01)
-        assert len(calls) >= 2 and not beat.done()
-        assert job_store.get_job_any(store.engine, job.id).heartbeat_at > quiet
+        with using_settings(settings):
+            summary = asyncio.run(bulk_verify(job_id=job.id))
     finally:
-        beat.cancel()
+        forget(settings)
+    assert summary["valid_count"] == 600 and summary["invalid_count"] == 200
+    assert len(alive) >= 4 and max(alive) <= 150, alive  # the start, then each chunk
+    frame = pl.read_parquet(job_dir(settings.data_dir, job.id) / "results.parquet")
+    assert frame.height == 800 and frame.get_column("status").null_count() == 0
+    assert not (job_dir(settings.data_dir, job.id) / bulk_io.RESULT_PARTS).exists()
+
+
+def _record(email: str, **extra) -> VerificationResult:
+    base = {
+        "email": email,
+        "safe_to_send": False,
+        "status": "unknown",
+        "confidence_score": 0.5,
+        "reason": "test",
+        "domain": email.rpartition("@")[2],
+        "is_disposable": False,
+        "is_role_based": False,
+        "is_free": False,
+        "is_catch_all": False,
+        "mx_records": [],
+        "smtp_response": None,
+        "verification_time_ms": None,
+        "sub_status": "greylisted",
+    }
+    return VerificationResult(**{**base, **extra})
+
+
+def test_result_sink_parts_read_back_as_one_table(tmp_path):
+    """Parts written apart share one schema (a part whose optional fields are all null is
+    not a table of its own kind), and a new sink starts from nothing."""
+    sink = bulk_io.ResultSink(tmp_path, part_rows=2)
+    sink.add([("a@x.test", _record("a@x.test")), ("b@x.test", _record("b@x.test"))])
+    sink.add(
+        [
+            (
+                "c@y.test",
+                _record("c@y.test", did_you_mean="c@y.com", catch_all_score=80, mx_records=["m"]),
+            )
+        ]
+    )
+    assert sink.parts == 1 and len(sink.pending) == 1
+    frame = sink.frame()
+    assert sink.parts == 2 and frame.schema == bulk_io.RESULT_SCHEMA
+    assert frame.sort("normalised").get_column("did_you_mean").to_list() == [None, None, "c@y.com"]
+    assert bulk_io.ResultSink(tmp_path).frame().is_empty()
