@@ -92,10 +92,10 @@ def test_throughput_smoke(tmp_path):
 
 def test_scaling_smoke(tmp_path):
     result = _run(tmp_path, "scaling", "--sizes", "100,200")
-    assert _first_cells(result) == ["100", "100", "200", "200"]
+    assert _first_cells(result) == ["100"] * 3 + ["200"] * 3
     runs = result["extra"]["runs"]
-    assert [r["call"] for r in runs] == ["verify_many", "stream"] * 2
-    # Both calls verified every address of the world as it expects (streamed results are
+    assert [r["call"] for r in runs] == ["verify_many", "stream", "bulk_verify flow"] * 2
+    # Every call verified every address of the world as it expects (streamed results are
     # matched back to the input by address).
     assert all(r["agreement"] == 1.0 for r in runs), [r["agreement"] for r in runs]
 
