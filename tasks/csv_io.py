@@ -18,6 +18,7 @@ import contextlib
 import io
 import os
 import re
+import secrets
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from functools import lru_cache
@@ -249,7 +250,8 @@ def normalise_emails(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(normalised)
 
 
-_DEDUPE_SEED, _CHECK_SEED = 0x5EED, 0xC0FFEE
+# Drawn per process, so nobody can prepare an upload whose addresses collide on both.
+_DEDUPE_SEED, _CHECK_SEED = secrets.randbits(63), secrets.randbits(63)
 
 
 def _hash_key(value: pl.Expr, seed: int) -> pl.Expr:
