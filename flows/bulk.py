@@ -16,8 +16,9 @@ import contextlib
 import logging
 import math
 import threading
+from asyncio import FIRST_COMPLETED
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -122,12 +123,26 @@ class _Heartbeat:
     Not a task on the run's event loop: parsing a million addresses holds that loop for
     minutes, and a run whose beats wait for the loop looks dead and is started a second
     time beside itself. A beat that fails (the database briefly unreachable) is logged and
-    the next one tried; a heartbeat that died of it would look just as dead."""
+    the next one tried; a heartbeat that died of it would look just as dead. When a beat
+    finds the job resumed by a later run (this one was taken for dead all the same: a
+    frozen process, a cut to the database), ``lost`` is set and ``on_lost`` called: the job
+    is no longer this run's. Beats stop once the job is finished."""
 
-    def __init__(self, store: Store, job_id: int, stale_after: float) -> None:
+    def __init__(
+        self,
+        store: Store,
+        job_id: int,
+        stale_after: float,
+        *,
+        attempt: int = 1,
+        on_lost: Callable[[], object] | None = None,
+    ) -> None:
         self.store = store
         self.job_id = job_id
         self.interval = min(HEARTBEAT_SECONDS, stale_after / 4)
+        self.attempt = attempt
+        self.on_lost = on_lost
+        self.lost = False
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._beat, name=f"verimail-heartbeat-{job_id}", daemon=True
@@ -144,9 +159,20 @@ class _Heartbeat:
     def _beat(self) -> None:
         while not self._stop.wait(self.interval):
             try:
-                job_store.heartbeat(self.store.engine, self.job_id)
+                beat = job_store.beat_run(self.store.engine, self.job_id, self.attempt)
             except Exception as exc:
                 log.warning("job %s: heartbeat failed (%s); trying again", self.job_id, exc)
+                continue
+            if beat == "finished":  # (this run's own end, or recovery's verdict)
+                return
+            if beat == "superseded":
+                log.warning(
+                    "job %s: resumed by a later run; run %s stops", self.job_id, self.attempt
+                )
+                self.lost = True
+                if self.on_lost is not None:
+                    self.on_lost()
+                return
 
 
 def _flow_run_id() -> str | None:
@@ -200,11 +226,25 @@ async def bulk_verify(
         return {"job_id": job.id, "status": job.status}
     if job.status == "pending":
         await _db(job_store.mark_processing, store.engine, job.id, flow_run_id=_flow_run_id())
+    work = asyncio.ensure_future(_run(settings, store, job))
+    loop = asyncio.get_running_loop()
+    heartbeat = _Heartbeat(
+        store,
+        job.id,
+        settings.job_stale_after,
+        attempt=job.attempt,
+        on_lost=lambda: loop.call_soon_threadsafe(work.cancel),
+    )
     try:
-        with _Heartbeat(store, job.id, settings.job_stale_after):
-            summary = await _run(settings, store, job)
+        with heartbeat:
+            summary = await work
         await notify_job(settings, job.id)
     except BaseException as exc:
+        if heartbeat.lost:  # a later run has the job: it is not this run's to fail
+            work.cancel()
+            with contextlib.suppress(BaseException):
+                await work  # let its SMTP sessions hang up
+            return {"job_id": job.id, "status": "superseded", "run": job.attempt}
         fresh = await _db(job_store.get_job_any, store.engine, job.id)
         processed = fresh.processed_emails if fresh else 0
         reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -258,23 +298,35 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
         n_groups,
         len(chunks),
     )
-    # No list of the tasks or chunks: a finished task holds its chunk and findings.
-    running = asyncio.as_completed([asyncio.ensure_future(_chunk(c)) for c in chunks])
+    # A set that loses each task as it is handled (a finished task holds its chunk and its
+    # findings), and whose tasks are stopped with the run: cancelling this coroutine alone
+    # would leave their SMTP sessions talking.
+    pending = {asyncio.ensure_future(_chunk(c)) for c in chunks}
     del chunks
-    for done in running:
-        chunk, results = await done
-        for result in results:
-            engine.absorb(prepared, result)
-        for group in chunk:
-            settled = list(engine.settle(prepared, prepared.emails_of(group), group))
-            tally.add(settled)
-            sink.add(settled)
-        await _db(
-            job_store.update_progress, store.engine, job.id, tally.processed, tally.job_counts()
-        )
-        if artifact is not None:
-            with contextlib.suppress(Exception):
-                await aupdate_progress_artifact(artifact, progress=100.0 * tally.processed / total)
+    try:
+        while pending:
+            finished, pending = await asyncio.wait(pending, return_when=FIRST_COMPLETED)
+            for task in finished:
+                chunk, results = task.result()
+                for result in results:
+                    engine.absorb(prepared, result)
+                for group in chunk:
+                    settled = list(engine.settle(prepared, prepared.emails_of(group), group))
+                    tally.add(settled)
+                    sink.add(settled)
+            del finished, task, chunk, results
+            await _db(
+                job_store.update_progress, store.engine, job.id, tally.processed, tally.job_counts()
+            )
+            if artifact is not None:
+                with contextlib.suppress(Exception):
+                    await aupdate_progress_artifact(
+                        artifact, progress=100.0 * tally.processed / total
+                    )
+    finally:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)  # they hang up first
     by_address = await asyncio.to_thread(sink.frame)
     result_csv = await asyncio.to_thread(
         write_job_results, directory, upload, job_input, by_address

@@ -92,6 +92,11 @@ class Job:
         return self.status in TERMINAL_STATUSES
 
     @property
+    def attempt(self) -> int:
+        """Which run of the job this is: 1, then one more each time recovery resumes it."""
+        return _attempts(self.options)
+
+    @property
     def credits_unsettled(self) -> int:
         """Reserved credits neither used nor refunded yet."""
         return max(self.credits_reserved - self.credits_used - self.credits_refunded, 0)
@@ -327,9 +332,30 @@ def update_progress(
     return _set_if(engine, job_id, "processing", values)
 
 
+def _attempts(options: dict[str, Any] | None) -> int:
+    return int((options or {}).get("attempts", 1))
+
+
 def heartbeat(engine: Engine, job_id: int, *, now: datetime | None = None) -> bool:
-    """Show the job's worker is alive; False unless processing (a reaped job: stop working)."""
+    """Show the job's worker is alive; False unless processing."""
     return _set_if(engine, job_id, "processing", {"heartbeat_at": now or utcnow()})
+
+
+RunBeat = Literal["beaten", "superseded", "finished"]
+
+
+def beat_run(engine: Engine, job_id: int, attempt: int, *, now: datetime | None = None) -> RunBeat:
+    """A run's heartbeat: "beaten" while the job is processing and still this run's;
+    "superseded" once recovery resumed it as a later run (it took this one for dead: the
+    run must stop); "finished" once it is completed or failed."""
+    with write_tx(engine) as conn:
+        job = _lock_job(conn, job_id)
+        if job is None or job.status in TERMINAL_STATUSES:
+            return "finished"
+        if _attempts(json.loads(job.options) if job.options else None) != attempt:
+            return "superseded"
+        conn.execute(update(jobs).where(jobs.c.id == job_id).values(heartbeat_at=now or utcnow()))
+    return "beaten"
 
 
 def unfinished_flow_runs(engine: Engine) -> dict[int, str]:

@@ -175,9 +175,9 @@ class _Session:
             if polite and self.smtp.is_connected:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(self.smtp.execute_command(b"QUIT"), 2)
+        finally:  # a run cancelled while saying QUIT must still hang up
             with contextlib.suppress(Exception):
                 self.smtp.close()
-        finally:
             for sem in self._release:
                 sem.release()
 
@@ -506,7 +506,7 @@ class Prober:
         try:
             async with asyncio.timeout(settings.smtp_connect_timeout):
                 stats.sessions += 1
-                await smtp.connect(timeout=settings.smtp_connect_timeout)
+                await _dial(smtp, settings.smtp_connect_timeout)
             try:
                 await smtp.ehlo()
             except SMTPResponseException:
@@ -537,6 +537,23 @@ class Prober:
             raise _NoSession(
                 Finding(SmtpOutcome.CONNECTION_FAILED, f"{host.name}: {exc}", host.name)
             ) from exc
+        except BaseException:  # cancelled mid-greeting (a run told to stop): hang up too
+            smtp.close()
+            raise
+
+
+async def _dial(smtp: aiosmtplib.SMTP, timeout: float) -> None:
+    """``smtp.connect``; if cancelled meanwhile (a run told to stop), wait for the connect to
+    end and hang up: aiosmtplib has no handle on the socket until the server's greeting, so
+    a connect cancelled before that would leave the connection open."""
+    dialling = asyncio.ensure_future(smtp.connect(timeout=timeout))
+    try:
+        await asyncio.shield(dialling)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):
+            await dialling
+        smtp.close()
+        raise
 
 
 def _summarise(failures: list[Finding]) -> Finding:
