@@ -48,7 +48,7 @@ fmt: $(STAMP)
 	$(BIN)/ruff format .
 
 bench: $(STAMP)
-	$(BIN)/python -m bench.run_all  # every benchmark at default size (~5 min); see BENCHMARKS.md
+	$(BIN)/python -m bench.run_all  # every benchmark at default size (~6–7 min); see BENCHMARKS.md
 
 clean:
 	rm -rf $(VENV) .verimail .pytest_cache .ruff_cache

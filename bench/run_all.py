@@ -1,4 +1,4 @@
-"""Every benchmark at its default size, one after the other (``make bench``, ~5 minutes).
+"""Every benchmark at its default size, one after the other (``make bench``, ~6–7 minutes).
 
 ``python -m bench.run_all [--no-record] [--output PATH]`` runs ``bench.throughput``,
 ``bench.scaling``, ``bench.ingest`` and ``bench.api`` as separate processes, each appending its
