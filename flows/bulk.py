@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import math
-import threading
 from asyncio import FIRST_COMPLETED
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,7 @@ from prefect.context import get_run_context
 
 from verimail.config import Settings, current_settings
 from verimail.flows.context import engine_for, store_for
+from verimail.flows.heartbeat import Superseded, as_owner
 from verimail.flows.notify import notify_job
 from verimail.schemas.results import VerificationResult
 from verimail.store import jobs as job_store
@@ -44,11 +43,8 @@ from verimail.tasks.bulk_io import (
 from verimail.tasks.engine import Prepared
 from verimail.tasks.smtp_probe import GroupResult, HostGroup
 
-log = logging.getLogger(__name__)
-
 MAX_CHUNKS = 100  # task runs per job, whatever its size
 MIN_CHUNK_ADDRESSES = 200  # below this, one task does it all
-HEARTBEAT_SECONDS = 15.0  # at most; a quarter of job_stale_after when that is shorter
 
 # Job columns counted by status. catch_all_count holds both catch-all statuses (SPEC:
 # "addresses on detected catch-all domains"); likely_valid_count is the confident part.
@@ -116,65 +112,6 @@ async def _db(fn: Any, *args: Any, **kwargs: Any) -> Any:
     return await asyncio.to_thread(fn, *args, **kwargs)
 
 
-class _Heartbeat:
-    """Beats the job's heartbeat from a thread of its own while the run works, so recovery
-    can tell a live job from a dead one.
-
-    Not a task on the run's event loop: parsing a million addresses holds that loop for
-    minutes, and a run whose beats wait for the loop looks dead and is started a second
-    time beside itself. A beat that fails (the database briefly unreachable) is logged and
-    the next one tried; a heartbeat that died of it would look just as dead. When a beat
-    finds the job resumed by a later run (this one was taken for dead all the same: a
-    frozen process, a cut to the database), ``lost`` is set and ``on_lost`` called: the job
-    is no longer this run's. Beats stop once the job is finished."""
-
-    def __init__(
-        self,
-        store: Store,
-        job_id: int,
-        stale_after: float,
-        *,
-        attempt: int = 1,
-        on_lost: Callable[[], object] | None = None,
-    ) -> None:
-        self.store = store
-        self.job_id = job_id
-        self.interval = min(HEARTBEAT_SECONDS, stale_after / 4)
-        self.attempt = attempt
-        self.on_lost = on_lost
-        self.lost = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._beat, name=f"verimail-heartbeat-{job_id}", daemon=True
-        )
-
-    def __enter__(self) -> _Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-    def _beat(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                beat = job_store.beat_run(self.store.engine, self.job_id, self.attempt)
-            except Exception as exc:
-                log.warning("job %s: heartbeat failed (%s); trying again", self.job_id, exc)
-                continue
-            if beat == "finished":  # (this run's own end, or recovery's verdict)
-                return
-            if beat == "superseded":
-                log.warning(
-                    "job %s: resumed by a later run; run %s stops", self.job_id, self.attempt
-                )
-                self.lost = True
-                if self.on_lost is not None:
-                    self.on_lost()
-                return
-
-
 def _flow_run_id() -> str | None:
     with contextlib.suppress(Exception):
         return str(get_run_context().flow_run.id)
@@ -226,25 +163,12 @@ async def bulk_verify(
         return {"job_id": job.id, "status": job.status}
     if job.status == "pending":
         await _db(job_store.mark_processing, store.engine, job.id, flow_run_id=_flow_run_id())
-    work = asyncio.ensure_future(_run(settings, store, job))
-    loop = asyncio.get_running_loop()
-    heartbeat = _Heartbeat(
-        store,
-        job.id,
-        settings.job_stale_after,
-        attempt=job.attempt,
-        on_lost=lambda: loop.call_soon_threadsafe(work.cancel),
-    )
     try:
-        with heartbeat:
-            summary = await work
+        summary = await as_owner(store, job, settings.job_stale_after, _run(settings, store, job))
         await notify_job(settings, job.id)
+    except Superseded:  # a later run has the job: it is not this run's to fail
+        return {"job_id": job.id, "status": "superseded", "run": job.attempt}
     except BaseException as exc:
-        if heartbeat.lost:  # a later run has the job: it is not this run's to fail
-            work.cancel()
-            with contextlib.suppress(BaseException):
-                await work  # let its SMTP sessions hang up
-            return {"job_id": job.id, "status": "superseded", "run": job.attempt}
         fresh = await _db(job_store.get_job_any, store.engine, job.id)
         processed = fresh.processed_emails if fresh else 0
         reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -35,6 +35,7 @@ from prefect.cache_policies import NO_CACHE
 
 from verimail.config import Settings, current_settings
 from verimail.flows.context import engine_for, store_for
+from verimail.flows.heartbeat import Superseded, as_owner
 from verimail.flows.notify import notify_job
 from verimail.store import jobs as job_store
 from verimail.store.credits import charge_once, charges_under
@@ -242,9 +243,12 @@ async def find_emails(job_id: int) -> dict[str, Any]:
     progress = _Progress(store, job.id, billing)
     try:
         await billing.load()
-        summary = await _run(settings, store, job, billing, progress)
+        work = _run(settings, store, job, billing, progress)
+        summary = await as_owner(store, job, settings.job_stale_after, work)
         await notify_job(settings, job.id)
         return summary
+    except Superseded:  # a later run has the job (and pays only for rows not paid before)
+        return {"job_id": job.id, "status": "superseded", "run": job.attempt}
     except BaseException as exc:
         with contextlib.suppress(Exception):
             await progress.flush()

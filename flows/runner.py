@@ -123,15 +123,18 @@ class LocalRunner:
 
     def _run(self, kind: str, job_id: int) -> None:
         error: BaseException | None = None
+        outcome: Any = None
         try:
             self._ensure_prefect()
             with using_settings(self.settings):
-                asyncio.run(_flow_for(kind)(job_id=job_id))
+                outcome = asyncio.run(_flow_for(kind)(job_id=job_id))
         except BaseException as exc:  # the flow has marked the job failed if it got that far
             error = exc
             log.warning("job %s (%s) ended with %r", job_id, kind, exc)
         finally:
-            _fail_if_unfinished(self.settings, job_id, error)
+            # A superseded run leaves the job open on purpose: a later run has it.
+            if not (isinstance(outcome, dict) and outcome.get("status") == "superseded"):
+                _fail_if_unfinished(self.settings, job_id, error)
             with self._lock:
                 self._jobs.discard(job_id)
 

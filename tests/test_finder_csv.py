@@ -16,7 +16,7 @@ from verimail.flows.finder import find_emails
 from verimail.store.accounts import set_finder
 from verimail.store.credits import ledger
 from verimail.store.db import utcnow
-from verimail.store.jobs import get_job_by_public_id
+from verimail.store.jobs import claim_for_resume, get_job_by_public_id
 from verimail.store.tables import jobs
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
@@ -230,3 +230,53 @@ async def test_download_before_done_is_409(settings, testbed_factory, testbed_se
         )
         assert "once its status is completed" in assert_error_body(early, 409)
         await poll_job(app.client, f"/api/find-email/csv/{job_id}", customer.headers)
+
+
+async def test_a_finder_run_taken_for_dead_stops_and_a_later_run_finishes(
+    testbed_factory, testbed_settings, tmp_path
+):
+    """Recovery takes a live finder run for dead (here: claims the job as run 2 while run 1
+    works). Run 1's heartbeat sees that and it stops; the job goes stale and the reaper
+    resumes it as run 3, which finishes it — and each find is paid for once."""
+    slow = "mx.slow.test"
+    tb = testbed_factory(
+        World.of(
+            [HostSpec(slow, HostBehaviour(mailboxes=set(STAFF), reply_delay=0.1))],
+            [DomainSpec("slow.test", mx=[(10, slow)])],
+        )
+    )
+    settings = testbed_settings(
+        tb, tmp_path, finder_charge=10, job_stale_after=1.0, job_max_attempts=5
+    )
+    people = "first_name,last_name,domain\n" + "".join(
+        f"{first},{last},slow.test\n" for first, last in (name.split(".") for name in STAFF)
+    )
+    async with running_app(settings) as app:
+        customer = app.customer(credits=100)
+        created = await app.client.post(
+            "/api/find-email/csv", headers=customer.headers, **_form(people)
+        )
+        assert created.status_code == 200, created.text
+        public = created.json()["job_id"]
+        assert await asyncio.to_thread(tb.wait_until, lambda t: t.host_stats(slow).active >= 1, 60)
+        job = get_job_by_public_id(app.store.engine, customer.account_id, public)
+        claimed = None
+        for _ in range(1000):  # races run 1's beats: retry on a moved beat
+            seen = get_job_by_public_id(app.store.engine, customer.account_id, public)
+            claimed = claim_for_resume(app.store.engine, job.id, seen.heartbeat_at)
+            if claimed is not None:
+                break
+        assert claimed == 2
+        done = await poll_job(
+            app.client, f"/api/find-email/csv/{public}", customer.headers, timeout=120
+        )
+        final = get_job_by_public_id(app.store.engine, customer.account_id, public)
+    assert done["status"] == "completed" and done["found_count"] == len(STAFF), (
+        done,
+        final.failed_reason,
+    )
+    assert final.attempt == 3  # run 1 stopped; the reaper's run finished the job
+    assert done["credits_used"] == 10 * len(STAFF)
+    assert total_balance(app.store, customer.account_id) == 100 - 10 * len(STAFF)
+    charges = [e for e in ledger(app.store.engine, customer.account_id) if e.kind == "charge"]
+    assert len(charges) == len(STAFF)

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 from verimail.config import using_settings
-from verimail.flows import bulk as bulk_flow
+from verimail.flows import heartbeat as heartbeat_module
 from verimail.flows.bulk import bulk_verify, chunk_groups
 from verimail.flows.context import forget, store_for
 from verimail.flows.recovery import recover_stale_jobs
@@ -238,7 +238,7 @@ async def test_heartbeat_beats_through_a_blocked_loop_and_a_failed_beat(setup, m
         return beat
 
     monkeypatch.setattr(job_store, "beat_run", flaky)
-    with bulk_flow._Heartbeat(store, job.id, 0.2) as heartbeat:
+    with heartbeat_module.RunHeartbeat(store, job.id, 0.2) as heartbeat:
         assert landed.wait(timeout=10)  # blocks this loop: the beats cannot use it
     assert job_store.get_job_any(store.engine, job.id).heartbeat_at > quiet
     assert not heartbeat.lost

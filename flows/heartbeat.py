@@ -1,0 +1,117 @@
+"""A job run's heartbeat, beaten from a thread of its own, and what a run does when a
+later run has taken its job over.
+
+Recovery (``flows/recovery.py``) resumes a job whose heartbeat went quiet. A run must
+therefore beat while it works — and not from its event loop: parsing a million addresses
+holds that loop for minutes, and a finder task works through many slow domains between
+progress writes. A run can be taken for dead all the same (a frozen process, a cut to the
+database); its next beat finds the job resumed by a later run, and it stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from verimail.store import jobs as job_store
+from verimail.store.db import Store
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_SECONDS = 15.0  # at most; a quarter of job_stale_after when that is shorter
+
+T = TypeVar("T")
+
+
+class Superseded(Exception):
+    """A later run of the job has it now: this run stopped, and must not settle the job."""
+
+
+class RunHeartbeat:
+    """Beats the job's heartbeat from a thread of its own while the run works, so recovery
+    can tell a live job from a dead one.
+
+    Not a task on the run's event loop: parsing a million addresses holds that loop for
+    minutes, and a run whose beats wait for the loop looks dead and is started a second
+    time beside itself. A beat that fails (the database briefly unreachable) is logged and
+    the next one tried; a heartbeat that died of it would look just as dead. When a beat
+    finds the job resumed by a later run (this one was taken for dead all the same: a
+    frozen process, a cut to the database), ``lost`` is set and ``on_lost`` called: the job
+    is no longer this run's. Beats stop once the job is finished."""
+
+    def __init__(
+        self,
+        store: Store,
+        job_id: int,
+        stale_after: float,
+        *,
+        attempt: int = 1,
+        on_lost: Callable[[], object] | None = None,
+    ) -> None:
+        self.store = store
+        self.job_id = job_id
+        self.interval = min(HEARTBEAT_SECONDS, stale_after / 4)
+        self.attempt = attempt
+        self.on_lost = on_lost
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._beat, name=f"verimail-heartbeat-{job_id}", daemon=True
+        )
+
+    def __enter__(self) -> RunHeartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                beat = job_store.beat_run(self.store.engine, self.job_id, self.attempt)
+            except Exception as exc:
+                log.warning("job %s: heartbeat failed (%s); trying again", self.job_id, exc)
+                continue
+            if beat == "finished":  # (this run's own end, or recovery's verdict)
+                return
+            if beat == "superseded":
+                log.warning(
+                    "job %s: resumed by a later run; run %s stops", self.job_id, self.attempt
+                )
+                self.lost = True
+                if self.on_lost is not None:
+                    self.on_lost()
+                return
+
+
+async def as_owner(
+    store: Store, job: job_store.Job, stale_after: float, work: Coroutine[Any, Any, T]
+) -> T:
+    """Run ``work`` while beating ``job``'s heartbeat. If a later run takes the job over,
+    ``work`` is cancelled, allowed to unwind (its SMTP sessions hang up), and
+    :class:`Superseded` raised."""
+    task = asyncio.ensure_future(work)
+    loop = asyncio.get_running_loop()
+    heartbeat = RunHeartbeat(
+        store,
+        job.id,
+        stale_after,
+        attempt=job.attempt,
+        on_lost=lambda: loop.call_soon_threadsafe(task.cancel),
+    )
+    with heartbeat:
+        try:
+            return await task
+        except BaseException:
+            if not heartbeat.lost:
+                raise
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            raise Superseded(f"job {job.id}: run {job.attempt} was superseded") from None
