@@ -26,6 +26,7 @@ from verimail.flows.bulk import chunk_groups, prepare_addresses, verify_host_gro
 from verimail.flows.context import engine_for, store_for
 from verimail.store import jobs as job_store
 from verimail.tasks.bulk_io import append_history, job_dir, read_job_input
+from verimail.tasks.csv_io import distinct_in_order
 from verimail.tasks.history import latest_statuses, query
 
 
@@ -38,7 +39,7 @@ def _addresses(
         if job is None or job.status != "completed":
             raise ValueError(f"job {job_id} is not a completed job")
         frame = pl.read_parquet(job_dir(settings.data_dir, job_id) / "results.parquet")
-        return frame.get_column("normalised").drop_nulls().unique(maintain_order=True).to_list()
+        return distinct_in_order(frame.get_column("normalised")).to_list()
     if file_path is not None:
         return read_job_input(Path(file_path), None, max_rows).uniques
     cutoff = datetime.now(UTC) - timedelta(days=older_than_days)
@@ -69,7 +70,7 @@ async def reverify_stored(
     for results in await asyncio.gather(*(verify_host_groups(c) for c in chunks)):
         for result in results:
             engine.absorb(prepared, result)
-    results = [engine.result_for(prepared, a) for a in addresses]
+    results = [engine.verdict(prepared, a) for a in addresses]
     await asyncio.to_thread(
         append_history,
         settings.data_dir,

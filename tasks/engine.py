@@ -5,7 +5,7 @@ Three steps, so that flows can spread the middle one over Prefect tasks:
 1. ``prepare`` — syntax, reference lists, DNS once per unique domain (concurrently,
    cached), and grouping of the domains that need SMTP by the mail hosts serving them;
 2. ``run_groups`` — the SMTP prober over any subset of those groups;
-3. ``absorb`` each group's findings, then ``verdict`` (or ``result_for``) per submitted string.
+3. ``absorb`` each group's findings, then ``verdict`` (or ``settle``) per submitted string.
 
 ``stream`` runs all three and hands each result over as soon as it is known, then forgets it;
 ``verify_many`` collects the stream in input order, and ``verify`` is the same code with one
@@ -73,7 +73,6 @@ class Prepared:
     stats: EngineStats
     findings: dict[str, Finding] = field(default_factory=dict)  # grows as groups finish
     catch_all: dict[str, bool | None] = field(default_factory=dict)
-    results: dict[str, VerificationResult] = field(default_factory=dict)
     # email -> the submitted string(s) parsed to it (a list only when there are several)
     _raws: dict[str, str | list[str]] | None = field(default=None, repr=False)
 
@@ -300,14 +299,6 @@ class Engine:
         for raw in raws:
             yield raw, self.verdict(prepared, raw)
         prepared.forget(raws, group)
-
-    def result_for(self, prepared: Prepared, raw: str) -> VerificationResult:
-        """The verdict for one submitted string, from what ``prepared`` knows now (kept, so
-        a flow asking twice gets the same record)."""
-        cached = prepared.results.get(raw)
-        if cached is None:
-            cached = prepared.results[raw] = self.verdict(prepared, raw)
-        return cached
 
     def verdict(self, prepared: Prepared, raw: str) -> VerificationResult:
         """A fresh SPEC §2.2 record for one submitted string (not kept)."""
