@@ -40,6 +40,9 @@ from verimail.tasks.csv_io import (
 SAFE_COLUMN = "Safe to Send"
 DETAIL_COLUMNS = ("Status", "Reason", "Score")
 RESULT_FIELDS = tuple(VerificationResult.model_fields)
+# Field -> column in results frames: ``email`` is ``verified_email`` there, beside the row's
+# own ``email`` cell and its ``normalised`` form.
+RESULT_COLUMNS = {name: "verified_email" if name == "email" else name for name in RESULT_FIELDS}
 RESULT_PARTS = "result-parts"
 PART_ROWS = 20_000  # results a run holds before writing them out
 
@@ -68,7 +71,7 @@ RESULT_SCHEMA = pl.Schema(
     {
         "normalised": pl.String(),
         **{
-            ("verified_email" if name == "email" else name): _dtype(field.annotation)
+            RESULT_COLUMNS[name]: _dtype(field.annotation)
             for name, field in VerificationResult.model_fields.items()
         },
     }
@@ -132,8 +135,8 @@ def results_frame(results: Mapping[str, VerificationResult]) -> pl.DataFrame:
     renamed ``verified_email``), in :data:`RESULT_SCHEMA`."""
     records = [r.model_dump(mode="json") for r in results.values()]
     columns = {"normalised": list(results)}
-    for name in RESULT_FIELDS:
-        columns["verified_email" if name == "email" else name] = [rec[name] for rec in records]
+    for name, column in RESULT_COLUMNS.items():
+        columns[column] = [rec[name] for rec in records]
     return pl.DataFrame(columns, schema=RESULT_SCHEMA)
 
 
@@ -267,8 +270,7 @@ def append_history(
     now = now or datetime.now(UTC)
     if isinstance(results, pl.DataFrame):
         frame = results.select(
-            pl.col("verified_email" if name == "email" else name).alias(name)
-            for name in RESULT_FIELDS
+            pl.col(column).alias(name) for name, column in RESULT_COLUMNS.items()
         )
     else:
         rows = [r.model_dump(mode="json") for r in results]
