@@ -27,7 +27,7 @@ from prefect.context import get_run_context
 
 from verimail.config import Settings, current_settings
 from verimail.flows.context import engine_for, store_for
-from verimail.flows.heartbeat import Superseded, as_owner
+from verimail.flows.heartbeat import Superseded, as_owner, superseded_outcome
 from verimail.flows.notify import notify_job
 from verimail.schemas.results import VerificationResult
 from verimail.store import jobs as job_store
@@ -167,7 +167,7 @@ async def bulk_verify(
         summary = await as_owner(store, job, settings.job_stale_after, _run(settings, store, job))
         await notify_job(settings, job.id)
     except Superseded:  # a later run has the job: it is not this run's to fail
-        return {"job_id": job.id, "status": "superseded", "run": job.attempt}
+        return superseded_outcome(job)
     except BaseException as exc:
         fresh = await _db(job_store.get_job_any, store.engine, job.id)
         processed = fresh.processed_emails if fresh else 0

@@ -35,7 +35,7 @@ from prefect.cache_policies import NO_CACHE
 
 from verimail.config import Settings, current_settings
 from verimail.flows.context import engine_for, store_for
-from verimail.flows.heartbeat import Superseded, as_owner
+from verimail.flows.heartbeat import Superseded, as_owner, superseded_outcome
 from verimail.flows.notify import notify_job
 from verimail.store import jobs as job_store
 from verimail.store.credits import charge_once, charges_under
@@ -248,7 +248,7 @@ async def find_emails(job_id: int) -> dict[str, Any]:
         await notify_job(settings, job.id)
         return summary
     except Superseded:  # a later run has the job (and pays only for rows not paid before)
-        return {"job_id": job.id, "status": "superseded", "run": job.attempt}
+        return superseded_outcome(job)
     except BaseException as exc:
         with contextlib.suppress(Exception):
             await progress.flush()

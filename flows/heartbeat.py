@@ -31,6 +31,19 @@ class Superseded(Exception):
     """A later run of the job has it now: this run stopped, and must not settle the job."""
 
 
+SUPERSEDED = "superseded"
+
+
+def superseded_outcome(job: job_store.Job) -> dict[str, Any]:
+    """What a flow returns when it stopped for a later run (:func:`was_superseded`)."""
+    return {"job_id": job.id, "status": SUPERSEDED, "run": job.attempt}
+
+
+def was_superseded(outcome: object) -> bool:
+    """Whether a flow's return says a later run has the job: the runner must leave it open."""
+    return isinstance(outcome, dict) and outcome.get("status") == SUPERSEDED
+
+
 class RunHeartbeat:
     """Beats the job's heartbeat from a thread of its own while the run works, so recovery
     can tell a live job from a dead one.

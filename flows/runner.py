@@ -24,6 +24,7 @@ from uuid import UUID
 
 from verimail.config import Settings, using_settings
 from verimail.flows.context import store_for
+from verimail.flows.heartbeat import was_superseded
 from verimail.store import jobs as job_store
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,7 @@ class LocalRunner:
             log.warning("job %s (%s) ended with %r", job_id, kind, exc)
         finally:
             # A superseded run leaves the job open on purpose: a later run has it.
-            if not (isinstance(outcome, dict) and outcome.get("status") == "superseded"):
+            if not was_superseded(outcome):
                 _fail_if_unfinished(self.settings, job_id, error)
             with self._lock:
                 self._jobs.discard(job_id)
