@@ -1,6 +1,7 @@
-"""Helpers shared by the ``test_hardening_*`` files: sizes that CI keeps small, lazy bodies,
-the environment of a ``verimail serve`` subprocess, and the ledger invariant. (Polling a
-job is ``api_helpers.poll_job``.)"""
+"""Helpers shared by the ``test_hardening_*`` files and the flows' recovery tests: sizes
+that CI keeps small, lazy bodies, the environment of a ``verimail serve`` subprocess, the
+ledger invariant, and recovery's claim on a job it takes for dead. (Polling a job is
+``api_helpers.poll_job``.)"""
 
 from __future__ import annotations
 
@@ -87,3 +88,16 @@ def assert_ledger_exact(store: Store, account_id: int) -> list[LedgerEntry]:
 def assert_no_open_jobs(store: Store) -> None:
     """No job is left ``pending`` or ``processing``, however recent its heartbeat."""
     assert job_store.find_stale_processing(store.engine, timedelta(0), include_pending=True) == []
+
+
+def take_for_dead(store: Store, job_id: int) -> int | None:
+    """Do what recovery does to a job it takes for dead: claim it for the next run, whose
+    attempt number this returns. The claim races the live run's beats (it only holds when
+    no beat moved meanwhile), so it is retried until it holds; None if it never does."""
+    for _ in range(1000):
+        job = job_store.get_job_any(store.engine, job_id)
+        assert job is not None
+        claimed = job_store.claim_for_resume(store.engine, job_id, job.heartbeat_at)
+        if claimed is not None:
+            return claimed
+    return None
