@@ -38,7 +38,7 @@ from verimail.flows.context import engine_for, store_for
 from verimail.flows.heartbeat import Superseded, as_owner, superseded_outcome
 from verimail.flows.notify import notify_job
 from verimail.store import jobs as job_store
-from verimail.store.credits import charge_once, charges_under
+from verimail.store.credits import charge_once, charges_under, refund_once
 from verimail.store.db import Store
 from verimail.tasks.bulk_io import job_dir, save_info
 from verimail.tasks.csv_detect import find_person_columns, inspect_csv
@@ -113,6 +113,23 @@ class _Billing:
             self.paid_rows.add(row)
             return True
 
+    async def unpay(self, row: int) -> None:
+        """This run did not find the row an earlier run paid for (its runner died after
+        the charge): a find is charged only when one is reported, so give the charge back."""
+        async with self.lock:
+            if row not in self.paid_rows:
+                return
+            given = await asyncio.to_thread(
+                refund_once,
+                self.store.engine,
+                self.job.account_id,
+                reference=self._reference(row),
+                reason=f"email finder: job {self.job.public_id} row {row + 1} not found "
+                "when resumed",
+            )
+            self.used -= given
+            self.paid_rows.discard(row)
+
 
 class _Progress:
     """Row outcomes as they come, flushed to the job row now and then."""
@@ -174,6 +191,7 @@ async def _domain(
                 else:
                     progress.record(row["row"], None, "skipped_no_credits", 0.0)
                 continue
+            await billing.unpay(row["row"])
             progress.record(row["row"], result.email, result.status, result.confidence)
 
 

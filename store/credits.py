@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import Connection, Engine, Row, insert, select, update
+from sqlalchemy import Connection, Engine, Row, func, insert, select, update
 
 from verimail.store.db import utcnow, write_tx
 from verimail.store.plans import Plan, get_plan
@@ -325,6 +325,18 @@ def charge(
 ChargeOutcome = Literal["charged", "already", "short"]
 
 
+def _net_charged(conn: Connection, account_id: int, reference: str) -> int:
+    """Credits charged under ``reference`` less those refunded under it."""
+    total = conn.execute(
+        select(func.coalesce(func.sum(credit_ledger.c.delta), 0)).where(
+            credit_ledger.c.account_id == account_id,
+            credit_ledger.c.reference == reference,
+            credit_ledger.c.kind.in_(("charge", "refund")),
+        )
+    ).scalar_one()
+    return -int(total)
+
+
 def charge_once(
     engine: Engine,
     account_id: int,
@@ -335,43 +347,58 @@ def charge_once(
     now: datetime | None = None,
 ) -> ChargeOutcome:
     """:func:`charge`, at most once per ``reference``: "already" (nothing written) when the
-    account has a charge under it. For work that may run again — a finder job resumed after
-    its runner died finds the rows it already paid for once more.
+    account has a charge under it that :func:`refund_once` has not given back. For work that
+    may run again — a finder job resumed after its runner died finds the rows it already
+    paid for once more.
 
     The check and the charge share the account lock, so two runs cannot both pay."""
     if amount == 0:
         return "charged"
     with write_tx(engine) as conn:
         lock_account(conn, account_id)
-        seen = conn.execute(
-            select(credit_ledger.c.id)
-            .where(
-                credit_ledger.c.account_id == account_id,
-                credit_ledger.c.reference == reference,
-                credit_ledger.c.kind == "charge",
-            )
-            .limit(1)
-        ).first()
-        if seen is not None:
+        if _net_charged(conn, account_id, reference) > 0:
             return "already"
         ok = charge_in(conn, account_id, amount, reason=reason, reference=reference, now=now)
     return "charged" if ok else "short"
 
 
+def refund_once(
+    engine: Engine,
+    account_id: int,
+    *,
+    reference: str,
+    reason: str,
+    now: datetime | None = None,
+) -> int:
+    """Give back what is charged under ``reference`` and not refunded yet; returns the
+    credits given back (0 when there is nothing to give). For a charge that a later run of
+    the same work found it should not have made: a resumed finder job that no longer finds
+    the address an earlier run paid for."""
+    with write_tx(engine) as conn:
+        lock_account(conn, account_id)
+        owed = _net_charged(conn, account_id, reference)
+        if owed > 0:
+            credit_in(
+                conn, account_id, owed, kind="refund", reason=reason, reference=reference, now=now
+            )
+    return max(owed, 0)
+
+
 def charges_under(engine: Engine, account_id: int, prefix: str) -> dict[str, int]:
-    """Credits charged per reference for references starting with ``prefix``."""
+    """Credits charged and not refunded per reference, for references starting with
+    ``prefix`` (those with nothing left charged are left out)."""
     with engine.connect() as conn:
         rows = conn.execute(
             select(credit_ledger.c.reference, credit_ledger.c.delta).where(
                 credit_ledger.c.account_id == account_id,
-                credit_ledger.c.kind == "charge",
+                credit_ledger.c.kind.in_(("charge", "refund")),
                 credit_ledger.c.reference.startswith(prefix, autoescape=True),
             )
         ).all()
     spent: dict[str, int] = {}
     for reference, delta in rows:
         spent[reference] = spent.get(reference, 0) - delta
-    return spent
+    return {reference: net for reference, net in spent.items() if net > 0}
 
 
 def reserve(

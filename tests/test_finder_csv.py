@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+from typing import Any
 
 import pytest
 from api_helpers import assert_error_body, poll_job, running_app, total_balance
@@ -15,7 +16,7 @@ from sqlalchemy import update
 from verimail.config import using_settings
 from verimail.flows.finder import find_emails
 from verimail.store.accounts import set_finder
-from verimail.store.credits import ledger
+from verimail.store.credits import charge_once, ledger
 from verimail.store.db import utcnow
 from verimail.store.jobs import get_job_by_public_id
 from verimail.store.tables import jobs
@@ -143,44 +144,81 @@ async def test_running_out_of_credits_skips_the_rest(settings):
         assert total_balance(app.store, customer.account_id) == 0
 
 
+async def _completed_job(app, customer) -> tuple[str, Any]:
+    """A finder job of PEOPLE run to the end: its poll URL and its row."""
+    created = await app.client.post(
+        "/api/find-email/csv",
+        headers=customer.headers,
+        **_form(PEOPLE, domain_column="Company Website"),
+    )
+    url = f"/api/find-email/csv/{created.json()['job_id']}"
+    first = await poll_job(app.client, url, customer.headers)
+    assert first["status"] == "completed" and first["credits_used"] == 20
+    job = get_job_by_public_id(app.store.engine, customer.account_id, first["job_id"])
+    assert job is not None
+    await asyncio.to_thread(app.app.state.runner.wait, 60)  # its thread is done too
+    return url, job
+
+
+async def _resume_after_death(app, settings, job) -> dict[str, Any]:
+    """Put the job back as a run that died after its charges, before it could mark the job
+    completed, and run it again as recovery does."""
+    with app.store.engine.begin() as conn:
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.id == job.id)
+            .values(
+                status="processing",
+                completed_at=None,
+                credits_used=0,
+                heartbeat_at=utcnow(),
+                flow_run_id=None,  # (else the reaper sees that run finished and fails it)
+            )
+        )
+    with using_settings(settings):
+        return await find_emails(job.id)
+
+
 async def test_a_resumed_run_does_not_charge_a_find_twice(settings):
     """A finder job charges each find as it goes. When its runner dies after paying for
     finds, recovery starts the job again from the first row: the finds already paid for must
     not be charged a second time, and the job must report what the account really paid."""
     async with running_app(settings) as app:
         customer = app.customer(credits=100)
-        created = await app.client.post(
-            "/api/find-email/csv",
-            headers=customer.headers,
-            **_form(PEOPLE, domain_column="Company Website"),
-        )
-        url = f"/api/find-email/csv/{created.json()['job_id']}"
-        first = await poll_job(app.client, url, customer.headers)
-        assert first["status"] == "completed" and first["credits_used"] == 20
-        job = get_job_by_public_id(app.store.engine, customer.account_id, first["job_id"])
-        assert job is not None
-        await asyncio.to_thread(app.app.state.runner.wait, 60)  # its thread is done too
-        # The run died after its charges, before it could mark the job completed.
-        with app.store.engine.begin() as conn:
-            conn.execute(
-                update(jobs)
-                .where(jobs.c.id == job.id)
-                .values(
-                    status="processing",
-                    completed_at=None,
-                    credits_used=0,
-                    heartbeat_at=utcnow(),
-                    flow_run_id=None,  # (else the reaper sees that run finished and fails it)
-                )
-            )
-        with using_settings(settings):
-            again = await find_emails(job.id)
+        url, job = await _completed_job(app, customer)
+        again = await _resume_after_death(app, settings, job)
         assert again["status"] == "completed" and again["found_count"] == 2
         done = await poll_job(app.client, url, customer.headers)
         assert done["credits_used"] == 20
         assert total_balance(app.store, customer.account_id) == 80
         charges = [e for e in ledger(app.store.engine, customer.account_id) if e.kind == "charge"]
         assert sorted(e.delta for e in charges) == [-10, -10]
+
+
+async def test_a_resumed_run_refunds_a_find_it_no_longer_makes(settings):
+    """An earlier run paid for finds on rows 3 and 4 (Nobody Here, Cat Chall) and died; the
+    resumed run finds neither (no such mailbox; a catch-all domain). A find is charged only
+    when one is reported, so both charges come back — once, however often the job resumes —
+    and a later find of the same row would be charged again."""
+    async with running_app(settings) as app:
+        customer = app.customer(credits=100)
+        url, job = await _completed_job(app, customer)
+        references = [f"job:{job.id}:row:{row}" for row in (2, 3)]
+        for reference in references:  # what the earlier run paid, as it would have
+            paid = charge_once(app.store.engine, job.account_id, 10, reference=reference)
+            assert paid == "charged"
+        assert total_balance(app.store, customer.account_id) == 60
+        for _ in range(2):
+            again = await _resume_after_death(app, settings, job)
+            assert (again["found_count"], again["credits"]) == (2, 20)
+            assert total_balance(app.store, customer.account_id) == 80
+        done = await poll_job(app.client, url, customer.headers)
+        assert done["credits_used"] == 20
+        refunds = [e for e in ledger(app.store.engine, customer.account_id) if e.kind == "refund"]
+        assert sorted(e.reference for e in refunds) == references
+        assert all(e.delta == 10 for e in refunds)
+        paid = charge_once(app.store.engine, job.account_id, 10, reference=references[0])
+        assert paid == "charged"
 
 
 async def test_finder_csv_errors(settings):

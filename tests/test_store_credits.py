@@ -305,3 +305,21 @@ def test_charge_once_pays_each_reference_once(store20: Store) -> None:
     }
     assert cr.balance(store20.engine, a.id).total == 5
     _assert_consistent(store20, a.id)
+
+
+def test_refund_once_gives_a_reference_back_once(store20: Store) -> None:
+    """A resumed finder run that no longer finds a paid row refunds it: once, however often
+    it is asked; the reference then counts as unpaid (charges_under leaves it out, and
+    charge_once charges it again); other references are untouched."""
+    a = acc.create_account(store20.engine, store20.settings, plan="enterprise")
+    for row in (0, 1):
+        assert cr.charge_once(store20.engine, a.id, 5, reference=f"job:1:row:{row}") == "charged"
+    assert cr.refund_once(store20.engine, a.id, reference="job:1:row:0", reason="gone") == 5
+    assert cr.refund_once(store20.engine, a.id, reference="job:1:row:0", reason="gone") == 0
+    assert cr.refund_once(store20.engine, a.id, reference="job:1:row:9", reason="never") == 0
+    assert cr.charges_under(store20.engine, a.id, "job:1:row:") == {"job:1:row:1": 5}
+    assert cr.balance(store20.engine, a.id).total == 15
+    assert cr.charge_once(store20.engine, a.id, 5, reference="job:1:row:0") == "charged"
+    assert cr.charge_once(store20.engine, a.id, 5, reference="job:1:row:0") == "already"
+    assert cr.balance(store20.engine, a.id).total == 10
+    _assert_consistent(store20, a.id)
