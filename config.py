@@ -53,7 +53,9 @@ class Settings(BaseSettings):
         None, description="SQLAlchemy URL; default: SQLite file `<data_dir>/verimail.db`."
     )
     redis_url: str | None = Field(
-        None, description="Redis URL for shared rate limits; default: in-process memory."
+        None,
+        description="Redis URL for shared rate limits and SMTP politeness slots; "
+        "default: in-process memory.",
     )
 
     # --- DNS -----------------------------------------------------------------------

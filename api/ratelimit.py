@@ -12,7 +12,8 @@ ten leaves the window.
 
 Concurrency in Redis is a sorted set per account whose members are the requests in flight,
 scored by a lease expiry. A request renews its lease while it runs; a process that crashes
-stops renewing, and its slots expire after :data:`SLOT_LEASE_SECONDS` instead of leaking
+stops renewing, and its slots expire after
+:data:`~verimail.tasks.leases.LEASE_SECONDS` instead of leaking
 forever. Expired members are swept by the same Lua script that admits requests, so the
 check-and-add is atomic across processes.
 
@@ -35,32 +36,11 @@ from limits import RateLimitItemPerMinute
 from limits.aio.storage import MemoryStorage, RedisStorage, Storage
 from limits.aio.strategies import MovingWindowRateLimiter
 
+from verimail.tasks.leases import ACQUIRE_SCRIPT, RENEW_SCRIPT
+from verimail.tasks.leases import LEASE_SECONDS as SLOT_LEASE_SECONDS
+from verimail.tasks.leases import RENEW_SECONDS as SLOT_RENEW_SECONDS
+
 log = logging.getLogger("verimail.api.ratelimit")
-
-SLOT_LEASE_SECONDS = 60
-"""A Redis concurrency slot lives this long without renewal (a crashed process's slots)."""
-SLOT_RENEW_SECONDS = 20
-"""How often a running request renews its slot's lease."""
-
-_ACQUIRE = """
-local now = redis.call('TIME')
-local now_s = tonumber(now[1]) + tonumber(now[2]) / 1000000
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_s)
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then
-  return 0
-end
-redis.call('ZADD', KEYS[1], now_s + tonumber(ARGV[2]), ARGV[3])
-redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2])) + 1)
-return 1
-"""
-
-_RENEW = """
-local now = redis.call('TIME')
-local now_s = tonumber(now[1]) + tonumber(now[2]) / 1000000
-redis.call('ZADD', KEYS[1], 'XX', now_s + tonumber(ARGV[1]), ARGV[2])
-redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[1])) + 1)
-return 1
-"""
 
 
 @dataclass(frozen=True)
@@ -87,8 +67,8 @@ class Limiter:
                 scheme_url, implementation="redispy", key_prefix=f"{prefix}:rate"
             )
             self._redis = aioredis.Redis.from_url(redis_url)
-            self._acquire = self._redis.register_script(_ACQUIRE)
-            self._renew = self._redis.register_script(_RENEW)
+            self._acquire = self._redis.register_script(ACQUIRE_SCRIPT)
+            self._renew = self._redis.register_script(RENEW_SCRIPT)
         else:
             self._storage = MemoryStorage()
         self._window = MovingWindowRateLimiter(self._storage)

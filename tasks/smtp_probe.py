@@ -34,7 +34,6 @@ import asyncio
 import contextlib
 import math
 import secrets
-import weakref
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -49,6 +48,7 @@ from aiosmtplib.errors import (
 from verimail.config import Settings
 from verimail.schemas.outcomes import SmtpOutcome
 from verimail.tasks.dns_facts import MailHost
+from verimail.tasks.host_slots import HeldSlots, HostSlots
 from verimail.tasks.netguard import smtp_address_allowed
 from verimail.tasks.smtp_replies import classify_rcpt, one_line
 
@@ -153,12 +153,10 @@ _MIX_SUSPECT = (SmtpOutcome.BLOCKED, SmtpOutcome.REJECTED_OTHER, SmtpOutcome.TEM
 class _Session:
     """One SMTP connection and the transaction state the prober needs."""
 
-    def __init__(
-        self, smtp: aiosmtplib.SMTP, host: MailHost, release: tuple[asyncio.Semaphore, ...]
-    ) -> None:
+    def __init__(self, smtp: aiosmtplib.SMTP, host: MailHost, slots: HeldSlots) -> None:
         self.smtp = smtp
         self.host = host
-        self._release = release
+        self._slots = slots
         self.in_tx = False  # a MAIL FROM was accepted and not yet reset
         self.tx_domains: set[str] = set()  # recipients' domains in the open transaction
         self.rcpts = 0
@@ -178,8 +176,7 @@ class _Session:
         finally:  # a run cancelled while saying QUIT must still hang up
             with contextlib.suppress(Exception):
                 self.smtp.close()
-            for sem in self._release:
-                sem.release()
+            self._slots.release()
 
 
 def _tally(session: _Session, outcome: SmtpOutcome) -> None:
@@ -192,18 +189,15 @@ def _tally(session: _Session, outcome: SmtpOutcome) -> None:
 
 
 class Prober:
-    """Runs host groups; holds per-host politeness semaphores and learned limits."""
+    """Runs host groups; holds the politeness slots (:mod:`~verimail.tasks.host_slots`)
+    and the limits it learns."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        # Weak values: a host's semaphore lives while a session holds or awaits it, then
-        # goes, so a long-running process that meets millions of hosts (and a new event
-        # loop per flow run) keeps only the ones in use. A fresh one is equivalent.
-        self._semaphores: weakref.WeakValueDictionary[tuple[int, str], asyncio.Semaphore] = (
-            weakref.WeakValueDictionary()
-        )
-        self._total: weakref.WeakValueDictionary[int, asyncio.Semaphore] = (
-            weakref.WeakValueDictionary()
+        self.slots = HostSlots(
+            settings.smtp_max_sessions_per_host,
+            settings.smtp_max_sessions_total,
+            settings.redis_url,
         )
         self._rcpt_limit: dict[str, int] = {}  # learned from 452
         self._rejection_limit: dict[str, int] = {}  # learned from disconnects
@@ -442,22 +436,6 @@ class Prober:
     def _lost(self, session: _Session, code: int, message: str) -> Finding:
         return Finding(SmtpOutcome.TEMP_FAILURE, one_line(code, message), session.host.name)
 
-    def _semaphore(self, host: str) -> asyncio.Semaphore:
-        key = (id(asyncio.get_running_loop()), host)
-        sem = self._semaphores.get(key)
-        if sem is None:
-            sem = self._semaphores[key] = asyncio.Semaphore(
-                self.settings.smtp_max_sessions_per_host
-            )
-        return sem
-
-    def _total_semaphore(self) -> asyncio.Semaphore:
-        key = id(asyncio.get_running_loop())
-        sem = self._total.get(key)
-        if sem is None:
-            sem = self._total[key] = asyncio.Semaphore(self.settings.smtp_max_sessions_total)
-        return sem
-
     async def _open(self, run: _Run) -> _Session:
         """Connect to the best reachable MX host; raise ``_NoSession`` when none answers.
 
@@ -473,21 +451,16 @@ class Prober:
                 if dialled >= MAX_CONNECT_ATTEMPTS:
                     raise _NoSession(_summarise(run.failures + failures))
                 dialled += 1
-                held: tuple[asyncio.Semaphore, ...] = ()
+                held = await self.slots.take(host.name)
                 try:
-                    for sem in (self._semaphore(host.name), self._total_semaphore()):
-                        await sem.acquire()
-                        held += (sem,)
                     smtp = await self._connect(host, address, run.result.stats)
                 except _NoSession as failed:
-                    for sem in held:
-                        sem.release()
+                    held.release()
                     failures.append(failed.finding)
                     run.result.stats.connect_failures += 1
                     continue
                 except BaseException:
-                    for sem in held:
-                        sem.release()
+                    held.release()
                     raise
                 return _Session(smtp, host, held)
             run.dead_hosts.add(host.name)

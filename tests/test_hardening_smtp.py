@@ -22,6 +22,7 @@ from verimail.config import Settings
 from verimail.schemas.outcomes import Status, SubStatus
 from verimail.tasks import dns_facts
 from verimail.tasks.engine import Engine
+from verimail.tasks.host_slots import free_slots
 from verimail.tasks.smtp_probe import MAX_ATTEMPTS, MAX_CONNECT_ATTEMPTS
 from verimail.testbed.server import Testbed
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
@@ -293,7 +294,8 @@ async def test_long_running_state_stays_bounded(
     assert sum(r.is_catch_all for r in batch.results) == 20  # each host was talked to
     assert len(dns_facts._CACHE) <= 50
     gc.collect()
-    assert len(engine.prober._semaphores) == 0 and len(engine.prober._total) == 0
+    cap = engine.settings.smtp_max_sessions_per_host
+    assert [free_slots(f"mx{i}.bounded.test", cap) for i in range(20)] == [None] * 20
     assert outside_connections == []
 
 

@@ -1,0 +1,267 @@
+"""SMTP session slots per mail host, held by the service as a whole, not by one job.
+
+Politeness is a promise to the mail host: at most ``smtp_max_sessions_per_host`` sessions
+at once from us. Every event loop of a process draws from one set of slots (the local
+runner runs each job on its own loop, and the API verifies on another), and with Redis
+(``VERIMAIL_REDIS_URL``) every process and machine draws from one set too, so ten workers
+open five sessions to a host between them, not fifty.
+
+In Redis a host's slots are leases (:mod:`verimail.tasks.leases`, as the API's concurrency
+slots are). A session renews its lease while it runs; a process that dies stops renewing,
+and its leases lapse after :data:`~verimail.tasks.leases.LEASE_SECONDS`. Redis failures
+fail *open* to the process's own slots for :data:`RETRY_SECONDS` (a warning is logged): an
+outage of the counter store must not stop verification.
+
+The Redis client is the synchronous one, called from worker threads: it is safe to share
+between threads and event loops, which an asyncio client is not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import threading
+import time
+import uuid
+import weakref
+from collections import deque
+from collections.abc import MutableMapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from verimail.tasks.leases import ACQUIRE_SCRIPT, LEASE_SECONDS, RENEW_SCRIPT, RENEW_SECONDS
+
+log = logging.getLogger("verimail.tasks.host_slots")
+
+POLL_FIRST, POLL_MAX = 0.02, 0.5
+"""Waiting for a Redis slot: the first pause between tries, doubling up to the last."""
+RETRY_SECONDS = 30
+"""After Redis fails, sessions use only the process's slots for this long, then try again
+(rather than each waiting out a timeout)."""
+
+# Leases are given back from here: a small pool, so a closing session never waits on Redis.
+_GIVE_BACK = ThreadPoolExecutor(max_workers=2, thread_name_prefix="verimail-slots")
+
+
+class SharedSemaphore:
+    """A counting semaphore any event loop of the process can wait on (``asyncio.Semaphore``
+    belongs to one loop). First come, first served; a waiter cancelled while its slot was
+    being handed to it gives the slot back."""
+
+    def __init__(self, value: int) -> None:
+        self._value = value
+        self._lock = threading.Lock()
+        self._waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = deque()
+
+    async def acquire(self) -> None:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self._value > 0 and not self._waiters:
+                self._value -= 1
+                return
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiters.append((loop, waiter))
+        try:
+            await waiter
+        except BaseException:
+            with self._lock:
+                if (loop, waiter) in self._waiters:
+                    self._waiters.remove((loop, waiter))
+                    raise
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # handed over, then cancelled before it could run
+            raise  # (else the hand-over is still on its way: _grant gives it back)
+
+    def release(self) -> None:
+        with self._lock:
+            while self._waiters:
+                loop, waiter = self._waiters.popleft()
+                try:
+                    loop.call_soon_threadsafe(self._grant, waiter)
+                    return
+                except RuntimeError:  # that loop is closed: its waiter is gone
+                    continue
+            self._value += 1
+
+    def _grant(self, waiter: asyncio.Future[None]) -> None:
+        if waiter.done():  # cancelled meanwhile: pass the slot on
+            self.release()
+        else:
+            waiter.set_result(None)
+
+    @property
+    def free(self) -> int:
+        """Slots no one holds (for tests and diagnostics)."""
+        with self._lock:
+            return self._value
+
+
+class _RedisLeases:
+    """Host leases in Redis (see the module docstring)."""
+
+    def __init__(self, url: str, prefix: str) -> None:
+        import redis
+
+        self._client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+        self._acquire = self._client.register_script(ACQUIRE_SCRIPT)
+        self._renew = self._client.register_script(RENEW_SCRIPT)
+        self._prefix = prefix
+        self._down_until = 0.0  # monotonic: after a failure, Redis is not asked until then
+
+    def key(self, host: str) -> str:
+        return f"{self._prefix}:smtp-host:{host.lower()}"
+
+    @property
+    def down(self) -> bool:
+        """Redis failed less than :data:`RETRY_SECONDS` ago: sessions do not wait on it."""
+        return time.monotonic() < self._down_until
+
+    async def take(self, host: str, cap: int) -> str | None:
+        """Wait for one of the host's ``cap`` slots; its lease id, or None when Redis is
+        down (the caller goes on with its own slots)."""
+        key, member = self.key(host), uuid.uuid4().hex
+        pause = POLL_FIRST
+        while not self.down:
+            try:
+                taken = await asyncio.to_thread(
+                    self._acquire, keys=[key], args=[cap, LEASE_SECONDS, member]
+                )
+            except Exception as exc:
+                self._failed(exc)
+                return None
+            if taken:
+                return member
+            await asyncio.sleep(pause * random.uniform(0.5, 1.0))
+            pause = min(pause * 2, POLL_MAX)
+        return None
+
+    async def keep(self, host: str, member: str) -> None:
+        """Renew the lease until cancelled (runs beside the session)."""
+        key = self.key(host)
+        while True:
+            await asyncio.sleep(RENEW_SECONDS)
+            try:
+                await asyncio.to_thread(self._renew, keys=[key], args=[LEASE_SECONDS, member])
+            except Exception as exc:  # it lapses by itself; the next renewal may work
+                self._failed(exc)
+
+    def give_back(self, host: str, member: str) -> None:
+        """Drop the lease, from a worker thread: it runs while a session closes, even under
+        cancellation, so it must not await, and must not block the loop if Redis hangs."""
+        key = self.key(host)
+
+        def drop() -> None:
+            try:
+                self._client.zrem(key, member)
+            except Exception as exc:  # the lease lapses by itself
+                self._failed(exc)
+
+        _GIVE_BACK.submit(drop)
+
+    def _failed(self, exc: Exception) -> None:
+        if not self.down:
+            log.warning(
+                "SMTP host slots in Redis failed; each process uses its own for %d s: %s",
+                RETRY_SECONDS,
+                exc,
+            )
+        self._down_until = time.monotonic() + RETRY_SECONDS
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._client.close()
+
+
+class HeldSlots:
+    """What one SMTP session holds: its host's slot, its Redis lease and a process slot."""
+
+    def __init__(self, owner: HostSlots, host: str) -> None:
+        self._owner = owner
+        self.host = host
+        self._held: list[SharedSemaphore] = []
+        self._lease: str | None = None
+        self._renewer: asyncio.Task[None] | None = None
+
+    def release(self) -> None:
+        """Give everything back (idempotent; no await, so it completes under cancellation)."""
+        if self._renewer is not None:
+            self._renewer.cancel()
+            self._renewer = None
+        if self._lease is not None and self._owner.leases is not None:
+            self._owner.leases.give_back(self.host, self._lease)
+        self._lease = None
+        while self._held:
+            self._held.pop().release()
+
+
+class HostSlots:
+    """Per-host and process-wide session slots (see the module docstring)."""
+
+    def __init__(
+        self, per_host: int, total: int, redis_url: str | None, prefix: str = "verimail"
+    ) -> None:
+        self.per_host = per_host
+        self.total = total
+        self.leases = _RedisLeases(redis_url, prefix) if redis_url else None
+
+    async def take(self, host: str) -> HeldSlots:
+        """Wait for a slot on ``host``: this process's first (so a session queued behind a
+        busy host waits here, holding nothing shared), then the Redis lease, then the
+        process-wide slot."""
+        held = HeldSlots(self, host)
+        try:
+            sem = _host_semaphore(host, self.per_host)
+            await sem.acquire()
+            held._held.append(sem)
+            if self.leases is not None:
+                held._lease = await self.leases.take(host, self.per_host)
+                if held._lease is not None:
+                    held._renewer = asyncio.create_task(self.leases.keep(host, held._lease))
+            total = _total_semaphore(self.total)
+            await total.acquire()
+            held._held.append(total)
+        except BaseException:
+            held.release()
+            raise
+        return held
+
+    def close(self) -> None:
+        if self.leases is not None:
+            self.leases.close()
+
+
+# One semaphore per (host, cap) for the whole process, kept while a session holds or awaits
+# it (weak values): a long-running process that meets millions of hosts keeps only the ones
+# in use, and a fresh one is equivalent to a forgotten one.
+_HOSTS: weakref.WeakValueDictionary[tuple[str, int], SharedSemaphore] = (
+    weakref.WeakValueDictionary()
+)
+_TOTALS: dict[int, SharedSemaphore] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def _semaphore(
+    registry: MutableMapping[Any, SharedSemaphore], key: Any, cap: int
+) -> SharedSemaphore:
+    with _REGISTRY_LOCK:
+        sem = registry.get(key)
+        if sem is None:
+            sem = registry[key] = SharedSemaphore(cap)
+        return sem
+
+
+def _host_semaphore(host: str, cap: int) -> SharedSemaphore:
+    return _semaphore(_HOSTS, (host.lower(), cap), cap)
+
+
+def _total_semaphore(cap: int) -> SharedSemaphore:
+    return _semaphore(_TOTALS, cap, cap)
+
+
+def free_slots(host: str, cap: int) -> int | None:
+    """The host's free process slots, None when no session holds or awaits one (tests)."""
+    with _REGISTRY_LOCK:
+        sem = _HOSTS.get((host.lower(), cap))
+    return None if sem is None else sem.free
