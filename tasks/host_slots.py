@@ -27,8 +27,9 @@ import time
 import uuid
 import weakref
 from collections import deque
-from collections.abc import MutableMapping
+from collections.abc import Iterator, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from typing import Any
 
 from verimail.tasks.leases import ACQUIRE_SCRIPT, LEASE_SECONDS, RENEW_SCRIPT, RENEW_SECONDS
@@ -41,34 +42,52 @@ RETRY_SECONDS = 30
 """After Redis fails, sessions use only the process's slots for this long, then try again
 (rather than each waiting out a timeout)."""
 
+_Waiters = deque[tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]]
+
+_URGENT: ContextVar[bool] = ContextVar("verimail_urgent_slots", default=False)
+
+
+@contextlib.contextmanager
+def urgent() -> Iterator[None]:
+    """Sessions opened inside go before queued ones that are not urgent: for the API's
+    requests, whose client is waiting, over jobs, which can wait a session longer."""
+    token = _URGENT.set(True)
+    try:
+        yield
+    finally:
+        _URGENT.reset(token)
+
+
 # Leases are given back from here: a small pool, so a closing session never waits on Redis.
 _GIVE_BACK = ThreadPoolExecutor(max_workers=2, thread_name_prefix="verimail-slots")
 
 
 class SharedSemaphore:
     """A counting semaphore any event loop of the process can wait on (``asyncio.Semaphore``
-    belongs to one loop). First come, first served; a waiter cancelled while its slot was
-    being handed to it gives the slot back."""
+    belongs to one loop). First come, first served, except that urgent waiters go before
+    the others; a waiter cancelled while its slot was being handed to it gives it back."""
 
     def __init__(self, value: int) -> None:
         self._value = value
         self._lock = threading.Lock()
-        self._waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = deque()
+        # (urgent waiters, the rest): each (loop, future), served in that order
+        self._queues: tuple[_Waiters, _Waiters] = (deque(), deque())
 
-    async def acquire(self) -> None:
+    async def acquire(self, urgent: bool = False) -> None:
         loop = asyncio.get_running_loop()
         with self._lock:
-            if self._value > 0 and not self._waiters:
+            if self._value > 0:  # (a free slot means nobody waits: release hands over)
                 self._value -= 1
                 return
             waiter: asyncio.Future[None] = loop.create_future()
-            self._waiters.append((loop, waiter))
+            queue = self._queues[0 if urgent else 1]
+            queue.append((loop, waiter))
         try:
             await waiter
         except BaseException:
             with self._lock:
-                if (loop, waiter) in self._waiters:
-                    self._waiters.remove((loop, waiter))
+                if (loop, waiter) in queue:
+                    queue.remove((loop, waiter))
                     raise
             if waiter.done() and not waiter.cancelled():
                 self.release()  # handed over, then cancelled before it could run
@@ -76,13 +95,14 @@ class SharedSemaphore:
 
     def release(self) -> None:
         with self._lock:
-            while self._waiters:
-                loop, waiter = self._waiters.popleft()
-                try:
-                    loop.call_soon_threadsafe(self._grant, waiter)
-                    return
-                except RuntimeError:  # that loop is closed: its waiter is gone
-                    continue
+            for queue in self._queues:
+                while queue:
+                    loop, waiter = queue.popleft()
+                    try:
+                        loop.call_soon_threadsafe(self._grant, waiter)
+                        return
+                    except RuntimeError:  # that loop is closed: its waiter is gone
+                        continue
             self._value += 1
 
     def _grant(self, waiter: asyncio.Future[None]) -> None:
@@ -96,6 +116,12 @@ class SharedSemaphore:
         """Slots no one holds (for tests and diagnostics)."""
         with self._lock:
             return self._value
+
+    @property
+    def waiting(self) -> int:
+        """Takers queued for a slot (for tests and diagnostics)."""
+        with self._lock:
+            return sum(len(queue) for queue in self._queues)
 
 
 class _RedisLeases:
@@ -118,9 +144,10 @@ class _RedisLeases:
         """Redis failed less than :data:`RETRY_SECONDS` ago: sessions do not wait on it."""
         return time.monotonic() < self._down_until
 
-    async def take(self, host: str, cap: int) -> str | None:
+    async def take(self, host: str, cap: int, urgent: bool = False) -> str | None:
         """Wait for one of the host's ``cap`` slots; its lease id, or None when Redis is
-        down (the caller goes on with its own slots)."""
+        down (the caller goes on with its own slots). Urgent takers keep asking at the
+        shortest pause rather than backing off, so they tend to be first."""
         key, member = self.key(host), uuid.uuid4().hex
         pause = POLL_FIRST
         while not self.down:
@@ -134,7 +161,7 @@ class _RedisLeases:
             if taken:
                 return member
             await asyncio.sleep(pause * random.uniform(0.5, 1.0))
-            pause = min(pause * 2, POLL_MAX)
+            pause = pause if urgent else min(pause * 2, POLL_MAX)
         return None
 
     async def keep(self, host: str, member: str) -> None:
@@ -211,16 +238,17 @@ class HostSlots:
         busy host waits here, holding nothing shared), then the Redis lease, then the
         process-wide slot."""
         held = HeldSlots(self, host)
+        hurry = _URGENT.get()
         try:
             sem = _host_semaphore(host, self.per_host)
-            await sem.acquire()
+            await sem.acquire(urgent=hurry)
             held._held.append(sem)
             if self.leases is not None:
-                held._lease = await self.leases.take(host, self.per_host)
+                held._lease = await self.leases.take(host, self.per_host, urgent=hurry)
                 if held._lease is not None:
                     held._renewer = asyncio.create_task(self.leases.keep(host, held._lease))
             total = _total_semaphore(self.total)
-            await total.acquire()
+            await total.acquire(urgent=hurry)
             held._held.append(total)
         except BaseException:
             held.release()
@@ -260,8 +288,14 @@ def _total_semaphore(cap: int) -> SharedSemaphore:
     return _semaphore(_TOTALS, cap, cap)
 
 
+def host_semaphore(host: str, cap: int) -> SharedSemaphore | None:
+    """The process's slots for ``host``, None when no session holds or awaits one (for
+    tests and diagnostics)."""
+    with _REGISTRY_LOCK:
+        return _HOSTS.get((host.lower(), cap))
+
+
 def free_slots(host: str, cap: int) -> int | None:
     """The host's free process slots, None when no session holds or awaits one (tests)."""
-    with _REGISTRY_LOCK:
-        sem = _HOSTS.get((host.lower(), cap))
+    sem = host_semaphore(host, cap)
     return None if sem is None else sem.free

@@ -3,6 +3,7 @@ and the error body shape everywhere (including Starlette's own 404/405)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -18,6 +19,7 @@ from api_helpers import (
 from verimail.api.errors import INTERNAL_ERROR
 from verimail.store.accounts import list_keys, revoke_key
 from verimail.store.credits import ledger
+from verimail.tasks.host_slots import HostSlots, host_semaphore
 from verimail.testbed.server import Testbed
 
 SINGLE = "/api/verify/single"
@@ -221,3 +223,30 @@ async def test_a_crash_while_verifying_is_a_plain_500_and_refunds(
             assert total_balance(api.store, customer.account_id) == 3
         kinds = [e.kind for e in reversed(ledger(api.store.engine, customer.account_id))]
         assert kinds == ["signup", "charge", "refund", "charge", "refund"]
+
+
+async def test_a_request_goes_before_a_jobs_queued_session(tb, tmp_path, testbed_settings) -> None:
+    """The mail host's one slot is taken (a job's session) and another job session queues
+    for it; a single verification, whose client is waiting, gets the slot first when it
+    frees, and the job's session after it."""
+    settings = testbed_settings(tb, tmp_path, smtp_max_sessions_per_host=1)
+    job_slots = HostSlots(1, 200, None)
+    async with running_app(settings) as running:
+        customer = running.customer(credits=10)
+        held = await job_slots.take("mx.acme.test")
+        queued = asyncio.create_task(job_slots.take("mx.acme.test"))
+        # What the host had seen when the job's session got its slot:
+        seen: list[int] = []
+        queued.add_done_callback(lambda _: seen.append(tb.host_stats("mx.acme.test").rcpt_to))
+        request = asyncio.create_task(
+            running.client.post(SINGLE, json={"email": "alice@acme.test"}, headers=customer.headers)
+        )
+        sem = host_semaphore("mx.acme.test", 1)
+        assert sem is not None
+        while sem.waiting < 2:  # the job's session, then the request's
+            await asyncio.sleep(0.005)
+        held.release()
+        answer = await asyncio.wait_for(request, 30)
+        assert answer.status_code == 200 and answer.json()["status"] == "valid"
+        (await asyncio.wait_for(queued, 30)).release()
+        assert seen[0] >= 1  # the request's RCPT had been answered: it went first

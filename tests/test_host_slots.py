@@ -91,6 +91,35 @@ async def test_a_cancelled_waiter_never_keeps_a_slot() -> None:
     assert sem.free == 1
 
 
+async def test_urgent_takers_go_before_queued_ones() -> None:
+    """An API request's session (urgent) goes before a job's that queued earlier; among
+    themselves, each kind is first come, first served."""
+    sem = SharedSemaphore(1)
+    await sem.acquire()
+    order: list[str] = []
+
+    async def take(name: str, urgent: bool) -> None:
+        await sem.acquire(urgent=urgent)
+        order.append(name)
+
+    tasks = [
+        asyncio.create_task(take("job 1", False)),
+        asyncio.create_task(take("job 2", False)),
+        asyncio.create_task(take("api 1", True)),
+        asyncio.create_task(take("api 2", True)),
+    ]
+    while sem.waiting < 4:
+        await asyncio.sleep(0)
+    for served in range(1, 5):
+        sem.release()  # each taker keeps the slot it gets: the next release serves the next
+        while len(order) < served:
+            await asyncio.sleep(0)
+    await asyncio.gather(*tasks)
+    assert order == ["api 1", "api 2", "job 1", "job 2"]
+    sem.release()
+    assert sem.free == 1
+
+
 @pytest.mark.redis
 async def test_redis_leases_cap_a_host_across_holders_and_expire() -> None:
     """Leases in Redis: with the process's own slots out of the way (a HostSlots per

@@ -78,6 +78,7 @@ from verimail.tasks.csv_detect import (
     iter_data_records,
     open_info,
 )
+from verimail.tasks.host_slots import urgent
 
 
 @contextlib.asynccontextmanager
@@ -386,7 +387,8 @@ async def verify_one(
             plan_limits(request, account),
             charged(store, account.id, 1, reason="verify single (dashboard)"),
         ):
-            context["result"] = VerifyResult.of(await engine.verify(email))
+            with urgent():
+                context["result"] = VerifyResult.of(await engine.verify(email))
     except ApiError as exc:
         if exc.status_code not in (402, 429):
             raise

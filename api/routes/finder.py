@@ -44,6 +44,7 @@ from verimail.tasks.finder import (
     find_email,
     normalise_finder_domain,
 )
+from verimail.tasks.host_slots import urgent
 
 router = APIRouter(tags=["email finder"])
 
@@ -221,13 +222,14 @@ async def find_email_route(
             "nothing was looked up or charged.",
         )
     try:
-        result = await find_email(
-            engine,
-            body.first_name,
-            body.last_name,
-            body.domain,
-            max_probes=settings.finder_max_probes,
-        )
+        with urgent():
+            result = await find_email(
+                engine,
+                body.first_name,
+                body.last_name,
+                body.domain,
+                max_probes=settings.finder_max_probes,
+            )
     except FinderInputError as exc:  # the model validated already; kept for safety
         where = exc.field or "body"
         raise RequestValidationError(

@@ -23,6 +23,7 @@ from verimail.api.models import (
     VerifyResult,
 )
 from verimail.schemas.outcomes import Status
+from verimail.tasks.host_slots import urgent
 
 router = APIRouter(tags=["verification"])
 
@@ -55,7 +56,8 @@ async def verify_single(
     body: SingleRequest, account: AccountDep, store: StoreDep, engine: EngineDep
 ) -> VerifyResult:
     async with charged(store, account.id, 1, reason="verify single"):
-        return VerifyResult.of(await engine.verify(body.email))
+        with urgent():
+            return VerifyResult.of(await engine.verify(body.email))
 
 
 @router.post(
@@ -73,7 +75,8 @@ async def verify_batch(
 ) -> BatchResponse:
     n = len(body.emails)
     async with charged(store, account.id, n, reason=f"verify batch of {n}"):
-        outcome = await engine.verify_many(body.emails)
+        with urgent():
+            outcome = await engine.verify_many(body.emails)
         results = [VerifyResult.of(r) for r in outcome.results]
         counts = Counter(r.status for r in results)
         return BatchResponse(
