@@ -27,7 +27,7 @@ from prefect.context import get_run_context
 
 from verimail.config import Settings, current_settings
 from verimail.flows.context import engine_for, store_for
-from verimail.flows.heartbeat import Superseded, as_owner, superseded_outcome
+from verimail.flows.heartbeat import Superseded, as_owner, still_owned, superseded_outcome
 from verimail.flows.notify import notify_job
 from verimail.schemas.results import VerificationResult
 from verimail.store import jobs as job_store
@@ -178,6 +178,7 @@ async def bulk_verify(
             job.id,
             f"The job stopped with an error ({reason[:300]}).",
             max(job.credits_reserved - processed, 0),
+            attempt=job.attempt,  # (refused if a later run has the job: it is that run's)
         )
         with contextlib.suppress(Exception):
             await notify_job(settings, job.id)
@@ -195,7 +196,7 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
     )
     prepared = await prepare_addresses(job_input.uniques)
     tally = _Tally(job_input.row_counts())
-    sink = ResultSink(directory)
+    sink = ResultSink(directory, run=job.attempt)
     chunks = chunk_groups(prepared.groups)
     n_groups = len(prepared.groups)
     # Each result goes to the tally and the sink as it is known, and the engine forgets it:
@@ -212,7 +213,7 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
             key=f"bulk-job-{job.id}",
             description=f"Bulk job {job.id}: {job_input.address_rows} addresses",
         )
-    await _db(job_store.update_progress, store.engine, job.id, tally.processed, tally.job_counts())
+    await _db(_progress, store, job, tally)
     logger.info(
         "job %s: %s rows, %s unique, %s domains, %s host groups in %s tasks",
         job.id,
@@ -239,9 +240,7 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
                     tally.add(settled)
                     sink.add(settled)
             del finished, task, chunk, results
-            await _db(
-                job_store.update_progress, store.engine, job.id, tally.processed, tally.job_counts()
-            )
+            await _db(_progress, store, job, tally)
             if artifact is not None:
                 with contextlib.suppress(Exception):
                     await aupdate_progress_artifact(
@@ -252,6 +251,7 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)  # they hang up first
     by_address = await asyncio.to_thread(sink.frame)
+    await still_owned(store, job)
     result_csv = await asyncio.to_thread(
         write_job_results, directory, upload, job_input, by_address
     )
@@ -272,6 +272,7 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
         str(result_csv),
         job_input.address_rows,
         processed=tally.processed,
+        attempt=job.attempt,
     )
     return {
         "job_id": job.id,
@@ -279,6 +280,12 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
         **tally.job_counts(),
         **prepared.stats.as_dict(),
     }
+
+
+def _progress(store: Store, job: job_store.Job, tally: _Tally) -> None:
+    job_store.update_progress(
+        store.engine, job.id, tally.processed, tally.job_counts(), attempt=job.attempt
+    )
 
 
 async def _chunk(chunk: list[HostGroup]) -> tuple[list[HostGroup], list[GroupResult]]:

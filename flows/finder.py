@@ -35,7 +35,7 @@ from prefect.cache_policies import NO_CACHE
 
 from verimail.config import Settings, current_settings
 from verimail.flows.context import engine_for, store_for
-from verimail.flows.heartbeat import Superseded, as_owner, superseded_outcome
+from verimail.flows.heartbeat import Superseded, as_owner, still_owned, superseded_outcome
 from verimail.flows.notify import notify_job
 from verimail.store import jobs as job_store
 from verimail.store.credits import charge_once, charges_under, refund_once
@@ -119,6 +119,9 @@ class _Billing:
         async with self.lock:
             if row not in self.paid_rows:
                 return
+            # Only the run that has the job may refund: a superseded run, not stopped yet,
+            # would give back a find the later run paid for and reports.
+            await still_owned(self.store, self.job)
             given = await asyncio.to_thread(
                 refund_once,
                 self.store.engine,
@@ -134,9 +137,9 @@ class _Billing:
 class _Progress:
     """Row outcomes as they come, flushed to the job row now and then."""
 
-    def __init__(self, store: Store, job_id: int, billing: _Billing) -> None:
+    def __init__(self, store: Store, job: job_store.Job, billing: _Billing) -> None:
         self.store = store
-        self.job_id = job_id
+        self.job = job
         self.billing = billing
         self.rows: dict[int, tuple[str, str, str]] = {}  # row -> (email, status, confidence)
         self.counts: Counter[str] = Counter()
@@ -149,10 +152,11 @@ class _Progress:
         await asyncio.to_thread(
             job_store.update_progress,
             self.store.engine,
-            self.job_id,
+            self.job.id,
             len(self.rows),
             dict(self.counts),
             credits_used=self.billing.used,
+            attempt=self.job.attempt,
         )
 
 
@@ -258,7 +262,7 @@ async def find_emails(job_id: int) -> dict[str, Any]:
     if job.status == "pending":
         await asyncio.to_thread(job_store.mark_processing, store.engine, job.id)
     billing = _Billing(store, job, settings.finder_charge)
-    progress = _Progress(store, job.id, billing)
+    progress = _Progress(store, job, billing)
     try:
         await billing.load()
         work = _run(settings, store, job, billing, progress)
@@ -277,6 +281,7 @@ async def find_emails(job_id: int) -> dict[str, Any]:
             job.id,
             f"The job stopped with an error ({reason[:300]}).",
             0,
+            attempt=job.attempt,  # (refused if a later run has the job: it is that run's)
         )
         with contextlib.suppress(Exception):
             await notify_job(settings, job.id)
@@ -309,6 +314,7 @@ async def _run(
     ordered = [progress.rows[r] for r in range(rows.height)]
     names = _appended_names(info.columns)
     out = directory / "results.csv"
+    await still_owned(store, job)
     await asyncio.to_thread(
         write_results_csv,
         upload,
@@ -325,5 +331,6 @@ async def _run(
         str(out),
         billing.used,
         processed=rows.height,
+        attempt=job.attempt,
     )
     return {"job_id": job.id, "status": "completed", **progress.counts, "credits": billing.used}

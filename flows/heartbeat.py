@@ -44,6 +44,16 @@ def was_superseded(outcome: object) -> bool:
     return isinstance(outcome, dict) and outcome.get("status") == SUPERSEDED
 
 
+async def still_owned(store: Store, job: job_store.Job) -> None:
+    """Raise :class:`Superseded` unless this run still has the job; called just before a
+    run writes the job's results. A run frozen past ``job_stale_after`` is resumed as a
+    later run while it may still wake up and finish: without this, it would write its
+    results over the later run's (or over a completed job's) before its next beat."""
+    beat = await asyncio.to_thread(job_store.beat_run, store.engine, job.id, job.attempt)
+    if beat != "beaten":
+        raise Superseded(f"job {job.id}: run {job.attempt} no longer has the job ({beat})")
+
+
 class RunHeartbeat:
     """Beats the job's heartbeat from a thread of its own while the run works, so recovery
     can tell a live job from a dead one.

@@ -125,6 +125,7 @@ class LocalRunner:
     def _run(self, kind: str, job_id: int) -> None:
         error: BaseException | None = None
         outcome: Any = None
+        attempt = _attempt_of(self.settings, job_id)
         try:
             self._ensure_prefect()
             with using_settings(self.settings):
@@ -135,7 +136,7 @@ class LocalRunner:
         finally:
             # A superseded run leaves the job open on purpose: a later run has it.
             if not was_superseded(outcome):
-                _fail_if_unfinished(self.settings, job_id, error)
+                _fail_if_unfinished(self.settings, job_id, error, attempt)
             with self._lock:
                 self._jobs.discard(job_id)
 
@@ -150,8 +151,21 @@ class LocalRunner:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _fail_if_unfinished(settings: Settings, job_id: int, error: BaseException | None) -> None:
-    """A run that returned (or crashed before its first line) must not leave the job open."""
+def _attempt_of(settings: Settings, job_id: int) -> int | None:
+    """The run number the job's next run will be (None if it cannot be read: the run then
+    reports the problem itself)."""
+    try:
+        job = job_store.get_job_any(store_for(settings).engine, job_id)
+    except Exception:
+        return None
+    return job.attempt if job is not None else None
+
+
+def _fail_if_unfinished(
+    settings: Settings, job_id: int, error: BaseException | None, attempt: int | None = None
+) -> None:
+    """A run that returned (or crashed before its first line) must not leave the job open —
+    unless a later run has it (``attempt`` is not the job's run any more)."""
     try:
         store = store_for(settings)
         job = job_store.get_job_any(store.engine, job_id)
@@ -163,6 +177,7 @@ def _fail_if_unfinished(settings: Settings, job_id: int, error: BaseException | 
             job_id,
             f"The job's run ended without finishing{why}."[:500],
             max(job.credits_reserved - job.processed_emails, 0),
+            attempt=attempt,
         )
     except Exception:
         log.exception("could not settle job %s", job_id)

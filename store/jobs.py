@@ -315,9 +315,11 @@ def update_progress(
     counts: dict[str, int] | None = None,
     *,
     credits_used: int | None = None,
+    attempt: int | None = None,
     now: datetime | None = None,
 ) -> bool:
-    """Record progress (absolute numbers, not increments) and beat; False unless processing.
+    """Record progress (absolute numbers, not increments) and beat; False unless processing
+    (and, given ``attempt``, still that run's: see :func:`run_owns`).
 
     Jobs that charge as they go (finder CSV) pass ``credits_used`` so a later failure
     knows what was spent.
@@ -329,11 +331,28 @@ def update_progress(
     }
     if credits_used is not None:
         values["credits_used"] = credits_used
-    return _set_if(engine, job_id, "processing", values)
+    if attempt is None:
+        return _set_if(engine, job_id, "processing", values)
+    with write_tx(engine) as conn:
+        job = _lock_job(conn, job_id)
+        if job is None or job.status != "processing" or not run_owns(job, attempt):
+            return False
+        conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values))
+    return True
 
 
 def _attempts(options: dict[str, Any] | None) -> int:
     return int((options or {}).get("attempts", 1))
+
+
+def run_owns(job: Row[Any], attempt: int | None) -> bool:
+    """Whether run ``attempt`` still has the (locked) job: recovery has not resumed it as a
+    later run. A run taken for dead while it was only frozen may go on for a while; what it
+    writes to the job must then be refused. ``None``: not a run (recovery, the runner
+    settling a run that never started), always allowed."""
+    if attempt is None:
+        return True
+    return _attempts(json.loads(job.options) if job.options else None) == attempt
 
 
 def heartbeat(engine: Engine, job_id: int, *, now: datetime | None = None) -> bool:
@@ -352,7 +371,7 @@ def beat_run(engine: Engine, job_id: int, attempt: int, *, now: datetime | None 
         job = _lock_job(conn, job_id)
         if job is None or job.status in TERMINAL_STATUSES:
             return "finished"
-        if _attempts(json.loads(job.options) if job.options else None) != attempt:
+        if not run_owns(job, attempt):
             return "superseded"
         conn.execute(update(jobs).where(jobs.c.id == job_id).values(heartbeat_at=now or utcnow()))
     return "beaten"
@@ -410,9 +429,11 @@ def mark_completed(
     credits_used: int,
     *,
     processed: int | None = None,
+    attempt: int | None = None,
     now: datetime | None = None,
 ) -> bool:
-    """processing → completed, refunding reserved credits beyond ``credits_used``.
+    """processing → completed, refunding reserved credits beyond ``credits_used`` (given
+    ``attempt``, only while that run has the job: :func:`run_owns`).
 
     Reservations are an upper bound (1 per uploaded row); a job that charges less — say
     only unique addresses — gets the difference back here, in the same transaction.
@@ -422,7 +443,7 @@ def mark_completed(
     now = now or utcnow()
     with write_tx(engine) as conn:
         job = _lock_job(conn, job_id)
-        if job is None or job.status != "processing":
+        if job is None or job.status != "processing" or not run_owns(job, attempt):
             return False
         unused = job.credits_reserved - job.credits_refunded - credits_used
         refunded = _refund_in(conn, job, unused, "reserved credits not used", now)
@@ -447,9 +468,12 @@ def mark_failed(
     reason: str,
     refund: int | None = None,
     *,
+    attempt: int | None = None,
     now: datetime | None = None,
 ) -> bool:
-    """pending|processing → failed, refunding in the same transaction.
+    """pending|processing → failed, refunding in the same transaction; given ``attempt``,
+    only while that run has the job (:func:`run_owns`): a run that was resumed as a later
+    one must not fail the job the later run is doing.
 
     ``refund`` is what the job did not verify (SPEC: a failed job refunds that); None
     refunds the whole unsettled reservation. It is capped at what was reserved and not
@@ -459,7 +483,7 @@ def mark_failed(
     now = now or utcnow()
     with write_tx(engine) as conn:
         job = _lock_job(conn, job_id)
-        if job is None or job.status in TERMINAL_STATUSES:
+        if job is None or job.status in TERMINAL_STATUSES or not run_owns(job, attempt):
             return False
         unsettled = job.credits_reserved - job.credits_used - job.credits_refunded
         wanted = unsettled if refund is None else refund

@@ -15,6 +15,7 @@ DuckDB (``tasks/history.py``).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import shutil
@@ -142,13 +143,16 @@ def results_frame(results: Mapping[str, VerificationResult]) -> pl.DataFrame:
 
 class ResultSink:
     """A bulk run's results as they come, written to Parquet parts under the job directory
-    (``result-parts/``) every :data:`PART_ROWS` results: the run holds at most that many
-    records, however long the list. A new sink clears the parts of an earlier run (a
-    resumed job verifies again from the start)."""
+    (``result-parts/run-<n>/``) every :data:`PART_ROWS` results: the run holds at most that
+    many records, however long the list. A new sink clears the parts of earlier runs (a
+    resumed job verifies again from the start); each run writes only under its own
+    directory, so an earlier run that wakes up after being taken for dead cannot mix its
+    parts into the later run's (it fails to write instead: its directory is gone)."""
 
-    def __init__(self, directory: Path, part_rows: int | None = None) -> None:
-        self.directory = directory / RESULT_PARTS
-        shutil.rmtree(self.directory, ignore_errors=True)
+    def __init__(self, directory: Path, part_rows: int | None = None, *, run: int = 1) -> None:
+        self.root = directory / RESULT_PARTS
+        shutil.rmtree(self.root, ignore_errors=True)
+        self.directory = self.root / f"run-{run}"
         self.directory.mkdir(parents=True)
         self.part_rows = part_rows or PART_ROWS
         self.pending: dict[str, VerificationResult] = {}
@@ -175,6 +179,8 @@ class ResultSink:
 
     def remove(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            self.root.rmdir()  # (unless a later run has started its own meanwhile)
 
 
 def _result_frame(job_input: JobInput, by_address: pl.DataFrame) -> pl.DataFrame:

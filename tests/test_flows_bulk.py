@@ -332,6 +332,23 @@ def test_result_sink_parts_read_back_as_one_table(tmp_path):
     assert bulk_io.ResultSink(tmp_path).frame().is_empty()
 
 
+def _slow_job(testbed_factory, testbed_settings, tmp_path, domain: str, delay: float, stale: float):
+    """A bulk job of 40 addresses on ``domain``, whose host ``mx.<domain>`` answers after
+    ``delay``; with its testbed, settings and store."""
+    tb = testbed_factory(
+        World.of(
+            [HostSpec(f"mx.{domain}", HostBehaviour(mailboxes={"u0", "u2"}, reply_delay=delay))],
+            [DomainSpec(domain, mx=[(10, f"mx.{domain}")])],
+        )
+    )
+    settings = testbed_settings(tb, tmp_path, job_stale_after=stale)
+    store = store_for(settings)
+    account = accounts.create_account(store.engine, settings, plan="enterprise")
+    lines = ["email", *(f"u{i}@{domain}" for i in range(40))]
+    job = _job_for(settings, store, account, "\n".join(lines) + "\n", reserve=40)
+    return tb, settings, store, job
+
+
 def test_a_run_taken_for_dead_stops_when_a_later_run_has_the_job(
     testbed_factory, testbed_settings, tmp_path
 ):
@@ -339,17 +356,9 @@ def test_a_run_taken_for_dead_stops_when_a_later_run_has_the_job(
     resume the job as run 2. Run 1's next beat sees that and it stops — quietly: no second
     stream of SMTP sessions, and it neither fails the job nor refunds what run 2 will do."""
     slow = "mx.tortoise.test"
-    tb = testbed_factory(
-        World.of(
-            [HostSpec(slow, HostBehaviour(mailboxes={"u0", "u2"}, reply_delay=0.1))],
-            [DomainSpec("tortoise.test", mx=[(10, slow)])],
-        )
+    tb, settings, store, job = _slow_job(
+        testbed_factory, testbed_settings, tmp_path, "tortoise.test", 0.1, stale=0.4
     )
-    settings = testbed_settings(tb, tmp_path, job_stale_after=0.4)
-    store = store_for(settings)
-    account = accounts.create_account(store.engine, settings, plan="enterprise")
-    lines = ["email", *(f"u{i}@tortoise.test" for i in range(40))]
-    job = _job_for(settings, store, account, "\n".join(lines) + "\n", reserve=40)
     outcome: dict = {}
 
     def run_one() -> None:
@@ -372,3 +381,77 @@ def test_a_run_taken_for_dead_stops_when_a_later_run_has_the_job(
     after = job_store.get_job_any(store.engine, job.id)
     assert after.status == "processing" and after.attempt == 2
     assert after.credits_refunded == 0 and after.failed_reason is None
+
+
+def _completed_by_run_2(store, job, directory: Path) -> None:
+    assert take_for_dead(store, job.id) == 2
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "results.csv").write_text("run 2's results\n")
+    assert job_store.mark_completed(
+        store.engine, job.id, {}, str(directory / "results.csv"), 40, attempt=2
+    )
+
+
+def _run_2_started(store, job, directory: Path) -> None:
+    assert take_for_dead(store, job.id) == 2
+    bulk_io.ResultSink(directory, run=2)  # clears run 1's parts, as run 2's start does
+
+
+def _run_2_not_at_its_parts_yet(store, job, directory: Path) -> None:
+    assert take_for_dead(store, job.id) == 2
+
+
+@pytest.mark.parametrize(
+    "meanwhile", [_completed_by_run_2, _run_2_started, _run_2_not_at_its_parts_yet]
+)
+def test_a_run_that_wakes_after_a_later_run_took_over_writes_nothing(
+    testbed_factory, testbed_settings, tmp_path, meanwhile
+):
+    """Run 1 is frozen (no beat reaches the database, job_stale_after is long here so its
+    own beats do not come) while recovery resumes the job as run 2; then it wakes and
+    finishes its list. Whatever run 2 did meanwhile — completed the job, started its own
+    parts, not got that far — run 1 writes no results or history over run 2's, and neither
+    completes nor fails the job: it stops (or crashes) and leaves the job to run 2."""
+    slow = "mx.sloth.test"  # (no beat of its own comes during the test:)
+    tb, settings, store, job = _slow_job(
+        testbed_factory, testbed_settings, tmp_path, "sloth.test", 0.05, stale=120
+    )
+    directory = job_dir(settings.data_dir, job.id)
+    ended: dict = {}
+
+    def run_one() -> None:
+        try:
+            with using_settings(settings):
+                ended["outcome"] = asyncio.run(bulk_verify(job_id=job.id))
+        except Exception as exc:
+            ended["error"] = exc
+
+    first = threading.Thread(target=run_one)
+    try:
+        first.start()
+        assert tb.wait_until(lambda t: t.host_stats(slow).active >= 1, timeout=60)
+        meanwhile(store, job, directory)
+        first.join(timeout=120)
+        assert not first.is_alive()
+        after = job_store.get_job_any(store.engine, job.id)
+    finally:
+        forget(settings)
+    assert len(tb.host_stats(slow).rcpts) >= 40  # it did wake and finish its list
+    if meanwhile is _run_2_started:  # its own parts were cleared: it crashed writing them
+        assert "error" in ended, ended
+        assert not any((directory / bulk_io.RESULT_PARTS / "run-2").iterdir())  # none in 2's
+    else:
+        assert ended == {"outcome": {"job_id": job.id, "status": "superseded", "run": 1}}
+    assert after is not None and after.attempt == 2 and after.failed_reason is None
+    if meanwhile is _completed_by_run_2:
+        assert after.status == "completed"
+        assert (directory / "results.csv").read_text() == "run 2's results\n"
+    else:
+        assert (after.status, after.processed_emails, after.credits_refunded) == (
+            "processing",
+            0,
+            0,
+        )
+        assert not (directory / "results.csv").exists()
+    assert not (directory / "results.parquet").exists()
+    assert not (settings.data_dir / "history").exists()

@@ -263,3 +263,27 @@ def test_public_ids_that_are_not_id_shaped_name_no_job(
 ) -> None:
     """A NUL byte made PostgreSQL raise ("cannot contain NUL"), a 500; any such id is None."""
     assert jb.get_job_by_public_id(store.engine, account_id, public_id) is None
+
+
+def test_a_superseded_run_cannot_settle_or_move_the_job(store: Store, account_id: int) -> None:
+    """Recovery resumed the job as run 2 while run 1 was only frozen: run 1's progress,
+    completion and failure are refused (nothing refunded), run 2's are not, and callers that
+    are not runs (recovery, no attempt) still may."""
+    job = jb.create_job(store.engine, account_id, "bulk_csv", 4, reserve=4)
+    assert job is not None and jb.mark_processing(store.engine, job.id)
+    fresh = jb.get_job_any(store.engine, job.id)
+    assert fresh is not None
+    assert jb.claim_for_resume(store.engine, job.id, fresh.heartbeat_at) == 2
+    assert not jb.update_progress(store.engine, job.id, 3, attempt=1)
+    assert not jb.mark_failed(store.engine, job.id, "run 1 crashed", attempt=1)
+    assert not jb.mark_completed(store.engine, job.id, {}, "/run1.csv", 4, attempt=1)
+    after = jb.get_job_any(store.engine, job.id)
+    assert after is not None
+    assert (after.status, after.processed_emails, after.credits_refunded) == ("processing", 0, 0)
+    assert jb.update_progress(store.engine, job.id, 2, attempt=2)
+    assert jb.update_progress(store.engine, job.id, 3)
+    assert jb.mark_completed(store.engine, job.id, {}, "/run2.csv", 3, attempt=2)
+    done = jb.get_job_any(store.engine, job.id)
+    assert done is not None
+    assert (done.status, done.result_path, done.credits_refunded) == ("completed", "/run2.csv", 1)
+    assert _refund_rows(store, job.id) == 1
