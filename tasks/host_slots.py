@@ -7,10 +7,11 @@ runner runs each job on its own loop, and the API verifies on another), and with
 open five sessions to a host between them, not fifty.
 
 In Redis a host's slots are leases (:mod:`verimail.tasks.leases`, as the API's concurrency
-slots are). A session renews its lease while it runs; a process that dies stops renewing,
-and its leases lapse after :data:`~verimail.tasks.leases.LEASE_SECONDS`. Redis failures
-fail *open* to the process's own slots for :data:`RETRY_SECONDS` (a warning is logged): an
-outage of the counter store must not stop verification.
+slots are). A thread renews the leases of a process's open sessions (not the sessions' event
+loop, which CPU work can hold for longer than a lease lives); a process that dies stops
+renewing, and its leases lapse after :data:`~verimail.tasks.leases.LEASE_SECONDS`. Redis
+failures fail *open* to the process's own slots for :data:`RETRY_SECONDS` (a warning is
+logged): an outage of the counter store must not stop verification.
 
 The Redis client is the synchronous one, called from worker threads: it is safe to share
 between threads and event loops, which an asyncio client is not.
@@ -135,6 +136,10 @@ class _RedisLeases:
         self._renew = self._client.register_script(RENEW_SCRIPT)
         self._prefix = prefix
         self._down_until = 0.0  # monotonic: after a failure, Redis is not asked until then
+        self._held: dict[str, str] = {}  # lease id -> key, renewed by the thread below
+        self._held_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
 
     def key(self, host: str) -> str:
         return f"{self._prefix}:smtp-host:{host.lower()}"
@@ -159,25 +164,41 @@ class _RedisLeases:
                 self._failed(exc)
                 return None
             if taken:
+                self._hold(key, member)
                 return member
             await asyncio.sleep(pause * random.uniform(0.5, 1.0))
             pause = pause if urgent else min(pause * 2, POLL_MAX)
         return None
 
-    async def keep(self, host: str, member: str) -> None:
-        """Renew the lease until cancelled (runs beside the session)."""
-        key = self.key(host)
-        while True:
-            await asyncio.sleep(RENEW_SECONDS)
-            try:
-                await asyncio.to_thread(self._renew, keys=[key], args=[LEASE_SECONDS, member])
-            except Exception as exc:  # it lapses by itself; the next renewal may work
-                self._failed(exc)
+    def _hold(self, key: str, member: str) -> None:
+        with self._held_lock:
+            self._held[member] = key
+            if self._renewer is None:
+                self._renewer = threading.Thread(
+                    target=self._renew_held, name="verimail-slot-leases", daemon=True
+                )
+                self._renewer.start()
+
+    def _renew_held(self) -> None:
+        """Renew every held lease each RENEW_SECONDS, from a thread of its own: an event
+        loop held by CPU work (parsing a big upload) must not let its sessions' leases lapse
+        while the sessions stay open — other processes would open more."""
+        while not self._stop.wait(RENEW_SECONDS):
+            with self._held_lock:
+                held = list(self._held.items())
+            for member, key in held:
+                try:
+                    self._renew(keys=[key], args=[LEASE_SECONDS, member])
+                except Exception as exc:  # it lapses by itself; the next round may work
+                    self._failed(exc)
+                    break
 
     def give_back(self, host: str, member: str) -> None:
         """Drop the lease, from a worker thread: it runs while a session closes, even under
         cancellation, so it must not await, and must not block the loop if Redis hangs."""
         key = self.key(host)
+        with self._held_lock:
+            self._held.pop(member, None)
 
         def drop() -> None:
             try:
@@ -197,6 +218,7 @@ class _RedisLeases:
         self._down_until = time.monotonic() + RETRY_SECONDS
 
     def close(self) -> None:
+        self._stop.set()
         with contextlib.suppress(Exception):
             self._client.close()
 
@@ -209,13 +231,9 @@ class HeldSlots:
         self.host = host
         self._held: list[SharedSemaphore] = []
         self._lease: str | None = None
-        self._renewer: asyncio.Task[None] | None = None
 
     def release(self) -> None:
         """Give everything back (idempotent; no await, so it completes under cancellation)."""
-        if self._renewer is not None:
-            self._renewer.cancel()
-            self._renewer = None
         if self._lease is not None and self._owner.leases is not None:
             self._owner.leases.give_back(self.host, self._lease)
         self._lease = None
@@ -245,8 +263,6 @@ class HostSlots:
             held._held.append(sem)
             if self.leases is not None:
                 held._lease = await self.leases.take(host, self.per_host, urgent=hurry)
-                if held._lease is not None:
-                    held._renewer = asyncio.create_task(self.leases.keep(host, held._lease))
             total = _total_semaphore(self.total)
             await total.acquire(urgent=hurry)
             held._held.append(total)

@@ -7,11 +7,13 @@ import asyncio
 import subprocess
 import sys
 import threading
+import time
 import uuid
 
 import pytest
 from api_helpers import clean_env, env_for_testbed
 
+from verimail.tasks import host_slots
 from verimail.tasks.engine import Engine
 from verimail.tasks.host_slots import HostSlots, SharedSemaphore, free_slots
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
@@ -144,6 +146,31 @@ async def test_redis_leases_cap_a_host_across_holders_and_expire() -> None:
         assert await asyncio.wait_for(slots.leases.take(host, 2), 5)
     finally:
         slots.leases._client.delete(slots.leases.key(host))
+        slots.close()
+
+
+@pytest.mark.redis
+async def test_leases_are_renewed_while_the_event_loop_is_busy(monkeypatch) -> None:
+    """A lease is renewed from a thread, not the session's event loop: a loop held by CPU
+    work for longer than a lease lives (here 0.3 s leases, held 1 s) keeps its sessions'
+    leases, so no other process can take the slot meanwhile; giving it back frees it."""
+    monkeypatch.setattr(host_slots, "LEASE_SECONDS", 0.3)
+    monkeypatch.setattr(host_slots, "RENEW_SECONDS", 0.05)
+    slots = HostSlots(1, 10, REDIS_URL, prefix=f"verimail-test-{uuid.uuid4().hex}")
+    leases = slots.leases
+    assert leases is not None
+    host = f"mx.{uuid.uuid4().hex}.test"
+    key = leases.key(host)
+    try:
+        held = await slots.take(host)
+        time.sleep(1.0)  # the loop is busy: no await, so no task of it runs
+        assert leases._acquire(keys=[key], args=[1, 0.3, "another-process"]) == 0
+        held.release()
+        while leases._client.zcard(key):  # given back from a worker thread
+            await asyncio.sleep(0.01)
+        assert leases._acquire(keys=[key], args=[1, 0.3, "another-process"]) == 1
+    finally:
+        leases._client.delete(key)
         slots.close()
 
 
