@@ -281,9 +281,16 @@ def find_stale_processing(
 # --- transitions ---------------------------------------------------------------------------
 
 
-def _set_if(engine: Engine, job_id: int, status: str, values: dict[str, Any]) -> bool:
-    """Update the job only while it is in ``status``; True when it was."""
+def _set_if(
+    engine: Engine, job_id: int, status: str, values: dict[str, Any], attempt: int | None = None
+) -> bool:
+    """Update the job only while it is in ``status`` (and, given ``attempt``, still that
+    run's: :func:`run_owns`); True when it was."""
     with write_tx(engine) as conn:
+        if attempt is not None:
+            job = _lock_job(conn, job_id)
+            if job is None or not run_owns(job, attempt):
+                return False
         result = conn.execute(
             update(jobs).where(jobs.c.id == job_id, jobs.c.status == status).values(**values)
         )
@@ -331,14 +338,7 @@ def update_progress(
     }
     if credits_used is not None:
         values["credits_used"] = credits_used
-    if attempt is None:
-        return _set_if(engine, job_id, "processing", values)
-    with write_tx(engine) as conn:
-        job = _lock_job(conn, job_id)
-        if job is None or job.status != "processing" or not run_owns(job, attempt):
-            return False
-        conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values))
-    return True
+    return _set_if(engine, job_id, "processing", values, attempt)
 
 
 def _attempts(options: dict[str, Any] | None) -> int:

@@ -309,9 +309,3 @@ def host_semaphore(host: str, cap: int) -> SharedSemaphore | None:
     tests and diagnostics)."""
     with _REGISTRY_LOCK:
         return _HOSTS.get((host.lower(), cap))
-
-
-def free_slots(host: str, cap: int) -> int | None:
-    """The host's free process slots, None when no session holds or awaits one (tests)."""
-    sem = host_semaphore(host, cap)
-    return None if sem is None else sem.free

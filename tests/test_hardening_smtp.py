@@ -22,7 +22,7 @@ from verimail.config import Settings
 from verimail.schemas.outcomes import Status, SubStatus
 from verimail.tasks import dns_facts
 from verimail.tasks.engine import Engine
-from verimail.tasks.host_slots import free_slots
+from verimail.tasks.host_slots import host_semaphore
 from verimail.tasks.smtp_probe import MAX_ATTEMPTS, MAX_CONNECT_ATTEMPTS
 from verimail.testbed.server import Testbed
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
@@ -295,7 +295,7 @@ async def test_long_running_state_stays_bounded(
     assert len(dns_facts._CACHE) <= 50
     gc.collect()
     cap = engine.settings.smtp_max_sessions_per_host
-    assert [free_slots(f"mx{i}.bounded.test", cap) for i in range(20)] == [None] * 20
+    assert [host_semaphore(f"mx{i}.bounded.test", cap) for i in range(20)] == [None] * 20
     assert outside_connections == []
 
 
