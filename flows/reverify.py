@@ -25,7 +25,7 @@ from verimail.config import current_settings
 from verimail.flows.bulk import chunk_groups, prepare_addresses, verify_host_groups
 from verimail.flows.context import engine_for, store_for
 from verimail.store import jobs as job_store
-from verimail.tasks.bulk_io import append_history, job_dir, read_job_input
+from verimail.tasks.bulk_io import append_history, job_dir, read_job_input, results_frame
 from verimail.tasks.csv_io import distinct_in_order
 from verimail.tasks.history import latest_statuses, query
 
@@ -74,7 +74,7 @@ async def reverify_stored(
     await asyncio.to_thread(
         append_history,
         settings.data_dir,
-        results,
+        results_frame(dict(zip(addresses, results, strict=True))),
         job_id=job_id,
         account_id=None,
         source="reverify",

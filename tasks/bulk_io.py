@@ -264,25 +264,19 @@ def read_result_page(directory: Path, offset: int, limit: int) -> list[dict]:
 
 def append_history(
     data_dir: Path,
-    results: Iterable[VerificationResult] | pl.DataFrame,
+    results: pl.DataFrame,
     *,
     job_id: int | None,
     account_id: int | None,
     source: str,
     now: datetime | None = None,
 ) -> Path | None:
-    """Add results to the history dataset (a new Parquet file in today's partition):
-    records, or a :func:`results_frame` (the bulk flow's, read back from its parts)."""
+    """Add a :func:`results_frame` (the bulk flow's, read back from its parts, or
+    re-verification's) to the history dataset: a new Parquet file in today's partition, in
+    one schema whatever the values (a batch whose suggestions are all null must not write a
+    column of nulls)."""
     now = now or datetime.now(UTC)
-    if isinstance(results, pl.DataFrame):
-        frame = results.select(
-            pl.col(column).alias(name) for name, column in RESULT_COLUMNS.items()
-        )
-    else:
-        rows = [r.model_dump(mode="json") for r in results]
-        frame = pl.DataFrame(
-            rows, schema_overrides={"mx_records": pl.List(pl.String)}, strict=False
-        )
+    frame = results.select(pl.col(column).alias(name) for name, column in RESULT_COLUMNS.items())
     if frame.is_empty():
         return None
     frame = frame.with_columns(

@@ -13,7 +13,7 @@ from verimail.flows.context import forget, store_for
 from verimail.flows.reverify import reverify_stored
 from verimail.store import accounts
 from verimail.store import jobs as job_store
-from verimail.tasks.history import query
+from verimail.tasks.history import history_dir, query
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -58,6 +58,13 @@ def test_reverify_reports_what_changed(testbed_factory, testbed_settings, tmp_pa
         changes = query(settings.data_dir, "SELECT email FROM changes ORDER BY email")
         assert changes.get_column("email").to_list() == ["bob@acme.test", "carl@acme.test"]
         assert query(settings.data_dir, "SELECT count(*) AS n FROM history").item() == 6
+        # The bulk run's file and the re-verification's share one schema, though every
+        # suggestion in this world is null (no column of nulls of its own type).
+        files = sorted(history_dir(settings.data_dir).glob("date=*/*.parquet"))
+        schemas = {f.name.split("-")[0]: pl.read_parquet_schema(f) for f in files}
+        assert set(schemas) == {"bulk", "reverify"}
+        assert schemas["reverify"] == schemas["bulk"]
+        assert schemas["reverify"]["did_you_mean"] == pl.String
     finally:
         forget(settings)
 
