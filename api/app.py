@@ -104,6 +104,8 @@ def create_app(settings: Settings | None = None, *, rate_limit_prefix: str = "ve
             state.reaper.stop()
             state.runner.shutdown()
             await state.limiter.close()
+            if state.engine is not None:
+                state.engine.close()
             state.store.close()
 
     app = FastAPI(

@@ -43,6 +43,8 @@ def forget(settings: Settings) -> None:
     """Drop the handles of ``settings`` (tests that dispose their database)."""
     with _LOCK:
         store = _STORES.pop(str(settings.database_url), None)
-        _ENGINES.pop(settings.model_dump_json(), None)
+        engine = _ENGINES.pop(settings.model_dump_json(), None)
     if store is not None:
         store.close()
+    if engine is not None:
+        engine.close()

@@ -144,6 +144,11 @@ class Engine:
         self.resolver = DomainResolver(settings)
         self.prober = Prober(settings)
 
+    def close(self) -> None:
+        """Stop what outlives a call: the SMTP slot leases' Redis client and renewer thread
+        (idempotent; the engine is not used afterwards)."""
+        self.prober.slots.close()
+
     async def verify(self, address: str) -> VerificationResult:
         """Verify one address (the single endpoint)."""
         return (await self.verify_many([address])).results[0]

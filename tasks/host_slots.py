@@ -218,6 +218,8 @@ class _RedisLeases:
         self._down_until = time.monotonic() + RETRY_SECONDS
 
     def close(self) -> None:
+        """Stop renewing (the renewer thread ends at its next wake-up, at once) and close
+        the client. Leases still held lapse by themselves."""
         self._stop.set()
         with contextlib.suppress(Exception):
             self._client.close()

@@ -13,6 +13,7 @@ import uuid
 import pytest
 from api_helpers import clean_env, env_for_testbed
 
+from verimail.config import Settings
 from verimail.tasks import host_slots
 from verimail.tasks.engine import Engine
 from verimail.tasks.host_slots import HostSlots, SharedSemaphore, host_semaphore
@@ -172,6 +173,23 @@ async def test_leases_are_renewed_while_the_event_loop_is_busy(monkeypatch) -> N
     finally:
         leases._client.delete(key)
         slots.close()
+
+
+@pytest.mark.redis
+async def test_closing_the_engine_stops_its_lease_renewer() -> None:
+    """The API's shutdown (and forget() in the flows) closes the engine: the renewer thread
+    a held lease started ends, and the Redis client is closed."""
+    engine = Engine(Settings(redis_url=REDIS_URL))
+    leases = engine.prober.slots.leases
+    assert leases is not None
+    host = f"mx.{uuid.uuid4().hex}.test"
+    held = await engine.prober.slots.take(host)
+    renewer = leases._renewer
+    assert renewer is not None and renewer.is_alive()
+    held.release()
+    engine.close()
+    await asyncio.to_thread(renewer.join, 10)
+    assert not renewer.is_alive()
 
 
 async def test_a_redis_outage_falls_back_to_the_process_slots(caplog) -> None:
