@@ -38,7 +38,7 @@ from verimail.flows.context import engine_for, store_for
 from verimail.flows.heartbeat import Superseded, as_owner, still_owned, superseded_outcome
 from verimail.flows.notify import notify_job
 from verimail.store import jobs as job_store
-from verimail.store.credits import charge_once, charges_under, refund_once
+from verimail.store.credits import charges_under
 from verimail.store.db import Store
 from verimail.tasks.bulk_io import job_dir, save_info
 from verimail.tasks.csv_detect import find_person_columns, inspect_csv
@@ -92,19 +92,24 @@ class _Billing:
         return self.exhausted and row not in self.paid_rows
 
     async def pay(self, row: int, email: str) -> bool:
+        """Charge the find on ``row`` (once, whichever run reports it); False when the
+        account is out of credits. Raises :class:`Superseded` when a later run has the job
+        (checked in the charge's own transaction)."""
         async with self.lock:
             if row in self.paid_rows:
                 return True
             if self.exhausted:
                 return False
             outcome = await asyncio.to_thread(
-                charge_once,
+                job_store.charge_for_run,
                 self.store.engine,
-                self.job.account_id,
+                self.job,
                 self.price,
                 reason=f"email finder: {email}",
                 reference=self._reference(row),
             )
+            if outcome == "superseded":
+                raise Superseded(f"job {self.job.id}: run {self.job.attempt} lost it")
             if outcome == "short":
                 self.exhausted = True
                 return False
@@ -119,17 +124,16 @@ class _Billing:
         async with self.lock:
             if row not in self.paid_rows:
                 return
-            # Only the run that has the job may refund: a superseded run, not stopped yet,
-            # would give back a find the later run paid for and reports.
-            await still_owned(self.store, self.job)
             given = await asyncio.to_thread(
-                refund_once,
+                job_store.refund_for_run,
                 self.store.engine,
-                self.job.account_id,
+                self.job,
                 reference=self._reference(row),
                 reason=f"email finder: job {self.job.public_id} row {row + 1} not found "
                 "when resumed",
             )
+            if given == "superseded":
+                raise Superseded(f"job {self.job.id}: run {self.job.attempt} lost it")
             self.used -= given
             self.paid_rows.discard(row)
 

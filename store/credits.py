@@ -355,10 +355,25 @@ def charge_once(
     if amount == 0:
         return "charged"
     with write_tx(engine) as conn:
-        lock_account(conn, account_id)
-        if _net_charged(conn, account_id, reference) > 0:
-            return "already"
-        ok = charge_in(conn, account_id, amount, reason=reason, reference=reference, now=now)
+        return charge_once_in(conn, account_id, amount, reference=reference, reason=reason, now=now)
+
+
+def charge_once_in(
+    conn: Connection,
+    account_id: int,
+    amount: int,
+    *,
+    reference: str,
+    reason: str = "",
+    now: datetime | None = None,
+) -> ChargeOutcome:
+    """:func:`charge_once` inside the caller's transaction (which may hold other locks)."""
+    if amount == 0:
+        return "charged"
+    lock_account(conn, account_id)
+    if _net_charged(conn, account_id, reference) > 0:
+        return "already"
+    ok = charge_in(conn, account_id, amount, reason=reason, reference=reference, now=now)
     return "charged" if ok else "short"
 
 
@@ -375,12 +390,24 @@ def refund_once(
     the same work found it should not have made: a resumed finder job that no longer finds
     the address an earlier run paid for."""
     with write_tx(engine) as conn:
-        lock_account(conn, account_id)
-        owed = _net_charged(conn, account_id, reference)
-        if owed > 0:
-            credit_in(
-                conn, account_id, owed, kind="refund", reason=reason, reference=reference, now=now
-            )
+        return refund_once_in(conn, account_id, reference=reference, reason=reason, now=now)
+
+
+def refund_once_in(
+    conn: Connection,
+    account_id: int,
+    *,
+    reference: str,
+    reason: str,
+    now: datetime | None = None,
+) -> int:
+    """:func:`refund_once` inside the caller's transaction."""
+    lock_account(conn, account_id)
+    owed = _net_charged(conn, account_id, reference)
+    if owed > 0:
+        credit_in(
+            conn, account_id, owed, kind="refund", reason=reason, reference=reference, now=now
+        )
     return max(owed, 0)
 
 

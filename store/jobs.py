@@ -24,7 +24,14 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection, Engine, Row, func, insert, select, update
 
-from verimail.store.credits import charge_in, credit_in, lock_account
+from verimail.store.credits import (
+    ChargeOutcome,
+    charge_in,
+    charge_once_in,
+    credit_in,
+    lock_account,
+    refund_once_in,
+)
 from verimail.store.db import utcnow, write_tx
 from verimail.store.tables import JOB_KINDS, jobs
 
@@ -375,6 +382,38 @@ def beat_run(engine: Engine, job_id: int, attempt: int, *, now: datetime | None 
             return "superseded"
         conn.execute(update(jobs).where(jobs.c.id == job_id).values(heartbeat_at=now or utcnow()))
     return "beaten"
+
+
+def charge_for_run(
+    engine: Engine,
+    job: Job,
+    amount: int,
+    *,
+    reference: str,
+    reason: str = "",
+) -> ChargeOutcome | Literal["superseded"]:
+    """:func:`~verimail.store.credits.charge_once` for the job's run ``job.attempt``, in
+    one transaction with the check that the run still has the job: a run taken for dead
+    that wakes up must not pay for finds the run that has the job may not report.
+    "superseded" (nothing charged) when it no longer has it."""
+    with write_tx(engine) as conn:
+        row = _lock_job(conn, job.id)
+        if row is None or row.status in TERMINAL_STATUSES or not run_owns(row, job.attempt):
+            return "superseded"
+        return charge_once_in(conn, job.account_id, amount, reference=reference, reason=reason)
+
+
+def refund_for_run(
+    engine: Engine, job: Job, *, reference: str, reason: str
+) -> int | Literal["superseded"]:
+    """:func:`~verimail.store.credits.refund_once` for the job's run ``job.attempt``, only
+    while it still has the job (a superseded run would give back a find the later run paid
+    for and reports); the credits given back, or "superseded"."""
+    with write_tx(engine) as conn:
+        row = _lock_job(conn, job.id)
+        if row is None or row.status in TERMINAL_STATUSES or not run_owns(row, job.attempt):
+            return "superseded"
+        return refund_once_in(conn, job.account_id, reference=reference, reason=reason)
 
 
 def unfinished_flow_runs(engine: Engine) -> dict[int, str]:

@@ -18,7 +18,7 @@ from verimail.flows.finder import find_emails
 from verimail.store.accounts import set_finder
 from verimail.store.credits import charge_once, ledger
 from verimail.store.db import utcnow
-from verimail.store.jobs import get_job_by_public_id
+from verimail.store.jobs import get_job_by_public_id, mark_completed
 from verimail.store.tables import jobs
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
@@ -271,6 +271,35 @@ async def test_download_before_done_is_409(settings, testbed_factory, testbed_se
         await poll_job(app.client, f"/api/find-email/csv/{job_id}", customer.headers)
 
 
+def _slow_world(testbed_factory, host: str, delay: float):
+    """A testbed where STAFF's mailboxes live on ``host`` (domain: the host without "mx."),
+    which answers every command after ``delay`` seconds."""
+    return testbed_factory(
+        World.of(
+            [HostSpec(host, HostBehaviour(mailboxes=set(STAFF), reply_delay=delay))],
+            [DomainSpec(host.removeprefix("mx."), mx=[(10, host)])],
+        )
+    )
+
+
+async def _taken_for_dead_while_probing(app, customer, tb, host: str) -> tuple[str, Any]:
+    """Start a finder job for STAFF on ``host``'s domain and, once its first session is
+    open, do what recovery does to a run it takes for dead (the job becomes run 2's)."""
+    domain = host.removeprefix("mx.")
+    people = "first_name,last_name,domain\n" + "".join(
+        f"{first},{last},{domain}\n" for first, last in (name.split(".") for name in STAFF)
+    )
+    created = await app.client.post(
+        "/api/find-email/csv", headers=customer.headers, **_form(people)
+    )
+    assert created.status_code == 200, created.text
+    public = created.json()["job_id"]
+    assert await asyncio.to_thread(tb.wait_until, lambda t: t.host_stats(host).active >= 1, 60)
+    job = get_job_by_public_id(app.store.engine, customer.account_id, public)
+    assert job is not None and take_for_dead(app.store, job.id) == 2
+    return public, job
+
+
 async def test_a_finder_run_taken_for_dead_stops_and_a_later_run_finishes(
     testbed_factory, testbed_settings, tmp_path
 ):
@@ -278,28 +307,13 @@ async def test_a_finder_run_taken_for_dead_stops_and_a_later_run_finishes(
     works). Run 1's heartbeat sees that and it stops; the job goes stale and the reaper
     resumes it as run 3, which finishes it — and each find is paid for once."""
     slow = "mx.slow.test"
-    tb = testbed_factory(
-        World.of(
-            [HostSpec(slow, HostBehaviour(mailboxes=set(STAFF), reply_delay=0.1))],
-            [DomainSpec("slow.test", mx=[(10, slow)])],
-        )
-    )
+    tb = _slow_world(testbed_factory, slow, 0.1)
     settings = testbed_settings(
         tb, tmp_path, finder_charge=10, job_stale_after=1.0, job_max_attempts=5
     )
-    people = "first_name,last_name,domain\n" + "".join(
-        f"{first},{last},slow.test\n" for first, last in (name.split(".") for name in STAFF)
-    )
     async with running_app(settings) as app:
         customer = app.customer(credits=100)
-        created = await app.client.post(
-            "/api/find-email/csv", headers=customer.headers, **_form(people)
-        )
-        assert created.status_code == 200, created.text
-        public = created.json()["job_id"]
-        assert await asyncio.to_thread(tb.wait_until, lambda t: t.host_stats(slow).active >= 1, 60)
-        job = get_job_by_public_id(app.store.engine, customer.account_id, public)
-        assert job is not None and take_for_dead(app.store, job.id) == 2
+        public, _ = await _taken_for_dead_while_probing(app, customer, tb, slow)
         done = await poll_job(
             app.client, f"/api/find-email/csv/{public}", customer.headers, timeout=120
         )
@@ -313,3 +327,29 @@ async def test_a_finder_run_taken_for_dead_stops_and_a_later_run_finishes(
     assert total_balance(app.store, customer.account_id) == 100 - 10 * len(STAFF)
     charges = [e for e in ledger(app.store.engine, customer.account_id) if e.kind == "charge"]
     assert len(charges) == len(STAFF)
+
+
+async def test_a_finder_run_that_wakes_after_a_later_run_finished_pays_and_writes_nothing(
+    testbed_factory, testbed_settings, tmp_path
+):
+    """Run 1 is frozen (no beat of its own comes: job_stale_after is long) while recovery
+    resumes the job as run 2, which completes it. Run 1 then wakes and goes on finding: it
+    must charge no find (the check that it still has the job is in the charge's own
+    transaction) and write no results over run 2's."""
+    slow = "mx.sleepy.test"
+    tb = _slow_world(testbed_factory, slow, 0.05)
+    settings = testbed_settings(tb, tmp_path, finder_charge=10, job_stale_after=120)
+    async with running_app(settings) as app:
+        customer = app.customer(credits=100)
+        public, job = await _taken_for_dead_while_probing(app, customer, tb, slow)
+        paid_by_run_1 = len(ledger(app.store.engine, customer.account_id))
+        results = tmp_path / "run-2-results.csv"
+        results.write_text("run 2's results\n")
+        assert mark_completed(app.store.engine, job.id, {}, str(results), 6, attempt=2)
+        await asyncio.to_thread(app.app.state.runner.wait, 60)  # run 1 has ended
+        final = get_job_by_public_id(app.store.engine, customer.account_id, public)
+        entries = ledger(app.store.engine, customer.account_id)
+    assert final is not None and (final.status, final.attempt) == ("completed", 2)
+    assert final.result_path == str(results) and results.read_text() == "run 2's results\n"
+    assert len(entries) == paid_by_run_1  # no charge (nor refund) after the take-over
+    assert len(tb.host_stats(slow).rcpts) >= 1  # it did go on probing once awake

@@ -287,3 +287,29 @@ def test_a_superseded_run_cannot_settle_or_move_the_job(store: Store, account_id
     assert done is not None
     assert (done.status, done.result_path, done.credits_refunded) == ("completed", "/run2.csv", 1)
     assert _refund_rows(store, job.id) == 1
+
+
+def test_only_the_run_that_has_a_finder_job_pays_or_refunds(store: Store, account_id: int) -> None:
+    """A finder run charges each find under its row, and gives back a charge it no longer
+    finds; once recovery resumed the job as run 2, run 1 can do neither (the check is in
+    the charge's transaction), run 2 can, and nobody can once the job is completed."""
+    job = jb.create_job(store.engine, account_id, "finder_csv", 3, reserve=0)
+    assert job is not None and jb.mark_processing(store.engine, job.id)
+    run_1 = jb.get_job_any(store.engine, job.id)
+    assert run_1 is not None and run_1.attempt == 1
+    row = f"job:{job.id}:row:0"
+    assert jb.charge_for_run(store.engine, run_1, 10, reference=row) == "charged"
+    assert jb.charge_for_run(store.engine, run_1, 10, reference=row) == "already"
+    assert jb.claim_for_resume(store.engine, job.id, run_1.heartbeat_at) == 2
+    before = cr.balance(store.engine, account_id).total
+    other = f"job:{job.id}:row:1"
+    assert jb.charge_for_run(store.engine, run_1, 10, reference=other) == "superseded"
+    assert jb.refund_for_run(store.engine, run_1, reference=row, reason="r") == "superseded"
+    assert cr.balance(store.engine, account_id).total == before
+    run_2 = jb.get_job_any(store.engine, job.id)
+    assert run_2 is not None and run_2.attempt == 2
+    assert jb.refund_for_run(store.engine, run_2, reference=row, reason="not found") == 10
+    assert jb.refund_for_run(store.engine, run_2, reference=row, reason="again") == 0
+    assert jb.mark_completed(store.engine, job.id, {}, "/r.csv", 3, attempt=2)
+    assert jb.charge_for_run(store.engine, run_2, 10, reference=other) == "superseded"
+    assert cr.balance(store.engine, account_id).total == before + 10
