@@ -2,7 +2,7 @@
 
 Layout under ``<data_dir>/jobs/<job_id>/``:
 
-- ``upload.csv`` — the upload exactly as received (or the JSON list, as a headerless CSV);
+- ``upload.csv`` — the upload exactly as received (or the JSON list, as a one-column CSV);
 - ``results.parquet`` — one row per data row: ``row``, the original cell, every result field;
 - ``results.csv`` — the upload byte-for-byte plus ``Safe to Send`` (``Yes``/``No``);
 - ``results-details.csv`` — the same plus ``Status``, ``Reason``, ``Score`` (made on demand);
@@ -83,11 +83,19 @@ def job_dir(data_dir: Path, job_id: int) -> Path:
     return Path(data_dir) / "jobs" / str(job_id)
 
 
+# The header of a stored JSON list. With it, the sniffer reads the list as written: a
+# one-field first row leaves the delimiter at "," (entries holding ";" or tabs stay whole) and
+# the data starts at the first entry, whether or not it holds an "@".
+ADDRESS_LIST_COLUMN = "email"
+
+
 def write_address_list(path: Path, emails: Sequence[str]) -> None:
-    """Store a JSON-submitted list as a headerless one-column CSV (same path as uploads)."""
+    """Store a JSON-submitted list as a one-column CSV under :data:`ADDRESS_LIST_COLUMN` (same
+    path as uploads; the job names that column, so nothing about the list is guessed)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8", newline="") as fh:
         writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow([ADDRESS_LIST_COLUMN])
         for email in emails:
             writer.writerow([email])
 
@@ -249,17 +257,18 @@ def safe_csv(directory: Path, upload: Path) -> Path:
     return out
 
 
-def read_result_page(directory: Path, offset: int, limit: int) -> list[dict]:
-    """Rows ``offset .. offset+limit`` of a job's results as SPEC §2.2 dicts."""
-    frame = (
-        pl.scan_parquet(directory / "results.parquet").sort("row").slice(offset, limit).collect()
-    )
+def read_result_page(directory: Path, offset: int, limit: int) -> tuple[list[dict], int]:
+    """Results ``offset .. offset+limit`` as SPEC §2.2 dicts, and how many there are: one
+    per data row that holds an address, in row order (a CSV job's rows without one have no
+    result, so they are not records)."""
+    rows = pl.scan_parquet(directory / "results.parquet").filter(pl.col("status").is_not_null())
+    frame, count = pl.collect_all([rows.sort("row").slice(offset, limit), rows.select(pl.len())])
     out = []
     for rec in frame.iter_rows(named=True):
         item = {f: rec[f] for f in RESULT_FIELDS if f != "email"}
         item["email"] = rec["verified_email"] if rec["verified_email"] is not None else rec["email"]
         out.append(item)
-    return out
+    return out, count.item()
 
 
 def append_history(

@@ -214,6 +214,78 @@ async def test_json_bulk_create_poll_results(settings):
         assert total_balance(app.store, customer.account_id) == 96
 
 
+async def test_a_json_list_comes_back_whole_and_in_order(settings):
+    """The list is verified as sent, each entry one address: an entry without "@" first in
+    the list is a result (not taken for a header), and entries holding ";" or "," are not
+    split into fields. Every entry is charged and comes back, in order."""
+    emails = [
+        "not-an-address",
+        "alice@acme.test;bob@acme.test",
+        "nobody@acme.test",
+        "bob@acme.test, carl@acme.test",
+        "bob@acme.test",
+    ]
+    async with running_app(settings) as app:
+        customer = app.customer(credits=10)
+        created = await app.client.post(
+            "/api/verify/bulk", headers=customer.headers, json={"emails": emails}
+        )
+        assert created.status_code == 200, created.text
+        url = f"/api/verify/bulk/{created.json()['job_id']}"
+        done = await poll_job(app.client, url, customer.headers)
+        assert (done["status"], done["processed_emails"], done["credits_refunded"]) == (
+            "completed",
+            5,
+            0,
+        )
+        assert [r["email"] for r in done["results"]] == emails
+        assert [r["status"] for r in done["results"]] == [
+            "invalid",
+            "invalid",
+            "invalid",
+            "invalid",
+            "valid",
+        ]
+        assert done["results"][1]["sub_status"] == "invalid_syntax"
+        assert done["next_offset"] is None
+        assert total_balance(app.store, customer.account_id) == 5
+        one = await app.client.post(
+            "/api/verify/bulk", headers=customer.headers, json={"emails": ["bob.acme.test"]}
+        )
+        alone = await poll_job(
+            app.client, f"/api/verify/bulk/{one.json()['job_id']}", customer.headers
+        )
+        assert alone["status"] == "completed", alone["failed_reason"]
+        assert [(r["email"], r["status"]) for r in alone["results"]] == [
+            ("bob.acme.test", "invalid")
+        ]
+
+
+async def test_a_csv_job_pages_its_address_rows_on_the_json_endpoint(settings):
+    """A CSV job polled on GET /api/verify/bulk/{id}: its records are its rows that hold an
+    address (a blank cell has no result), and next_offset leads to every one of them."""
+    upload = b"name,email\nA,alice@acme.test\nB,\nC,bob@acme.test\nD,nobody@acme.test\n"
+    async with running_app(settings) as app:
+        customer = app.customer()
+        created = await app.client.post(
+            "/api/bulk", headers=customer.headers, files={"file": ("l.csv", upload, "text/csv")}
+        )
+        job_id = created.json()["job_id"]
+        await poll_job(app.client, f"/api/bulk/{job_id}", customer.headers)
+        offset, seen = 0, []
+        while offset is not None:
+            page = await app.client.get(
+                f"/api/verify/bulk/{job_id}?offset={offset}&limit=2", headers=customer.headers
+            )
+            seen += [(r["email"], r["status"]) for r in page.json()["results"]]
+            offset = page.json()["next_offset"]
+        assert seen == [
+            ("alice@acme.test", "valid"),
+            ("bob@acme.test", "valid"),
+            ("nobody@acme.test", "invalid"),
+        ]
+
+
 class _BrokenRunner:
     """A runner that cannot start anything (a Prefect server or work pool that is down)."""
 

@@ -26,6 +26,7 @@ from verimail.api.uploads import receive_upload, upload_body
 from verimail.schemas.jobs import BulkJob, JsonBulkCreated, JsonBulkJob
 from verimail.store import jobs as job_store
 from verimail.tasks.bulk_io import (
+    ADDRESS_LIST_COLUMN,
     details_csv,
     job_dir,
     read_result_page,
@@ -250,6 +251,7 @@ async def create_json_bulk(
         runner_kind="bulk",
         total=len(emails),
         upload=upload,
+        email_column=ADDRESS_LIST_COLUMN,
         options=hook or None,
         webhook_url=webhook_url,
     )
@@ -279,8 +281,7 @@ async def get_json_bulk(
     out = JsonBulkJob(**BulkJob.of(job).model_dump(), offset=offset, limit=limit)
     if job.status == "completed":
         directory = job_dir(request.app.state.settings.data_dir, job.id)
-        page = await to_thread.run_sync(lambda: read_result_page(directory, offset, limit))
+        page, records = await to_thread.run_sync(read_result_page, directory, offset, limit)
         out.results = page
-        rows = job.total_emails
-        out.next_offset = offset + limit if offset + limit < rows else None
+        out.next_offset = offset + limit if offset + limit < records else None
     return out
