@@ -640,14 +640,24 @@ async def finder_poll_ok(ctx: Ctx) -> None:
     assert assert_json(response)["status"] == "pending"
 
 
-@recipe("GET", "/api/find-email/csv/{job_id}", 403)
-async def finder_poll_disabled(ctx: Ctx) -> None:
-    """The owner's finder switched off after the job was made."""
-    owner = ctx.idle.customer()
-    job_id = await create_finder_job(ctx.idle, owner)
-    set_finder(ctx.idle.store.engine, owner.account_id, False)
-    response = await ctx.idle.client.get(f"/api/find-email/csv/{job_id}", headers=owner.headers)
-    assert_error_body(response, 403)
+async def test_a_finder_job_stays_its_owners_after_the_finder_is_switched_off(
+    prefect_harness, testbed_factory, testbed_settings, tmp_path
+) -> None:
+    """SPEC §7 gives 403 to endpoints 6 and 7 only: a job made while the finder was on can
+    still be polled and downloaded (its finds are paid for) once it is switched off."""
+    tb = testbed_factory(api_world())
+    async with running_app(testbed_settings(tb, tmp_path)) as app:
+        owner = app.customer()
+        job_id = await create_finder_job(app, owner)
+        url = f"/api/find-email/csv/{job_id}"
+        assert (await poll_job(app.client, url, owner.headers))["status"] == "completed"
+        set_finder(app.store.engine, owner.account_id, False)
+        polled = await app.client.get(url, headers=owner.headers)
+        assert assert_json(polled)["status"] == "completed"
+        download = await app.client.get(f"{url}/download", headers=owner.headers)
+        assert download.status_code == 200 and "alice@acme.test" in download.text
+        again = await app.client.post("/api/find-email/csv", headers=owner.headers, files={})
+        assert_error_body(again, 403)
 
 
 @recipe("GET", "/api/find-email/csv/{job_id}", 404)
@@ -672,17 +682,6 @@ async def finder_download_ok(ctx: Ctx) -> None:
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("text/csv")
     assert "alice@acme.test" in response.text
-
-
-@recipe("GET", "/api/find-email/csv/{job_id}/download", 403)
-async def finder_download_disabled(ctx: Ctx) -> None:
-    owner = ctx.idle.customer()
-    job_id = await create_finder_job(ctx.idle, owner)
-    set_finder(ctx.idle.store.engine, owner.account_id, False)
-    response = await ctx.idle.client.get(
-        f"/api/find-email/csv/{job_id}/download", headers=owner.headers
-    )
-    assert_error_body(response, 403)
 
 
 @recipe("GET", "/api/find-email/csv/{job_id}/download", 404)

@@ -16,7 +16,7 @@ from anyio import to_thread
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 
-from verimail.api.deps import StoreDep
+from verimail.api.deps import AccountDep, StoreDep
 from verimail.api.downloads import WholeFileResponse
 from verimail.api.errors import (
     ApiError,
@@ -50,7 +50,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def _docs(*codes: int) -> dict[int | str, dict[str, Any]]:
-    return pick_error_docs(_ERRORS, (403, *codes))
+    return pick_error_docs(_ERRORS, codes)
 
 
 UPLOAD_BODY = upload_body(
@@ -75,7 +75,7 @@ UPLOAD_BODY = upload_body(
     "credits run out the remaining rows become `skipped_no_credits`. Poll "
     "`GET /api/find-email/csv/{job_id}`, then download: the upload plus `email`, `status`, "
     "`confidence` columns.",
-    responses=_docs(402, 413, 422),
+    responses=_docs(402, 403, 413, 422),
     openapi_extra=UPLOAD_BODY,
 )
 async def create_finder_job(
@@ -159,7 +159,9 @@ async def _job(store: StoreDep, account_id: int, job_id: str) -> job_store.Job:
     summary="Poll an Email Finder CSV job",
     responses=_docs(404, 422),
 )
-async def get_finder_job(job_id: str, account: FinderAccountDep, store: StoreDep) -> FinderJob:
+async def get_finder_job(job_id: str, account: AccountDep, store: StoreDep) -> FinderJob:
+    """(Any key of the account: a job made while the finder was on stays the account's to
+    poll and download after it is switched off — SPEC §7 gives 403 to endpoints 6 and 7.)"""
     return FinderJob.of(await _job(store, account.id, job_id))
 
 
@@ -170,7 +172,7 @@ async def get_finder_job(job_id: str, account: FinderAccountDep, store: StoreDep
     responses={200: {"content": {"text/csv": {}}}, **_docs(404, 409, 422)},
 )
 async def download_finder_job(
-    job_id: str, account: FinderAccountDep, store: StoreDep
+    job_id: str, account: AccountDep, store: StoreDep
 ) -> FileResponse:
     job = await _job(store, account.id, job_id)
     if job.status == "failed":
