@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from verimail.config import Settings
 from verimail.flows.context import store_for
@@ -12,6 +13,10 @@ from verimail.store import jobs as job_store
 from verimail.tasks.webhook import Delivery, deliver
 
 log = logging.getLogger(__name__)
+
+# Deliveries for jobs settled outside a flow. Not daemon threads: a process that exits
+# right after failing a job still sends its webhook (bounded by the delivery's retries).
+_LATER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="verimail-webhook")
 
 
 async def notify_job(settings: Settings, job_id: int) -> Delivery | None:
@@ -43,3 +48,9 @@ async def _notify(settings: Settings, job_id: int) -> Delivery | None:
     if not delivery.delivered:
         log.warning("webhook of job %s not delivered: %s", job_id, delivery.detail)
     return delivery
+
+
+def notify_job_soon(settings: Settings, job_id: int) -> Future[Delivery | None]:
+    """:func:`notify_job` from a worker thread, for code that settles a job outside its
+    flow — the reaper, the runner's clean-up — which must not wait on a slow receiver."""
+    return _LATER.submit(asyncio.run, notify_job(settings, job_id))

@@ -15,6 +15,7 @@ from datetime import timedelta
 
 from verimail.config import Settings
 from verimail.flows.context import store_for
+from verimail.flows.notify import notify_job_soon
 from verimail.flows.runner import JobRunner
 from verimail.store import jobs as job_store
 
@@ -52,12 +53,13 @@ def recover_stale_jobs(settings: Settings, runner: JobRunner) -> list[tuple[int,
                 continue
             except Exception as exc:  # could not even start a run: fail below
                 log.exception("resuming job %s failed: %s", job.id, exc)
-        job_store.mark_failed(
+        if job_store.mark_failed(
             store.engine,
             job.id,
             "The job's runner stopped (process or worker died) and it could not be resumed.",
             max(job.credits_reserved - job.processed_emails, 0),
-        )
+        ):
+            notify_job_soon(settings, job.id)
         handled.append((job.id, "failed"))
     return handled
 

@@ -25,6 +25,7 @@ from uuid import UUID
 from verimail.config import Settings, using_settings
 from verimail.flows.context import store_for
 from verimail.flows.heartbeat import was_superseded
+from verimail.flows.notify import notify_job_soon
 from verimail.store import jobs as job_store
 
 log = logging.getLogger(__name__)
@@ -172,13 +173,14 @@ def _fail_if_unfinished(
         if job is None or job.finished:
             return
         why = f" ({type(error).__name__}: {error})" if error else ""
-        job_store.mark_failed(
+        if job_store.mark_failed(
             store.engine,
             job_id,
             f"The job's run ended without finishing{why}."[:500],
             max(job.credits_reserved - job.processed_emails, 0),
             attempt=attempt,
-        )
+        ):
+            notify_job_soon(settings, job_id)
     except Exception:
         log.exception("could not settle job %s", job_id)
 

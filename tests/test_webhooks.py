@@ -8,11 +8,17 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from api_helpers import api_world, assert_error_body, running_app
 
+from verimail.flows.context import forget, store_for
+from verimail.flows.recovery import recover_stale_jobs
+from verimail.store import accounts
+from verimail.store import jobs as job_store
+from verimail.store.db import utcnow
 from verimail.tasks.webhook import deliver, sign
 
 LOOPBACK = [ipaddress.ip_network("127.0.0.0/8")]
@@ -123,3 +129,56 @@ async def test_json_bulk_job_posts_its_final_state(
             json={"emails": ["alice@acme.test"], "webhook_url": "http://10.1.2.3/hook"},
         )
         assert "private" in assert_error_body(private, 422)
+
+
+def test_a_job_the_reaper_fails_posts_its_final_state(
+    testbed_factory, testbed_settings, tmp_path, receiver
+):
+    """A job whose runner died and that is out of attempts is failed by the reaper, not by
+    its flow: its webhook still hears of it (status failed, reservation refunded)."""
+    tb = testbed_factory(api_world())
+    settings = testbed_settings(
+        tb,
+        tmp_path,
+        webhook_allow_networks=["127.0.0.0/8"],
+        job_stale_after=1.0,
+        job_max_attempts=1,
+    )
+    store = store_for(settings)
+    try:
+        account = accounts.create_account(store.engine, settings, plan="enterprise")
+        job = job_store.create_job(
+            store.engine,
+            account.id,
+            "bulk_csv",
+            3,
+            reserve=3,
+            upload_path=str(tmp_path / "gone.csv"),
+            webhook_url=receiver.url,
+            options={"webhook_secret": "s3cret"},
+        )
+        assert job is not None
+        job_store.mark_processing(store.engine, job.id, now=utcnow() - timedelta(minutes=1))
+
+        class NoRunner:
+            def submit(self, kind: str, job_id: int) -> None:
+                raise AssertionError("out of attempts: not resumed")
+
+        assert recover_stale_jobs(settings, NoRunner()) == [(job.id, "failed")]
+        deadline = time.monotonic() + 30
+        while not receiver.requests:
+            assert time.monotonic() < deadline, "no webhook arrived"
+            time.sleep(0.02)
+        headers, body = receiver.requests[0]
+        payload = json.loads(body)
+        assert (payload["job_id"], payload["status"], payload["credits_refunded"]) == (
+            job.id,
+            "failed",
+            3,
+        )
+        assert headers["X-Verimail-Signature"] == sign(
+            "s3cret", int(headers["X-Verimail-Timestamp"]), body
+        )
+        assert recover_stale_jobs(settings, NoRunner()) == []  # nothing more to tell
+    finally:
+        forget(settings)
