@@ -132,7 +132,7 @@ def create_job_for_file(
         count,
         reserve=count,
         upload_path=str(path.resolve()),
-        email_column=job_input.info.email_column,
+        email_column=job_input.info.email_reference,
         options={"source": "prefect"},
     )
     if job is None:

@@ -22,6 +22,7 @@ Rules (also in the report / README):
 from __future__ import annotations
 
 import codecs
+import contextlib
 import csv
 import io
 import re
@@ -136,6 +137,20 @@ class CsvInfo:
     def from_dict(cls, data: dict[str, Any]) -> CsvInfo:
         """Inverse of :meth:`to_dict`."""
         return cls(**{**data, "columns": tuple(data["columns"])})
+
+    @property
+    def email_reference(self) -> str | None:
+        """What names the email column for a later read of the file (a job's
+        ``email_column``, given to :func:`resolve_column` again): its header, unless that
+        finds another column first (a header used twice), then its 1-based position."""
+        index = self.email_index
+        if index is None:
+            return None
+        for name in (self.columns[index], str(index + 1), f"column_{index + 1}"):
+            with contextlib.suppress(UploadError):
+                if resolve_column(self.columns, name, "email_column") == index:
+                    return name
+        raise ValueError(f"no name finds column {index + 1} of {self.columns!r}")
 
 
 @dataclass(frozen=True)

@@ -286,6 +286,31 @@ async def test_a_csv_job_pages_its_address_rows_on_the_json_endpoint(settings):
         ]
 
 
+async def test_a_column_chosen_by_number_is_the_one_verified_when_headers_repeat(settings):
+    """email_column=4 on a file whose header says "email" twice: the job verifies the 4th
+    column (the run reads the file again and must not take the first "email" for it)."""
+    upload = (
+        b"id,email,name,email\n"
+        b"1,nobody@acme.test,Alice,alice@acme.test\n"
+        b"2,nobody@acme.test,Bob,bob@acme.test\n"
+    )
+    async with running_app(settings) as app:
+        customer = app.customer()
+        created = await app.client.post(
+            "/api/bulk",
+            headers=customer.headers,
+            files={"file": ("twice.csv", upload, "text/csv")},
+            data={"email_column": "4"},
+        )
+        assert created.status_code == 200, created.text
+        url = f"/api/bulk/{created.json()['job_id']}"
+        done = await poll_job(app.client, url, customer.headers)
+        assert (done["status"], done["valid_count"], done["invalid_count"]) == ("completed", 2, 0)
+        download = await app.client.get(f"{url}/download", headers=customer.headers)
+        rows = list(csv.reader(io.StringIO(download.text)))
+        assert [row[-1] for row in rows] == ["Safe to Send", "Yes", "Yes"]
+
+
 class _BrokenRunner:
     """A runner that cannot start anything (a Prefect server or work pool that is down)."""
 

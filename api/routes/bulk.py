@@ -124,7 +124,7 @@ async def create_bulk(request: Request, account: AccountDep, store: StoreDep) ->
         runner_kind="bulk",
         total=info.email_count,
         upload=received.path,
-        email_column=info.email_column,
+        email_column=info.email_reference,
         options={"filename": received.filename, **hook},
         webhook_url=webhook_url,
     )
