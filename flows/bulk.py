@@ -284,7 +284,12 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
 
 def _progress(store: Store, job: job_store.Job, tally: _Tally) -> None:
     job_store.update_progress(
-        store.engine, job.id, tally.processed, tally.job_counts(), attempt=job.attempt
+        store.engine,
+        job.id,
+        tally.processed,
+        tally.job_counts(),
+        unique_emails=len(tally.rows),  # (one entry per distinct address)
+        attempt=job.attempt,
     )
 
 

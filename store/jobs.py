@@ -329,6 +329,7 @@ def update_progress(
     counts: dict[str, int] | None = None,
     *,
     credits_used: int | None = None,
+    unique_emails: int | None = None,
     attempt: int | None = None,
     now: datetime | None = None,
 ) -> bool:
@@ -336,7 +337,7 @@ def update_progress(
     (and, given ``attempt``, still that run's: see :func:`run_owns`).
 
     Jobs that charge as they go (finder CSV) pass ``credits_used`` so a later failure
-    knows what was spent.
+    knows what was spent; bulk runs pass ``unique_emails`` once they have read the list.
     """
     values: dict[str, Any] = {
         "processed_emails": processed,
@@ -345,6 +346,8 @@ def update_progress(
     }
     if credits_used is not None:
         values["credits_used"] = credits_used
+    if unique_emails is not None:
+        values["unique_emails"] = unique_emails
     return _set_if(engine, job_id, "processing", values, attempt)
 
 

@@ -196,6 +196,7 @@ async def test_json_bulk_create_poll_results(settings):
         assert body["status"] == "pending" and body["total_emails"] == 4
         done = await poll_job(app.client, f"/api/verify/bulk/{body['job_id']}", customer.headers)
         assert done["status"] == "completed"
+        assert (done["processed_emails"], done["unique_emails"]) == (4, 3)
         page = await app.client.get(
             f"/api/verify/bulk/{body['job_id']}?offset=1&limit=2", headers=customer.headers
         )

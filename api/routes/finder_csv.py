@@ -171,9 +171,7 @@ async def get_finder_job(job_id: str, account: AccountDep, store: StoreDep) -> F
     response_class=FileResponse,
     responses={200: {"content": {"text/csv": {}}}, **_docs(404, 409, 422)},
 )
-async def download_finder_job(
-    job_id: str, account: AccountDep, store: StoreDep
-) -> FileResponse:
+async def download_finder_job(job_id: str, account: AccountDep, store: StoreDep) -> FileResponse:
     job = await _job(store, account.id, job_id)
     if job.status == "failed":
         raise ApiError(409, f"Job {job_id} failed, so it has no results: {job.failed_reason}")
