@@ -60,10 +60,6 @@ async def reverify_stored(
     addresses = await asyncio.to_thread(
         _addresses, job_id, file_path, older_than_days, settings.upload_max_rows
     )
-    before = await asyncio.to_thread(latest_statuses, settings.data_dir, addresses)
-    previous = {
-        row["email"]: (row["status"], row["verified_at"]) for row in before.iter_rows(named=True)
-    }
     engine = engine_for(settings)
     prepared = await prepare_addresses(addresses)
     chunks = chunk_groups(prepared.groups)
@@ -71,6 +67,13 @@ async def reverify_stored(
         for result in results:
             engine.absorb(prepared, result)
     results = [engine.verdict(prepared, a) for a in addresses]
+    # The history keys each address as its result spells it (an IDN domain in ASCII, say),
+    # so the previous statuses are looked up by that, before this run's are added.
+    stored = [result.email for result in results]
+    before = await asyncio.to_thread(latest_statuses, settings.data_dir, stored)
+    previous = {
+        row["email"]: (row["status"], row["verified_at"]) for row in before.iter_rows(named=True)
+    }
     await asyncio.to_thread(
         append_history,
         settings.data_dir,
@@ -82,7 +85,7 @@ async def reverify_stored(
     transitions: Counter[str] = Counter()
     changed = []
     for address, result in zip(addresses, results, strict=True):
-        old = previous.get(address)
+        old = previous.get(result.email)
         if old is not None and old[0] != result.status.value:
             transitions[f"{old[0]}->{result.status.value}"] += 1
             changed.append(

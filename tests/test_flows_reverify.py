@@ -72,3 +72,42 @@ def test_reverify_reports_what_changed(testbed_factory, testbed_settings, tmp_pa
 def test_history_is_empty_but_queryable(tmp_path):
     assert query(tmp_path, "SELECT count(*) FROM latest").item() == 0
     assert query(tmp_path, "SELECT count(*) FROM changes").item() == 0
+
+
+def test_reverify_sees_changes_of_an_address_on_an_idn_domain(
+    testbed_factory, testbed_settings, tmp_path
+):
+    """The history keys bob@bücher.test as its result spells it (bob@xn--bcher-kva.test):
+    his previous status is found under that, so his change is reported like anyone's."""
+
+    def world(mailboxes: set[str]) -> World:
+        return World.of(
+            [HostSpec("mx.acme.test", HostBehaviour(mailboxes=mailboxes))],
+            [
+                DomainSpec("acme.test", mx=[(10, "mx.acme.test")]),
+                DomainSpec("xn--bcher-kva.test", mx=[(10, "mx.acme.test")]),
+            ],
+        )
+
+    tb = testbed_factory(world({"bob"}))
+    settings = testbed_settings(tb, tmp_path)
+    store = store_for(settings)
+    try:
+        account = accounts.create_account(store.engine, settings, plan="enterprise")
+        upload = tmp_path / "list.csv"
+        upload.write_text("email\nbob@acme.test\nbob@bücher.test\n", encoding="utf-8")
+        job = job_store.create_job(
+            store.engine, account.id, "bulk_csv", 2, reserve=2, upload_path=str(upload)
+        )
+        with using_settings(settings):
+            asyncio.run(bulk_verify(job_id=job.id))
+            tb.replace_world(world(set()))  # bob leaves
+            summary = asyncio.run(reverify_stored(job_id=job.id))
+        assert summary["transitions"] == {"valid->invalid": 2}
+        report = pl.read_csv(summary["report"])
+        assert sorted(report.get_column("email").to_list()) == [
+            "bob@acme.test",
+            "bob@bücher.test",
+        ]
+    finally:
+        forget(settings)
