@@ -682,6 +682,15 @@ def _first_terminator(text: str, delimiter: str) -> str:
     return "\n"
 
 
+def _holds_address(cell: str) -> bool:
+    """Whether a first-row cell makes the file headerless: it holds an "@" and, trimmed, no
+    space. Looser than :func:`looks_like_email` on purpose — a headerless file whose first
+    address is malformed (``john@gmail``) must not lose that row as a header — while a
+    header such as ``Email @ work`` is still a header."""
+    value = cell.strip()
+    return "@" in value and not any(c.isspace() for c in value)
+
+
 def looks_like_email(value: str) -> bool:
     """Loose shape test for detection only: one ``@``, text before it, a dotted domain after."""
     value = value.strip()
@@ -846,7 +855,7 @@ def inspect_csv_cells(
     if not rows:
         raise UploadError("The file is empty.")
     first = rows[0]
-    has_header = not any("@" in cell for cell in first)
+    has_header = not any(_holds_address(cell) for cell in first)
     data = rows[1:] if has_header else rows
     width = Counter(len(r) for r in data).most_common(1)[0][0] if data else len(first)
     if has_header:

@@ -295,6 +295,15 @@ def test_headerless_single_column(tmp_path: Path) -> None:
     assert out.read_bytes() == b"john.doe@gmail,No\nb@y.org,Yes\n"
 
 
+def test_a_header_that_mentions_an_at_sign_is_still_a_header(tmp_path: Path) -> None:
+    """Only a cell that could be an address (an "@", no space) makes the first row data:
+    "Email @ work" is a header, so it is neither charged nor verified."""
+    path, info = _inspect(tmp_path, b"name,Email @ work\nAnn,ann@x.org\nBob,bob@y.org\n")
+    assert info.has_header and info.email_column == "Email @ work"
+    assert (info.row_count, info.email_count) == (2, 2)
+    assert load_emails(path, info).get_column("email").to_list() == ["ann@x.org", "bob@y.org"]
+
+
 def test_header_row_gets_the_header_and_values_line_up(tmp_path: Path) -> None:
     path, info = _inspect(tmp_path, b"name,email\r\nAnn,ann@x.org\r\nBob,bob@y.org")
     out = tmp_path / "out.csv"
