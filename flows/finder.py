@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ from verimail.tasks.smtp_probe import DomainSession
 
 DOMAINS_PER_TASK = 50
 DOMAIN_CONCURRENCY = 20  # domains looked up at once within a task
+PROGRESS_SECONDS = 1.0  # at most one progress write per this many seconds, while rows finish
 
 # Where each row status is counted on the job row (finder jobs reuse the count columns).
 STATUS_COLUMN = {
@@ -147,12 +149,26 @@ class _Progress:
         self.billing = billing
         self.rows: dict[int, tuple[str, str, str]] = {}  # row -> (email, status, confidence)
         self.counts: Counter[str] = Counter()
+        self._flushed_at = -math.inf  # monotonic
+        self._flushing = False
 
     def record(self, row: int, email: str | None, status: str, confidence: float) -> None:
         self.rows[row] = (email or "", status, f"{confidence:.2f}")
         self.counts[STATUS_COLUMN[status]] += 1
 
+    async def tick(self) -> None:
+        """Flush when the last flush is :data:`PROGRESS_SECONDS` old: a poll shows rows
+        and credits as they go, not only when a task's 50 domains are done."""
+        if self._flushing or time.monotonic() - self._flushed_at < PROGRESS_SECONDS:
+            return
+        self._flushing = True
+        try:
+            await self.flush()
+        finally:
+            self._flushing = False
+
     async def flush(self) -> None:
+        self._flushed_at = time.monotonic()
         await asyncio.to_thread(
             job_store.update_progress,
             self.store.engine,
@@ -198,9 +214,11 @@ async def _domain(
                     progress.record(row["row"], result.email, "found", result.confidence)
                 else:
                     progress.record(row["row"], None, "skipped_no_credits", 0.0)
+                await progress.tick()
                 continue
             await billing.unpay(row["row"])
             progress.record(row["row"], result.email, result.status, result.confidence)
+            await progress.tick()
 
 
 def _domain_key(raw: str | None) -> str:

@@ -353,3 +353,36 @@ async def test_a_finder_run_that_wakes_after_a_later_run_finished_pays_and_write
     assert final.result_path == str(results) and results.read_text() == "run 2's results\n"
     assert len(entries) == paid_by_run_1  # no charge (nor refund) after the take-over
     assert len(tb.host_stats(slow).rcpts) >= 1  # it did go on probing once awake
+
+
+async def test_a_finder_job_shows_rows_and_credits_as_they_go(
+    testbed_factory, testbed_settings, tmp_path
+):
+    """Progress is written as rows finish (at most once a second), not only when a task's
+    domains are all done: a poll of a slow job sees some rows done and paid for before the
+    job completes."""
+    slow = "mx.steady.test"
+    tb = _slow_world(testbed_factory, slow, 0.1)
+    settings = testbed_settings(tb, tmp_path, finder_charge=10)
+    people = "first_name,last_name,domain\n" + "".join(
+        f"{first},{last},steady.test\n" for first, last in (name.split(".") for name in STAFF)
+    )
+    async with running_app(settings) as app:
+        customer = app.customer(credits=100)
+        created = await app.client.post(
+            "/api/find-email/csv", headers=customer.headers, **_form(people)
+        )
+        url = f"/api/find-email/csv/{created.json()['job_id']}"
+        midway, deadline = [], asyncio.get_running_loop().time() + 120
+        while True:
+            assert asyncio.get_running_loop().time() < deadline, "the job did not finish"
+            job = (await app.client.get(url, headers=customer.headers)).json()
+            if job["status"] in ("completed", "failed"):
+                break
+            if job["processed_rows"]:
+                midway.append((job["processed_rows"], job["credits_used"]))
+            await asyncio.sleep(0.05)
+    assert job["status"] == "completed" and job["processed_rows"] == len(STAFF)
+    assert midway, "no progress was shown before the job completed"
+    rows, credits = midway[0]
+    assert 0 < rows < len(STAFF) and credits == 10 * rows
