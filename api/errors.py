@@ -287,6 +287,11 @@ async def _on_api_error(request: Request, exc: Exception) -> JSONResponse:
 async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = exc.errors()
+    if any(tuple(e.get("loc", ()))[:2] == ("path", "job_id") for e in errors):
+        # A job id that is not a number names no job: SPEC §4 gives endpoints 4 and 5 a
+        # 404 for that, not a 422 (the range check of store/jobs answers the same).
+        wanted = request.path_params.get("job_id", "")
+        return error_response(404, f"No bulk job {wanted!r} for this account.")
     return JSONResponse(
         {"detail": validation_detail(errors), "errors": _issues(errors)}, status_code=422
     )
