@@ -165,7 +165,6 @@ async def bulk_verify(
         await _db(job_store.mark_processing, store.engine, job.id, flow_run_id=_flow_run_id())
     try:
         summary = await as_owner(store, job, settings.job_stale_after, _run(settings, store, job))
-        await notify_job(settings, job.id)
     except Superseded:  # a later run has the job: it is not this run's to fail
         return superseded_outcome(job)
     except BaseException as exc:
@@ -183,6 +182,8 @@ async def bulk_verify(
         with contextlib.suppress(Exception):
             await notify_job(settings, job.id)
         raise
+    # (Outside the try: a run cancelled while it delivers must not deliver again as failed.)
+    await notify_job(settings, job.id)
     return summary
 
 

@@ -289,8 +289,6 @@ async def find_emails(job_id: int) -> dict[str, Any]:
         await billing.load()
         work = _run(settings, store, job, billing, progress)
         summary = await as_owner(store, job, settings.job_stale_after, work)
-        await notify_job(settings, job.id)
-        return summary
     except Superseded:  # a later run has the job (and pays only for rows not paid before)
         return superseded_outcome(job)
     except BaseException as exc:
@@ -308,6 +306,9 @@ async def find_emails(job_id: int) -> dict[str, Any]:
         with contextlib.suppress(Exception):
             await notify_job(settings, job.id)
         raise
+    # (Outside the try: a run cancelled while it delivers must not deliver again as failed.)
+    await notify_job(settings, job.id)
+    return summary
 
 
 async def _run(
