@@ -13,6 +13,14 @@ from collections.abc import Iterable
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
+# Not routable on the internet, though Python 3.11's ``is_global`` says they are:
+# IETF protocol assignments (RFC 6890) and IPv6 site-local (RFC 3879, deprecated, still
+# routed inside some networks).
+_NOT_GLOBAL: tuple[IPNetwork, ...] = (
+    ipaddress.ip_network("192.0.0.0/24"),
+    ipaddress.ip_network("fec0::/10"),
+)
+
 
 def smtp_address_allowed(address: str, allow_networks: Iterable[IPNetwork]) -> bool:
     """True when ``address`` is a public unicast address or lies in an allowed network."""
@@ -30,6 +38,8 @@ def smtp_address_allowed(address: str, allow_networks: Iterable[IPNetwork]) -> b
     for net in allow_networks:
         if ip.version == net.version and ip in net:
             return True
+    if any(ip.version == net.version and ip in net for net in _NOT_GLOBAL):
+        return False
     return bool(
         ip.is_global
         and not (

@@ -46,6 +46,8 @@ TARGETS: dict[str, str] = {
     "compat-loop": "::7f00:1",  # deprecated IPv4-compatible form of 127.0.0.1
     "nat64-ten": "64:ff9b::a00:1",
     "sixtofour-ten": "2002:a00:1::1",  # 6to4 of 10.0.0.1
+    "ietf-assignments": "192.0.0.8",  # 192.0.0.0/24: Python 3.11 calls it global
+    "v6-site-local": "fec0::1",  # fec0::/10: so does it this one
 }
 
 
