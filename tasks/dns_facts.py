@@ -21,6 +21,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import dns.asyncresolver
@@ -124,6 +125,15 @@ def _make_resolver(settings: Settings) -> dns.asyncresolver.Resolver:
     return resolver
 
 
+def _settled(inflight: dict[tuple, asyncio.Future], key: tuple, task: asyncio.Future) -> None:
+    """A shared lookup ended: later callers ask again (or hit the cache). Its error is
+    marked retrieved, since every caller may have left already."""
+    if inflight.get(key) is task:
+        del inflight[key]
+    if not task.cancelled():
+        task.exception()
+
+
 class DomainResolver:
     """Resolves domain facts with the shared cache; one per settings object is enough."""
 
@@ -207,24 +217,21 @@ class DomainResolver:
         loop = asyncio.get_running_loop()
         inflight = _INFLIGHT.setdefault(loop, {})
         pending = inflight.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[_Lookup] = loop.create_future()
-        inflight[key] = future
-        try:
+        if pending is None:
+            # The query is a task of its own that every caller awaits through a shield:
+            # a caller that is cancelled (a request that timed out) leaves the others
+            # their answer instead of handing them its cancellation.
             if stats is not None:
                 stats.count(rdtype)
-            result, ttl = await self._query(key[1], rdtype)
-            if ttl > 0:
-                _store(key, time.monotonic() + ttl, result)
-            future.set_result(result)
-            return result
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # mark retrieved: waiters re-raise it themselves
-            raise
-        finally:
-            inflight.pop(key, None)
+            pending = inflight[key] = loop.create_task(self._fetch(key, rdtype))
+            pending.add_done_callback(partial(_settled, inflight, key))
+        return await asyncio.shield(pending)
+
+    async def _fetch(self, key: tuple, rdtype: str) -> _Lookup:
+        result, ttl = await self._query(key[1], rdtype)
+        if ttl > 0:
+            _store(key, time.monotonic() + ttl, result)
+        return result
 
     async def _query(self, name: str, rdtype: str) -> tuple[_Lookup, float]:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import math
 
@@ -52,6 +53,7 @@ def _world() -> World:
         DomainSpec("nothing.test"),
         DomainSpec("tls.test", mx=[(10, "mx.tls.test")]),
         DomainSpec("slow.test", mx=[(10, "mx.slow.test")]),
+        DomainSpec("slowdns.test", mx=[(10, "mx.acme.test")], dns_delay=0.5),
         DomainSpec("evil.test", mx=[(10, "internal.evil.test")]),
         DomainSpec("evil6.test", mx=[(10, "loop6.evil.test")]),
         DomainSpec("mailinator.com", mx=[(10, "mx.catchall.test")]),
@@ -370,3 +372,18 @@ async def test_stream_forgets_what_it_has_handed_over(testbed_factory, tmp_path,
     batch = await engine.verify_many(addresses)
     gc.collect()
     assert _live(VerificationResult) >= 400 and len(batch.results) == 400
+
+
+async def test_a_cancelled_caller_leaves_a_shared_dns_lookup_to_the_others(engine):
+    """Two verifications of one domain share its DNS lookup; the first caller is cancelled
+    (a request that timed out) while the lookup is under way: the second still gets its
+    answer, not the first one's cancellation."""
+    first = asyncio.ensure_future(engine.verify("alice@slowdns.test"))
+    await asyncio.sleep(0)  # it starts the lookup
+    second = asyncio.ensure_future(engine.verify("bob@slowdns.test"))
+    await asyncio.sleep(0.1)  # both wait on the lookup (0.5 s)
+    first.cancel()
+    result = await asyncio.wait_for(second, 30)
+    assert (result.status.value, result.domain) == ("valid", "slowdns.test")
+    with pytest.raises(asyncio.CancelledError):
+        await first
