@@ -50,7 +50,7 @@ from verimail.schemas.outcomes import SmtpOutcome
 from verimail.tasks.dns_facts import MailHost
 from verimail.tasks.host_slots import HeldSlots, HostSlots
 from verimail.tasks.netguard import smtp_address_allowed
-from verimail.tasks.smtp_replies import classify_rcpt, one_line
+from verimail.tasks.smtp_replies import classify_rcpt, enhanced_code, one_line
 
 MAX_ATTEMPTS = 3  # tries of one recipient across broken sessions before giving up
 MAX_CONNECT_ATTEMPTS = 5  # addresses dialled to open one session, all MX hosts together
@@ -122,6 +122,33 @@ class _SessionLost(Exception):
     def __init__(self, finding: Finding) -> None:
         super().__init__(finding.response)
         self.finding = finding
+
+
+class _SenderRefused(Exception):
+    """The server refused our ``MAIL FROM``: it said nothing about the recipient."""
+
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(finding.response)
+        self.finding = finding
+
+
+def _sender_refused(code: int, message: str, host: str) -> _SenderRefused:
+    """A refused sender is never "no such mailbox" (a 5.1.x there is about *our* address):
+    5xx reads as blocked, 4xx as a temporary failure — both unknown."""
+    outcome = SmtpOutcome.BLOCKED if code >= 500 else SmtpOutcome.TEMP_FAILURE
+    return _SenderRefused(Finding(outcome, one_line(code, message), host))
+
+
+def _too_many_recipients(code: int, message: str, earlier: int) -> bool:
+    """A 452 that asks for a new session: it says so (4.5.3, "too many recipients"), or it
+    says nothing more and ``earlier`` recipients of this session were answered. Never for a
+    full mailbox (``452 4.2.2 … over quota`` is about that one mailbox, not our session)."""
+    if code != 452:
+        return False
+    enhanced = enhanced_code(message)
+    if enhanced == (4, 5, 3) or "too many" in message.lower():
+        return True
+    return enhanced is None and earlier > 0
 
 
 class _NoSession(Exception):
@@ -296,6 +323,11 @@ class Prober:
         stats = run.result.stats
         try:
             code, message = await self._rcpt(session, item, stats)
+        except _SenderRefused as refused:
+            if refused.finding.outcome is SmtpOutcome.TEMP_FAILURE:
+                run.retry_later.append(item)
+            self._record(run, item, refused.finding)
+            return
         except _SessionLost as lost:
             if session.rejections and lost.finding.outcome is SmtpOutcome.CONNECTION_FAILED:
                 # It hung up after some rejections: open fresh sessions sooner on this host.
@@ -306,7 +338,7 @@ class Prober:
             return
         host = session.host.name
         run.broken[host] = 0  # it answered: whatever broke before was not the host itself
-        if code == 452:
+        if _too_many_recipients(code, message, session.rcpts - 1):
             self._rcpt_limit[host] = max(1, session.tx_rcpts)
             await session.close()
             self._retry(run, item, Finding(SmtpOutcome.TEMP_FAILURE, one_line(code, message), host))
@@ -369,7 +401,7 @@ class Prober:
             if not session.in_tx or (joins and not self._mixes(session)):
                 refused = await self._mail_from(session, stats)
                 if refused is not None:
-                    return refused
+                    raise _sender_refused(*refused, session.host.name)
                 joins = False
             code, message = await self._send_rcpt(session, item, stats)
             suspect = code not in (421, 452) and classify_rcpt(code, message) in _MIX_SUSPECT
@@ -377,10 +409,10 @@ class Prober:
                 self._one_domain_hosts.add(session.host.name)
                 refused = await self._mail_from(session, stats)
                 if refused is not None:
-                    return refused
+                    raise _sender_refused(*refused, session.host.name)
                 code, message = await self._send_rcpt(session, item, stats)
             return code, message
-        except _SessionLost:
+        except (_SessionLost, _SenderRefused):
             raise
         except SMTPTimeoutError as exc:
             raise _SessionLost(
@@ -485,15 +517,21 @@ class Prober:
             except SMTPResponseException:
                 await smtp.helo()
             if smtp.supports_extension("starttls"):
-                # Like real MTAs we encrypt when offered but do not verify MX certificates.
-                await smtp.starttls(server_hostname=host.name, validate_certs=False)
-                await smtp.ehlo()
+                # Like real MTAs we encrypt when offered but do not verify MX certificates,
+                # and go on in plain text when the server then refuses (454: RFC 3207).
+                try:
+                    await smtp.starttls(server_hostname=host.name, validate_certs=False)
+                except SMTPResponseException as refused:
+                    if not 400 <= refused.code < 600:
+                        raise
+                else:
+                    await smtp.ehlo()
             return smtp
         except SMTPConnectResponseError as exc:
             smtp.close()
-            outcome = classify_rcpt(exc.code, exc.message)
-            if outcome is SmtpOutcome.NO_MAILBOX or exc.code == 421 or exc.code < 500:
-                outcome = SmtpOutcome.TEMP_FAILURE
+            # A refusal in the banner (554 "no SMTP service here") comes before any address
+            # is named: it refuses us, so blocked; a 4xx or 421 is a temporary failure.
+            outcome = SmtpOutcome.BLOCKED if exc.code >= 500 else SmtpOutcome.TEMP_FAILURE
             raise _NoSession(Finding(outcome, one_line(exc.code, exc.message), host.name)) from exc
         except (TimeoutError, SMTPTimeoutError) as exc:
             smtp.close()
@@ -502,9 +540,11 @@ class Prober:
             ) from exc
         except SMTPResponseException as exc:
             smtp.close()
-            raise _NoSession(
-                Finding(SmtpOutcome.PROTOCOL_ERROR, one_line(exc.code, exc.message), host.name)
-            ) from exc
+            # EHLO and HELO refused: for a policy reason (554 5.7.1 Helo command rejected)
+            # that is a block; anything else is a server we cannot speak SMTP with.
+            blocked = classify_rcpt(exc.code, exc.message) is SmtpOutcome.BLOCKED
+            outcome = SmtpOutcome.BLOCKED if blocked else SmtpOutcome.PROTOCOL_ERROR
+            raise _NoSession(Finding(outcome, one_line(exc.code, exc.message), host.name)) from exc
         except (SMTPException, OSError) as exc:
             smtp.close()
             raise _NoSession(
@@ -650,6 +690,12 @@ class DomainSession:
             item = items[index]
             try:
                 code, message = await self.prober._rcpt(session, item, stats)
+            except _SenderRefused as refused:  # nothing learnt of this candidate
+                index += 1
+                self.prober._record(run, item, refused.finding)
+                if item.is_probe:
+                    self.catch_all, self._probed = None, False
+                continue
             except _SessionLost as lost:
                 await session.close(polite=False)
                 self.prober._broken(run, session.host.name, lost.finding)
@@ -658,9 +704,9 @@ class DomainSession:
                     break
                 reopened = True
                 continue
-            if code == 452 and session.tx_rcpts:
+            if _too_many_recipients(code, message, session.rcpts - 1):
                 # Too many recipients for one transaction: learn the limit, ask again anew.
-                self.prober._rcpt_limit[session.host.name] = session.tx_rcpts
+                self.prober._rcpt_limit[session.host.name] = max(1, session.tx_rcpts)
                 await session.close()
                 continue
             index += 1

@@ -6,11 +6,11 @@ The table (DESIGN.md "Reply codes → outcome"), first matching row wins:
 |---|---|---|
 | 2xx | accepted | the server will take mail for the mailbox |
 | 5xx with 5.7.x, or block-list / policy text | blocked | it refused *us*, not the box |
-| 552, or 5.2.2 | mailbox_full | exists, but mail would bounce now (risky) |
+| 552, or 5.2.2 (452 4.2.2 too) | mailbox_full | exists, but mail would bounce now (risky) |
 | 550/551/553 with 5.1.x, or unknown-user text | no_mailbox | the mailbox does not exist |
 | 550/551/553/554, unknown-user text | no_mailbox | the text says so |
 | other 5xx | rejected_other | a refusal we cannot read |
-| 452 | (too many recipients: the prober opens a new session, never a verdict) |
+| 452 (not 4.2.2) | (too many recipients: the prober opens a new session, never a verdict) |
 | 450/451/4xx | greylisted / temp_failure: retried later in the run, then unknown |
 | 421 | the server is closing: retry the rest elsewhere, never a verdict |
 | anything else | protocol_error |
@@ -70,6 +70,8 @@ def classify_rcpt(code: int, message: str) -> SmtpOutcome:
             return SmtpOutcome.NO_MAILBOX
         return SmtpOutcome.REJECTED_OTHER
     if 400 <= code < 500:
+        if enhanced == (4, 2, 2):  # over quota for now (Gmail: 452 4.2.2)
+            return SmtpOutcome.MAILBOX_FULL
         if code in (450, 451) or _GREYLIST_TEXT.search(message):
             return SmtpOutcome.GREYLISTED
         return SmtpOutcome.TEMP_FAILURE

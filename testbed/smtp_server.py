@@ -3,10 +3,13 @@
 The reply texts follow Postfix, because that is what the prober meets most on the internet:
 
 - banner: ``220 <host> ESMTP verimail testbed``; with ``greeting_421``:
-  ``421 4.3.2 Service not available``, then close
-- ``MAIL FROM``: ``250 2.1.0 Ok``
+  ``421 4.3.2 Service not available``, then close; with ``greeting_reply``: that, then close
+- ``EHLO`` / ``HELO``: the usual, or ``helo_reply`` when set
+- ``STARTTLS`` (with ``starttls``): the handshake, or ``starttls_reply`` when set
+- ``MAIL FROM``: ``250 2.1.0 Ok``, or ``mail_from_reply`` when set
 - ``RCPT TO``, first rule that applies:
   more than ``max_rcpts_per_session`` in this connection: ``452 4.5.3 Too many recipients``;
+  a scripted reply for the recipient (``rcpt_replies``);
   ``block``: ``554 5.7.1 Client host rejected: listed at a block list``;
   first ``greylist_tries`` tries of a (sender, recipient) pair:
   ``450 4.2.0 Greylisted, try again later``;
@@ -106,6 +109,9 @@ class HostRuntime:
         ):
             return REPLY_TOO_MANY
         session.rcpts_answered += 1
+        scripted = b.scripted_reply(address)
+        if scripted is not None:
+            return scripted
         domain = address.rpartition("@")[2].lower()
         if session.tx_domain is None:
             session.tx_domain = domain
@@ -174,6 +180,8 @@ class _Handler:
         mail_options: list[str],
     ) -> str:
         self.runtime.stats.count(self.runtime.name, "mail_from")
+        if self.runtime.behaviour.mail_from_reply:
+            return self.runtime.behaviour.mail_from_reply
         envelope.mail_from = address
         envelope.mail_options.extend(mail_options)
         return REPLY_MAIL_OK
@@ -249,8 +257,9 @@ class TestbedSMTP(SMTP):
         await super().push(status)
 
     async def _handle_client(self) -> None:
-        if self.runtime.behaviour.greeting_421:
-            await self.push(REPLY_GREETING_421)
+        refusal = self.runtime.behaviour.greeting_reply
+        if self.runtime.behaviour.greeting_421 or refusal:
+            await self.push(refusal or REPLY_GREETING_421)
             if self.transport is not None:
                 self.transport.close()
             return
@@ -299,6 +308,18 @@ class TestbedSMTP(SMTP):
         await asyncio.get_running_loop().create_future()  # silent from here on
 
     # ------------------------------------------------------------------ commands
+    async def smtp_EHLO(self, hostname: str) -> None:
+        if self.runtime.behaviour.helo_reply:
+            await self.push(self.runtime.behaviour.helo_reply)
+            return
+        await super().smtp_EHLO(hostname)
+
+    async def smtp_HELO(self, hostname: str) -> None:
+        if self.runtime.behaviour.helo_reply:
+            await self.push(self.runtime.behaviour.helo_reply)
+            return
+        await super().smtp_HELO(hostname)
+
     async def smtp_RSET(self, arg: str | None) -> None:
         self.tx_domain = None
         await super().smtp_RSET(arg)
@@ -358,6 +379,9 @@ class TestbedSMTP(SMTP):
     async def smtp_STARTTLS(self, arg: str) -> None:
         if not arg and self.tls_context is not None and self._tls_protocol is None:
             self.runtime.stats.count(self.runtime.name, "starttls")
+            if self.runtime.behaviour.starttls_reply:
+                await self.push(self.runtime.behaviour.starttls_reply)
+                return
         await super().smtp_STARTTLS(arg)
 
 

@@ -74,6 +74,16 @@ class HostBehaviour:
       banner is a 421 and the server closes.
     - ``starttls`` / ``pipelining``: advertise (and do) STARTTLS with a self-signed certificate,
       advertise PIPELINING (pipelined commands are always answered in order).
+    - ``greeting_reply``: a banner that refuses the session (``554 5.3.2 … not accepting
+      connections``), then the server closes; ``greeting_421`` is the 421 case.
+    - ``helo_reply``: the reply to every ``EHLO`` and ``HELO`` (``554 5.7.1 … Helo command
+      rejected``).
+    - ``starttls_reply``: with ``starttls``, the reply to ``STARTTLS`` instead of the
+      handshake (``454 4.7.0 TLS not available``); the session goes on in plain text.
+    - ``mail_from_reply``: the reply to every ``MAIL FROM`` instead of 250 (a refused sender,
+      as Postfix's ``reject_unknown_sender_domain`` answers).
+    - ``rcpt_replies``: local parts or full addresses (case-insensitive) → the reply to their
+      ``RCPT TO``, before every rule but the recipient limit (``452 4.2.2 … over quota``).
     - ``hostile``: a server that breaks the protocol on purpose (see ``HOSTILE_MODES``), for
       the hardening tests; ``hostile_bytes`` caps what a streaming mode sends (the
       banner's size for ``huge_banner``) and ``hostile_interval`` paces its lines.
@@ -93,6 +103,11 @@ class HostBehaviour:
     greeting_421: bool = False
     starttls: bool = False
     pipelining: bool = False
+    greeting_reply: str | None = None
+    helo_reply: str | None = None
+    starttls_reply: str | None = None
+    mail_from_reply: str | None = None
+    rcpt_replies: dict[str, str] = field(default_factory=dict)
     hostile: str | None = None
     hostile_bytes: int = 10 * 1024 * 1024
     hostile_interval: float = 0.0
@@ -101,6 +116,7 @@ class HostBehaviour:
         # Matching is case-insensitive: store lower-case once instead of at every RCPT.
         self.mailboxes = {m.strip().lower() for m in self.mailboxes}
         self.full_mailboxes = {m.strip().lower() for m in self.full_mailboxes}
+        self.rcpt_replies = {k.strip().lower(): v for k, v in self.rcpt_replies.items()}
         if self.hostile is not None and self.hostile not in HOSTILE_MODES:
             raise ValueError(f"hostile: {self.hostile!r} is not one of {sorted(HOSTILE_MODES)}")
 
@@ -113,6 +129,12 @@ class HostBehaviour:
     def has_mailbox(self, address: str) -> bool:
         """Is ``address`` (or its local part) one of the known mailboxes (full ones included)?"""
         return self._matches(self.mailboxes, address) or self._matches(self.full_mailboxes, address)
+
+    def scripted_reply(self, address: str) -> str | None:
+        """The ``rcpt_replies`` entry for ``address`` (or its local part), if any."""
+        address = address.lower()
+        local = address.rpartition("@")[0] if "@" in address else address
+        return self.rcpt_replies.get(address, self.rcpt_replies.get(local))
 
     def is_full(self, address: str) -> bool:
         """Is ``address`` (or its local part) a mailbox that is over quota?"""

@@ -1,0 +1,107 @@
+"""Servers that refuse at another step than RCPT TO — the banner, EHLO/HELO, STARTTLS, our
+MAIL FROM — and 452 replies that are not the recipient limit. A refusal that names no
+mailbox never makes an address invalid, and costs no more sessions than it must."""
+
+from __future__ import annotations
+
+import pytest
+
+from verimail.schemas.outcomes import Status, SubStatus
+from verimail.tasks.engine import Engine
+from verimail.tasks.finder import find_email
+from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
+
+SENDER_UNKNOWN = "553 5.1.8 <verify@verimail.localhost>: Sender address rejected: Domain not found"
+
+HOSTS: dict[str, HostBehaviour] = {
+    "sender5": HostBehaviour(mailboxes={"alice"}, mail_from_reply=SENDER_UNKNOWN),
+    "sender4": HostBehaviour(
+        mailboxes={"alice"},
+        mail_from_reply="450 4.1.8 <verify@verimail.localhost>: Sender address rejected: "
+        "Domain not found",
+    ),
+    "banner554": HostBehaviour(
+        mailboxes={"alice"}, greeting_reply="554 5.3.2 mx.banner554.test not accepting connections"
+    ),
+    "helo": HostBehaviour(
+        mailboxes={"alice"}, helo_reply="554 5.7.1 <verimail.localhost>: Helo command rejected"
+    ),
+    "notls": HostBehaviour(
+        mailboxes={"alice"}, starttls=True, starttls_reply="454 4.7.0 TLS not available"
+    ),
+    "quota": HostBehaviour(
+        mailboxes={f"user{i}" for i in range(10)},
+        rcpt_replies={"full": "452 4.2.2 The email account that you tried to reach is over quota"},
+    ),
+}
+
+
+@pytest.fixture
+def engine(testbed_factory, testbed_settings, tmp_path) -> Engine:
+    world = World.of(
+        [HostSpec(f"mx.{name}.test", behaviour) for name, behaviour in HOSTS.items()],
+        [DomainSpec(f"{name}.test", mx=[(10, f"mx.{name}.test")]) for name in HOSTS],
+    )
+    tb = testbed_factory(world)
+    engine = Engine(testbed_settings(tb, tmp_path))
+    engine.testbed = tb  # type: ignore[attr-defined]
+    return engine
+
+
+@pytest.mark.parametrize(
+    ("domain", "sub_status"),
+    [("sender5.test", SubStatus.BLOCKED), ("sender4.test", SubStatus.TEMP_FAILURE)],
+)
+async def test_a_refused_sender_says_nothing_of_the_mailbox(engine, domain, sub_status):
+    """Postfix's reject_unknown_sender_domain refuses our MAIL FROM with a 5.1.8: that is
+    about our address, not alice's or nobody's, so both are unknown and no RCPT is sent."""
+    batch = await engine.verify_many([f"alice@{domain}", f"nobody@{domain}"])
+    for result in batch.results:
+        assert (result.status, result.sub_status) == (Status.UNKNOWN, sub_status), result
+        assert "does not exist" not in result.reason
+        assert result.smtp_response and "Sender address rejected" in result.smtp_response
+    assert engine.testbed.host_stats(f"mx.{domain.removesuffix('.test')}.test").rcpts == []
+
+
+async def test_the_finder_learns_nothing_from_a_refused_sender(engine):
+    """The finder's candidates are not "refused" when our sender was: no find, no claim
+    that the addresses do not exist, no RCPT."""
+    result = await find_email(engine, "Alice", "Smith", "sender5.test", max_probes=4)
+    assert not result.found and result.email is None
+    assert "refused all" not in result.reason
+    assert engine.testbed.host_stats("mx.sender5.test").rcpts == []
+
+
+@pytest.mark.parametrize(
+    ("domain", "sub_status"),
+    [("banner554.test", SubStatus.BLOCKED), ("helo.test", SubStatus.BLOCKED)],
+)
+async def test_a_refusal_before_any_address_is_blocked(engine, domain, sub_status):
+    """A 554 banner or a refused EHLO/HELO comes before any address is named: unknown
+    (blocked), not risky, and the same for every address."""
+    batch = await engine.verify_many([f"alice@{domain}", f"nobody@{domain}"])
+    for result in batch.results:
+        assert (result.status, result.sub_status) == (Status.UNKNOWN, sub_status), result
+
+
+async def test_a_refused_starttls_goes_on_in_plain_text(engine):
+    """The server offers STARTTLS and then answers 454: the check goes on unencrypted, as
+    mail servers do, and reads the mailboxes as usual."""
+    batch = await engine.verify_many(["alice@notls.test", "nobody@notls.test"])
+    assert [r.status for r in batch.results] == [Status.VALID, Status.INVALID]
+    assert engine.testbed.host_stats("mx.notls.test").starttls == 1
+
+
+async def test_an_over_quota_452_is_a_full_mailbox_not_a_recipient_limit(engine):
+    """Gmail answers a full mailbox with 452 4.2.2: that mailbox is risky (mailbox_full),
+    and the host does not get a recipient limit of one from it — the addresses after it
+    still share one session."""
+    first = await engine.verify_many(["full@quota.test"])
+    assert (first.results[0].status, first.results[0].sub_status) == (
+        Status.RISKY,
+        SubStatus.MAILBOX_FULL,
+    )
+    before = engine.testbed.host_stats("mx.quota.test").sessions
+    batch = await engine.verify_many([f"user{i}@quota.test" for i in range(10)])
+    assert {r.status for r in batch.results} == {Status.VALID}
+    assert engine.testbed.host_stats("mx.quota.test").sessions - before == 1
