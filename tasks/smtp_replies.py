@@ -8,6 +8,7 @@ The table (DESIGN.md "Reply codes → outcome"), first matching row wins:
 | 5xx with 5.7.x, or block-list / policy text | blocked | it refused *us*, not the box |
 | 552, or 5.2.2 (452 4.2.2 too) | mailbox_full | exists, but mail would bounce now (risky) |
 | 550/551/553 with 5.1.x, or unknown-user text | no_mailbox | the mailbox does not exist |
+| 550 with 5.2.1 | no_mailbox | the mailbox is disabled: mail to it bounces for good |
 | 550/551/553/554, unknown-user text | no_mailbox | the text says so |
 | other 5xx | rejected_other | a refusal we cannot read |
 | 452 (not 4.2.2) | (too many recipients: the prober opens a new session, never a verdict) |
@@ -34,7 +35,8 @@ _UNKNOWN_USER_TEXT = re.compile(
     r"mailbox (unavailable|not found|does not exist)|does not exist|"
     r"recipient (address )?rejected|invalid recipient|address rejected|"
     r"unrouteable|undeliverable address|not a valid mailbox|user not found|"
-    r"no mailbox|account (is )?(disabled|closed|inactive)|recipient unknown",
+    r"no mailbox|account (is )?(disabled|closed|inactive)|recipient unknown|"
+    r"(doesn't|does not) have an? (\S+ ){0,3}account|account .{0,40}\bis disabled",
     re.IGNORECASE,
 )
 _GREYLIST_TEXT = re.compile(r"grey ?list|gray ?list|try (again )?later|4\.7\.1|4\.2\.0", re.I)
@@ -65,6 +67,8 @@ def classify_rcpt(code: int, message: str) -> SmtpOutcome:
         if code == 552 or enhanced == (5, 2, 2):
             return SmtpOutcome.MAILBOX_FULL
         if code in (550, 551, 553) and enhanced and enhanced[1] == 1:
+            return SmtpOutcome.NO_MAILBOX
+        if code == 550 and enhanced == (5, 2, 1):  # mailbox disabled: mail bounces for good
             return SmtpOutcome.NO_MAILBOX
         if code in (550, 551, 553, 554) and _UNKNOWN_USER_TEXT.search(message):
             return SmtpOutcome.NO_MAILBOX

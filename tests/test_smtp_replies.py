@@ -1,0 +1,48 @@
+"""How replies to RCPT TO are read: real servers' wording, table by table."""
+
+from __future__ import annotations
+
+import pytest
+
+from verimail.schemas.outcomes import SmtpOutcome
+from verimail.tasks.smtp_replies import classify_rcpt
+
+REPLIES: list[tuple[int, str, SmtpOutcome]] = [
+    (250, "2.1.5 Ok", SmtpOutcome.ACCEPTED),
+    (550, "5.1.1 <x@y>: Recipient address rejected: User unknown", SmtpOutcome.NO_MAILBOX),
+    (
+        550,
+        "5.1.1 The email account that you tried to reach does not exist.",
+        SmtpOutcome.NO_MAILBOX,
+    ),
+    # Gmail, a disabled account: it will never take mail again.
+    (
+        550,
+        "5.2.1 The email account that you tried to reach is disabled.",
+        SmtpOutcome.NO_MAILBOX,
+    ),
+    # Yahoo has no enhanced code; its text says there is no such account.
+    (
+        554,
+        "delivery error: dd This user doesn't have a yahoo.com account (x@yahoo.com) [0]",
+        SmtpOutcome.NO_MAILBOX,
+    ),
+    (552, "5.2.2 Mailbox full", SmtpOutcome.MAILBOX_FULL),
+    (
+        452,
+        "4.2.2 The email account that you tried to reach is over quota",
+        SmtpOutcome.MAILBOX_FULL,
+    ),
+    (554, "5.7.1 Client host rejected: listed at a block list", SmtpOutcome.BLOCKED),
+    (550, "5.7.1 Relay access denied", SmtpOutcome.BLOCKED),
+    (553, "5.3.0 Some other refusal", SmtpOutcome.REJECTED_OTHER),
+    (450, "4.2.0 Greylisted, try again later", SmtpOutcome.GREYLISTED),
+    (451, "4.3.0 Temporary lookup failure", SmtpOutcome.GREYLISTED),
+    (452, "4.3.1 Insufficient system storage", SmtpOutcome.TEMP_FAILURE),
+    (999, "5.1.1 mystery", SmtpOutcome.PROTOCOL_ERROR),
+]
+
+
+@pytest.mark.parametrize(("code", "message", "outcome"), REPLIES)
+def test_real_world_replies(code: int, message: str, outcome: SmtpOutcome) -> None:
+    assert classify_rcpt(code, message) is outcome
