@@ -124,19 +124,21 @@ class _SessionLost(Exception):
         self.finding = finding
 
 
-class _SenderRefused(Exception):
-    """The server refused our ``MAIL FROM``: it said nothing about the recipient."""
+class _NotAsked(Exception):
+    """The recipient was not asked about: the server refused our ``MAIL FROM``, or cannot
+    take the address at all (a non-ASCII local part without SMTPUTF8). Nothing was learnt
+    of the mailbox, and the session is not charged a rejection."""
 
     def __init__(self, finding: Finding) -> None:
         super().__init__(finding.response)
         self.finding = finding
 
 
-def _sender_refused(code: int, message: str, host: str) -> _SenderRefused:
+def _sender_refused(code: int, message: str, host: str) -> _NotAsked:
     """A refused sender is never "no such mailbox" (a 5.1.x there is about *our* address):
     5xx reads as blocked, 4xx as a temporary failure — both unknown."""
     outcome = SmtpOutcome.BLOCKED if code >= 500 else SmtpOutcome.TEMP_FAILURE
-    return _SenderRefused(Finding(outcome, one_line(code, message), host))
+    return _NotAsked(Finding(outcome, one_line(code, message), host))
 
 
 def _too_many_recipients(code: int, message: str, earlier: int) -> bool:
@@ -323,7 +325,7 @@ class Prober:
         stats = run.result.stats
         try:
             code, message = await self._rcpt(session, item, stats)
-        except _SenderRefused as refused:
+        except _NotAsked as refused:
             if refused.finding.outcome is SmtpOutcome.TEMP_FAILURE:
                 run.retry_later.append(item)
             self._record(run, item, refused.finding)
@@ -395,7 +397,8 @@ class Prober:
         """
         needs_utf8 = not item.rcpt.isascii()
         if needs_utf8 and not session.smtputf8:
-            return 553, "5.6.7 The server does not support SMTPUTF8 for this address"
+            # No reply to quote: the server was not asked (it cannot be, without SMTPUTF8).
+            raise _NotAsked(Finding(SmtpOutcome.NOT_ATTEMPTED, "", session.host.name))
         try:
             joins = session.in_tx and item.domain not in session.tx_domains
             if not session.in_tx or (joins and not self._mixes(session)):
@@ -412,7 +415,7 @@ class Prober:
                     raise _sender_refused(*refused, session.host.name)
                 code, message = await self._send_rcpt(session, item, stats)
             return code, message
-        except (_SessionLost, _SenderRefused):
+        except (_SessionLost, _NotAsked):
             raise
         except SMTPTimeoutError as exc:
             raise _SessionLost(
@@ -690,7 +693,7 @@ class DomainSession:
             item = items[index]
             try:
                 code, message = await self.prober._rcpt(session, item, stats)
-            except _SenderRefused as refused:  # nothing learnt of this candidate
+            except _NotAsked as refused:  # nothing learnt of this candidate
                 index += 1
                 self.prober._record(run, item, refused.finding)
                 if item.is_probe:

@@ -214,7 +214,7 @@ class TestbedSMTP(SMTP):
             _Handler(runtime),
             hostname=runtime.name,
             ident=IDENT,
-            enable_SMTPUTF8=True,
+            enable_SMTPUTF8=behaviour.smtputf8,
             tls_context=runtime.tls_context if behaviour.starttls else None,
             timeout=300,
             loop=loop,

@@ -76,6 +76,7 @@ class HostBehaviour:
       advertise PIPELINING (pipelined commands are always answered in order).
     - ``greeting_reply``: a banner that refuses the session (``554 5.3.2 … not accepting
       connections``), then the server closes; ``greeting_421`` is the 421 case.
+    - ``smtputf8``: advertise SMTPUTF8 (non-ASCII addresses); off, as older servers are.
     - ``helo_reply``: the reply to every ``EHLO`` and ``HELO`` (``554 5.7.1 … Helo command
       rejected``).
     - ``starttls_reply``: with ``starttls``, the reply to ``STARTTLS`` instead of the
@@ -103,6 +104,7 @@ class HostBehaviour:
     greeting_421: bool = False
     starttls: bool = False
     pipelining: bool = False
+    smtputf8: bool = True
     greeting_reply: str | None = None
     helo_reply: str | None = None
     starttls_reply: str | None = None

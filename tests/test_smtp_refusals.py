@@ -29,6 +29,7 @@ HOSTS: dict[str, HostBehaviour] = {
     "notls": HostBehaviour(
         mailboxes={"alice"}, starttls=True, starttls_reply="454 4.7.0 TLS not available"
     ),
+    "ascii": HostBehaviour(mailboxes={"alice", "jörg"}, smtputf8=False),
     "quota": HostBehaviour(
         mailboxes={f"user{i}" for i in range(10)},
         rcpt_replies={"full": "452 4.2.2 The email account that you tried to reach is over quota"},
@@ -105,3 +106,16 @@ async def test_an_over_quota_452_is_a_full_mailbox_not_a_recipient_limit(engine)
     batch = await engine.verify_many([f"user{i}@quota.test" for i in range(10)])
     assert {r.status for r in batch.results} == {Status.VALID}
     assert engine.testbed.host_stats("mx.quota.test").sessions - before == 1
+
+
+async def test_a_non_ascii_mailbox_on_a_server_without_smtputf8_is_not_checked(engine):
+    """The server cannot be asked about jörg@ (it does not offer SMTPUTF8): the result says
+    the mailbox was not checked — no reply is made up and none is quoted — and alice@ on
+    the same server is checked as usual."""
+    batch = await engine.verify_many(["jörg@ascii.test", "alice@ascii.test"])
+    jorg, alice = batch.results
+    assert (jorg.status, jorg.sub_status) == (Status.UNKNOWN, SubStatus.NOT_CHECKED)
+    assert not jorg.smtp_response and "replied" not in jorg.reason
+    assert alice.status is Status.VALID
+    asked = engine.testbed.host_stats("mx.ascii.test").rcpts
+    assert "alice@ascii.test" in asked and not any("jörg" in rcpt for rcpt in asked)
