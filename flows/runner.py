@@ -59,6 +59,9 @@ def _flow_for(kind: str) -> Any:
     raise ValueError(f"unknown job kind {kind!r}")
 
 
+WARM_UP_JOIN_SECONDS = 60.0  # the most a shutdown waits for the Prefect warm-up
+
+
 class LocalRunner:
     """Runs flows in this process, in background threads, on Prefect's embedded server."""
 
@@ -72,6 +75,7 @@ class LocalRunner:
         self._lock = threading.Lock()
         self._prefect_lock = threading.Lock()
         self._prefect_ready = False
+        self._warm_up: threading.Thread | None = None
 
     def warm_up(self) -> threading.Thread:
         """Import Prefect and start its embedded server in a background thread."""
@@ -79,6 +83,7 @@ class LocalRunner:
             target=self._ensure_prefect, name="verimail-prefect-warm-up", daemon=True
         )
         thread.start()
+        self._warm_up = thread
         return thread
 
     def _ensure_prefect(self) -> None:
@@ -150,6 +155,11 @@ class LocalRunner:
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        # A process that ends while the warm-up is still starting Prefect kills that
+        # thread inside native code at interpreter exit, which aborts the process
+        # ("FATAL: exception not rethrown", seen with `verimail demo --once`): let it end.
+        if self._warm_up is not None:
+            self._warm_up.join(WARM_UP_JOIN_SECONDS)
 
 
 def _attempt_of(settings: Settings, job_id: int) -> int | None:
