@@ -10,6 +10,7 @@ import asyncio
 import csv
 import io
 import re
+import secrets
 import stat
 import time
 from collections.abc import AsyncIterator
@@ -25,6 +26,7 @@ from typer.testing import CliRunner
 from verimail.api.dashboard.security import (
     LOGIN_FAILURES,
     SESSION_COOKIE,
+    SIGNUPS_PER_HOUR,
     hash_password_sync,
 )
 from verimail.store import accounts as acc
@@ -350,6 +352,49 @@ async def test_login_rate_limit_per_email_and_address(settings):
             assert (await log_in(elsewhere, "victim@example.com")).status_code == 303
         async with browser(app) as same_address:
             assert (await log_in(same_address, "bystander@example.com")).status_code == 303
+
+
+@pytest.mark.parametrize("redis", [False, True], ids=["memory", "redis"])
+async def test_a_burst_of_guesses_checks_no_more_passwords_than_the_limit(settings, redis):
+    """40 guesses at once for one account from one address: each is counted before its
+    password is checked, so at most LOGIN_FAILURES are checked and the rest answered 429 —
+    in one process's memory and in Redis alike."""
+    if redis:
+        settings = settings.model_copy(update={"redis_url": "redis://127.0.0.1:6379/0"})
+    async with running_app(settings, rate_limit_prefix=f"burst-{secrets.token_hex(4)}") as app:
+        make_user(app, "victim@example.com")
+        async with browser(app) as client:
+            csrf = await token(client)
+
+            async def guess(i: int) -> int:
+                password = PASSWORD if i == 39 else f"wrong guess {i}"
+                form = {"csrf_token": csrf, "email": "victim@example.com", "password": password}
+                return (await client.post("/dashboard/login", data=form)).status_code
+
+            codes = await asyncio.gather(*(guess(i) for i in range(40)))
+        checked = [c for c in codes if c != 429]
+        assert len(checked) <= LOGIN_FAILURES, sorted(codes)
+
+
+@pytest.mark.parametrize("redis", [False, True], ids=["memory", "redis"])
+async def test_a_burst_of_signups_makes_no_more_accounts_than_the_limit(settings, redis):
+    """30 sign-ups at once from one address: at most SIGNUPS_PER_HOUR accounts (each comes
+    with free credits), whichever store holds the counters."""
+    if redis:
+        settings = settings.model_copy(update={"redis_url": "redis://127.0.0.1:6379/0"})
+    async with running_app(settings, rate_limit_prefix=f"burst-{secrets.token_hex(4)}") as app:
+        codes = await asyncio.gather(
+            *(sign_up(app.client, f"farm{i}@example.com") for i in range(30))
+        )
+        made = [
+            i
+            for i in range(30)
+            if acc.get_account_by_email(app.store.engine, f"farm{i}@example.com")
+        ]
+    assert (
+        len(made) <= SIGNUPS_PER_HOUR
+        and [r.status_code for r in codes].count(429) >= 30 - SIGNUPS_PER_HOUR
+    )
 
 
 async def test_a_successful_login_clears_earlier_failures(settings):

@@ -205,7 +205,7 @@ async def login(request: Request, store: StoreDep, form: CheckedForm) -> Respons
     email = _normalise_email(raw_email) or raw_email.strip().lower()
     address = client_address(request)
     context = {"email": raw_email, "next": target}
-    wait = await state.throttle.login_blocked(email, address)
+    wait = await state.throttle.login_attempt(email, address)
     if wait is not None:
         minutes = LOGIN_WINDOW_SECONDS // 60
         context["error"] = (
@@ -224,8 +224,7 @@ async def login(request: Request, store: StoreDep, form: CheckedForm) -> Respons
         )
     stored = account.password_hash if account is not None else None
     ok, rehash = await verify_password(stored, password, state.hash_slots)
-    if not ok or account is None or stored is None:
-        await state.throttle.login_failed(email, address)
+    if not ok or account is None or stored is None:  # (counted as a try already)
         context["error"] = LOGIN_FAILED
         return render(request, "login.html", context, status_code=400)
     await state.throttle.login_succeeded(email, address)

@@ -286,10 +286,12 @@ class Throttle:
             with contextlib.suppress(Exception):
                 await client.aclose()
 
-    async def _wait(self, item: Any, *key: str) -> int | None:
-        """Seconds until ``key`` may try again, or None when it may now."""
+    async def _take(self, item: Any, *key: str) -> int | None:
+        """Count one try of ``key`` now, in the same step as the check (a burst of parallel
+        requests cannot all pass a check made before any of them is counted); None when it
+        was within the limit, else the seconds until the next try may be made."""
         try:
-            if await self._window.test(item, *key):
+            if await self._window.hit(item, *key):
                 return None
             stats = await self._window.get_window_stats(item, *key)
         except Exception as exc:
@@ -297,22 +299,15 @@ class Throttle:
             return None
         return max(1, math.ceil(stats.reset_time - time.time()))
 
-    async def _hit(self, item: Any, *key: str) -> None:
-        try:
-            await self._window.hit(item, *key)
-        except Exception as exc:
-            log.warning("throttle storage failed, not counted: %s", exc)
-
-    async def login_blocked(self, email: str, address: str) -> int | None:
-        """Retry-After seconds when this email+address (or address) failed too often."""
-        pair = await self._wait(_LOGIN, "login", _email_key(email), address)
+    async def login_attempt(self, email: str, address: str) -> int | None:
+        """Count a login before its password is checked: Retry-After seconds when this
+        email+address (or the address) is over its limit. Every try counts until one
+        succeeds (:meth:`login_succeeded` clears the pair), so at most
+        :data:`LOGIN_FAILURES` passwords are checked per window however many arrive at once."""
+        pair = await self._take(_LOGIN, "login", _email_key(email), address)
         if pair is not None:
             return pair
-        return await self._wait(_LOGIN_ADDRESS, "login-address", address)
-
-    async def login_failed(self, email: str, address: str) -> None:
-        await self._hit(_LOGIN, "login", _email_key(email), address)
-        await self._hit(_LOGIN_ADDRESS, "login-address", address)
+        return await self._take(_LOGIN_ADDRESS, "login-address", address)
 
     async def login_succeeded(self, email: str, address: str) -> None:
         """The right password clears that pair's failures (the owner is not locked out later)."""
@@ -323,7 +318,4 @@ class Throttle:
 
     async def signup_allowed(self, address: str) -> int | None:
         """None when ``address`` may create an account now (and counts it), else Retry-After."""
-        wait = await self._wait(_SIGNUP, "signup", address)
-        if wait is None:
-            await self._hit(_SIGNUP, "signup", address)
-        return wait
+        return await self._take(_SIGNUP, "signup", address)
