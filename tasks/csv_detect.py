@@ -58,7 +58,12 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"PK\x03\x04", "an Excel workbook or a ZIP archive; save the sheet as CSV first"),
     (b"\xd0\xcf\x11\xe0", "an Excel or Office document; save the sheet as CSV first"),
     (b"\x1f\x8b", "a gzip archive"),
+    (b"\x28\xb5\x2f\xfd", "a Zstandard archive"),
+    (b"\xfd7zXZ\x00", "an xz archive"),
 )
+# Polars inflates a source that starts like a zlib stream (or gzip, zstd) on its own: such
+# a file is left to the tokenizer, which reads its bytes as they are ("x^" is text too).
+_ZLIB_HEADERS = (b"\x78\x01", b"\x78\x5e", b"\x78\x9c", b"\x78\xda")
 _BINARY = "The file does not look like a CSV text file (binary data found)."
 _CP1252_UNDEFINED = re.compile(rb"[\x81\x8d\x8f\x90\x9d]")
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
@@ -520,6 +525,8 @@ def fast_data_cells(
     """
     if encoding != "utf-8" or len(data) > WHOLE_READ_MAX or b"\x00" in data:
         return None  # (the tokenizer refuses NUL bytes)
+    if data.startswith(_ZLIB_HEADERS):
+        return None  # Polars would read what it inflates, not the bytes
     first_line = data[: data.find(b"\n")] if b"\n" in data else data
     if first_line.count(delimiter.encode()) >= FAST_MAX_COLUMNS:
         return None  # Polars' cost grows with the width of the first line

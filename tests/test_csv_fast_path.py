@@ -12,7 +12,9 @@ import codecs
 import csv
 import io
 import random
+import struct
 import sys
+import zlib
 from pathlib import Path
 
 import polars as pl
@@ -308,3 +310,44 @@ def test_encoding_is_the_same_from_memory_or_the_file(tmp_path: Path, data: byte
     path = tmp_path / "in.csv"
     path.write_bytes(data)
     assert detect_encoding(path, data) == detect_encoding(path)
+
+
+def _zlib_stored_stream() -> bytes:
+    """A zlib stream (header ``x\\x01``, one stored block, Adler-32 trailer) that is also
+    valid UTF-8 text: its block length bytes are ``A\\xc3`` and their complement ``\\xbe<``,
+    and the padding is chosen so that the trailer is printable."""
+    length = 0xC341
+    body = b"".join(f"u{i}@x.org\n".encode() for i in range(6000))
+    for pad in range(10_000):
+        raw = (b"email\n" + b"n" * pad + b"\n" + body)[:length]
+        trailer = struct.pack(">I", zlib.adler32(raw))
+        if all(0x20 <= byte < 0x7F for byte in trailer):
+            return b"x\x01\x01A\xc3\xbe<" + raw + trailer
+    raise AssertionError("no printable trailer found")
+
+
+def test_an_upload_polars_would_inflate_is_never_handed_to_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Polars inflates a source that starts like a zlib stream, all of it, in memory — a
+    50 MB upload could become gigabytes before any check runs (a zip bomb). Such an upload
+    (here a stored block, so it is text as well) never reaches Polars, and is read byte for
+    byte: its first line is the header it really has, not the inflated text."""
+    data = _zlib_stored_stream()
+    assert zlib.decompress(data).startswith(b"email\n")  # what Polars would have read
+    sources: list[bytes] = []
+    scan_csv = pl.scan_csv
+
+    def watched(source: object, *args: object, **kwargs: object) -> pl.LazyFrame:
+        if isinstance(source, bytes):
+            sources.append(source[:2])
+        return scan_csv(source, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(csv_detect.pl, "scan_csv", watched)
+    path = tmp_path / "stream.csv"
+    path.write_bytes(data)
+    info, rows = read_emails(path, max_rows=100_000)
+    assert b"x\x01" not in sources
+    assert info.columns[0].startswith("x\x01")
+    assert info.row_count == data.count(b"\n")
+    assert rows.height == info.row_count

@@ -374,6 +374,10 @@ def test_headerless_override_by_position(tmp_path: Path) -> None:
         (b"name,email\nAnn,\nBob, \n", "Column 'email' has no addresses in any row."),
         (PNG, "The file does not look like a CSV text file (it looks like a PNG image)."),
         (
+            b"\x28\xb5\x2f\xfd" + bytes(64),
+            "The file does not look like a CSV text file (it looks like a Zstandard archive).",
+        ),
+        (
             b"email\na@x.org\x00\x00\nb@y.org\n",
             "The file does not look like a CSV text file (binary data found).",
         ),
