@@ -55,12 +55,22 @@ def check_url(url: str, allow_networks: Iterable[IPNetwork]) -> None:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise WebhookRefused("webhook_url must be an http:// or https:// URL with a host.")
-    try:
-        ipaddress.ip_address(parts.hostname)
-    except ValueError:
-        return
-    if not smtp_address_allowed(parts.hostname, list(allow_networks)):
+    literal = _ip_literal(parts.hostname)
+    if literal is not None and not smtp_address_allowed(literal, list(allow_networks)):
         raise WebhookRefused("webhook_url points at a private or reserved address.")
+
+
+def _ip_literal(host: str) -> str | None:
+    """The address a host name spells, in any form a resolver takes without DNS: dotted,
+    IPv6, and the legacy IPv4 forms (``127.1``, ``2130706433``, ``0x7f000001``, ``0``)."""
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    try:
+        return socket.inet_ntoa(socket.inet_aton(host))  # (inet_aton never asks DNS)
+    except OSError:
+        return None
 
 
 async def _resolve(host: str, port: int, allow: list[IPNetwork]) -> str:

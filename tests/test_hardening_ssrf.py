@@ -189,6 +189,12 @@ PRIVATE_WEBHOOKS = [
     "http://[fc00::1]/",
     "http://[fe80::1]/",
     "http://[2002:a00:1::1]/",  # 6to4 of 10.0.0.1
+    # Legacy IPv4 spellings a resolver reads as addresses, without DNS:
+    "http://2130706433/",  # 127.0.0.1 as one number
+    "http://0x7f000001/",
+    "http://127.1/",
+    "http://0/",
+    "http://2852039166/latest/meta-data/",  # 169.254.169.254
 ]
 
 
