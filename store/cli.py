@@ -33,6 +33,7 @@ from verimail.store import credits as cr
 from verimail.store.credits import AccountNotFound
 from verimail.store.db import Store, init_store
 from verimail.store.plans import PLAN_NAMES, UnknownPlan, get_plan
+from verimail.store.tables import MAX_INT
 
 accounts_app = typer.Typer(help="Create, list and change accounts.", no_args_is_help=True)
 keys_app = typer.Typer(help="Issue, list and revoke API keys.", no_args_is_help=True)
@@ -42,7 +43,7 @@ credits_app = typer.Typer(help="Grant credits and show balances.", no_args_is_he
 console = Console()
 err_console = Console(stderr=True)
 
-AccountOpt = Annotated[int, typer.Option("--account", "-a", help="Account id.")]
+AccountOpt = Annotated[int, typer.Option("--account", "-a", min=1, max=MAX_INT, help="Account id.")]
 PlanHelp = f"Plan: {', '.join(PLAN_NAMES)}."
 
 
@@ -117,8 +118,8 @@ def accounts_create(
 
 @accounts_app.command("list")
 def accounts_list(
-    limit: Annotated[int, typer.Option(help="Most accounts to show.")] = 100,
-    offset: Annotated[int, typer.Option(help="Accounts to skip.")] = 0,
+    limit: Annotated[int, typer.Option(min=0, max=MAX_INT, help="Most accounts to show.")] = 100,
+    offset: Annotated[int, typer.Option(min=0, max=MAX_INT, help="Accounts to skip.")] = 0,
 ) -> None:
     """List accounts with their plan and balance."""
     with _store() as store:
@@ -143,7 +144,7 @@ def accounts_list(
 
 @accounts_app.command("set")
 def accounts_set(
-    account_id: Annotated[int, typer.Option("--id", help="Account id.")],
+    account_id: Annotated[int, typer.Option("--id", min=1, max=MAX_INT, help="Account id.")],
     plan: Annotated[str | None, typer.Option(help=PlanHelp)] = None,
     finder: Annotated[
         bool | None, typer.Option("--finder/--no-finder", help="Email Finder.")
@@ -208,7 +209,7 @@ def keys_list(account: AccountOpt) -> None:
 @keys_app.command("revoke")
 def keys_revoke(
     account: AccountOpt,
-    key_id: Annotated[int, typer.Argument(help="Key id (see `keys list`).")],
+    key_id: Annotated[int, typer.Argument(min=1, max=MAX_INT, help="Key id (see `keys list`).")],
 ) -> None:
     """Revoke a key; requests with it fail with 401 from now on."""
     with _store() as store:
@@ -224,7 +225,7 @@ def keys_revoke(
 @credits_app.command("grant")
 def credits_grant(
     account: AccountOpt,
-    amount: Annotated[int, typer.Argument(min=1, help="Prepaid credits to add.")],
+    amount: Annotated[int, typer.Argument(min=1, max=MAX_INT, help="Prepaid credits to add.")],
     reason: Annotated[str, typer.Option(help="Why (kept in the ledger).")] = "operator grant",
 ) -> None:
     """Add prepaid credits (they never expire)."""
@@ -239,7 +240,7 @@ def credits_grant(
 @credits_app.command("show")
 def credits_show(
     account: AccountOpt,
-    limit: Annotated[int, typer.Option(help="Ledger rows to show.")] = 20,
+    limit: Annotated[int, typer.Option(min=0, max=MAX_INT, help="Ledger rows to show.")] = 20,
 ) -> None:
     """Show an account's balance and its most recent ledger rows."""
     with _store() as store:

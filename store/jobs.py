@@ -33,7 +33,7 @@ from verimail.store.credits import (
     refund_once_in,
 )
 from verimail.store.db import utcnow, write_tx
-from verimail.store.tables import JOB_KINDS, jobs
+from verimail.store.tables import JOB_KINDS, MAX_INT, jobs
 
 JobKind = Literal["bulk_csv", "bulk_json", "finder_csv", "reverify"]
 JobStatus = Literal["pending", "processing", "completed", "failed"]
@@ -214,7 +214,7 @@ def _one(engine: Engine, *where: Any) -> Job | None:
     return _job(row) if row else None
 
 
-MAX_ID = 2**31 - 1
+MAX_ID = MAX_INT
 """Largest id the jobs table's ``INTEGER`` key holds on PostgreSQL (SQLite's goes higher, but
 ids are never allocated past this on either); a bigger one (from a URL) names no job, and
 is answered without a query — PostgreSQL would raise "integer out of range"."""

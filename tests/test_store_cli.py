@@ -114,3 +114,24 @@ def test_accounts_set_and_credits(database_url: str) -> None:
     assert "invoice 7" in shown and "+250" in shown and "signup" in shown
     zero = CliRunner().invoke(app, ["credits", "grant", "--account", "1", "0"])
     assert zero.exit_code != 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["keys", "list", "--account", "99999999999999999999"],
+        ["keys", "revoke", "--account", "1", "99999999999999999999"],
+        ["credits", "grant", "--account", "1", "99999999999999999999"],
+        ["credits", "show", "--account", "0"],
+        ["accounts", "set", "--id", "99999999999999999999", "--plan", "pro"],
+        ["accounts", "list", "--limit", "-1"],
+    ],
+    ids=["keys-list", "keys-revoke", "grant", "show-0", "accounts-set", "negative-limit"],
+)
+def test_numbers_out_of_range_are_a_usage_error(database_url: str, args: list[str]) -> None:
+    """An id or amount no column can hold is refused by the command line itself (exit 2,
+    "Invalid value" and the bound), not a traceback from the database driver."""
+    run("accounts", "create", "--plan", "free")
+    result = CliRunner().invoke(app, args, terminal_width=200)
+    assert result.exit_code == 2, result.output
+    assert "Invalid value" in result.output and "Traceback" not in result.output

@@ -17,13 +17,14 @@ from verimail.api.dashboard.security import hash_password_sync, password_problem
 from verimail.config import get_settings
 from verimail.store import accounts as acc
 from verimail.store.db import init_store
+from verimail.store.tables import MAX_INT
 
 console = Console()
 err_console = Console(stderr=True)
 
 
 def set_password_command(
-    account_id: Annotated[int, typer.Option("--id", help="Account id.")],
+    account_id: Annotated[int, typer.Option("--id", min=1, max=MAX_INT, help="Account id.")],
     password: Annotated[
         str,
         typer.Option(
