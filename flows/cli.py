@@ -59,6 +59,18 @@ def _run_here(settings, store, kind: str, job_id: int, total: int):  # type: ign
     return current
 
 
+def _results_path(out: Path | None, default: Path) -> Path:
+    """Where the results go: ``--out`` (a file, or a folder to put ``default``'s name in),
+    checked before the job runs — not found missing after a long run."""
+    if out is None:
+        return default
+    if out.is_dir():
+        return out / default.name
+    if not out.parent.is_dir():
+        raise typer.BadParameter(f"the folder {out.parent} does not exist", param_hint="--out")
+    return out
+
+
 def bulk_command(
     file: Path = typer.Argument(..., exists=True, dir_okay=False, help="CSV of addresses."),
     column: str | None = typer.Option(None, "--column", "-c", help="The email column."),
@@ -75,6 +87,7 @@ def bulk_command(
     from verimail.tasks.bulk_io import read_job_input
     from verimail.tasks.csv_detect import UploadError
 
+    target = _results_path(out, file.with_name(f"{file.stem}.results.csv"))
     settings = get_settings()
     try:
         job_input = read_job_input(file, column, settings.upload_max_rows)
@@ -91,7 +104,7 @@ def bulk_command(
         count,
         reserve=count,
         upload_path=str(file.resolve()),
-        email_column=job_input.info.email_column,
+        email_column=job_input.info.email_reference,
         options={"source": "cli"},
     )
     assert job is not None  # just granted
@@ -101,7 +114,6 @@ def bulk_command(
         "seconds to start)…"
     )
     current = _run_here(settings, store, "bulk", job.id, count)
-    target = out or file.with_name(f"{file.stem}.results.csv")
     shutil.copyfile(current.result_path or "", target)
     table = Table("status", "addresses")
     for name in ("valid", "invalid", "catch_all", "disposable", "unknown", "risky"):
@@ -139,6 +151,7 @@ def find_command(
     from verimail.store import jobs as job_store
     from verimail.tasks.csv_detect import UploadError
 
+    target = _results_path(out, file.with_name(f"{file.stem}.found.csv"))
     settings = get_settings()
     try:
         _, rows = read_finder_upload(file, {}, settings.upload_max_rows)
@@ -160,7 +173,6 @@ def find_command(
     )
     assert job is not None
     current = _run_here(settings, store, "finder", job.id, rows.height)
-    target = out or file.with_name(f"{file.stem}.found.csv")
     shutil.copyfile(current.result_path or "", target)
     console.print(
         f"{current.found_count} found, {current.catch_all_count} catch-all guesses, "

@@ -4,6 +4,7 @@ the installed command in a subprocess, against the testbed, on the session's Pre
 from __future__ import annotations
 
 import csv
+import re
 import subprocess
 
 import pytest
@@ -66,3 +67,10 @@ def test_bulk_find_and_history_commands(testbed_factory, tmp_path):
     missing_column.write_text("name,phone\nann,1\n")
     refused = _run(["bulk", str(missing_column)], env)
     assert refused.returncode == 2 and "email column" in refused.stderr.lower()
+    # A results path in a folder that does not exist is refused before any job runs.
+    nowhere = _run(["bulk", str(people), "--out", str(tmp_path / "no" / "out.csv")], env)
+    assert nowhere.returncode == 2 and "does not" in nowhere.stderr, nowhere.stderr
+    lost = _run(["find", "--file", str(finder), "--out", str(tmp_path / "no" / "f.csv")], env)
+    assert lost.returncode == 2 and "does not" in lost.stderr, lost.stderr
+    runs = _run(["history", "query", "SELECT count(DISTINCT job_id) AS runs FROM history"], env)
+    assert runs.returncode == 0 and re.search(r"│ 1 +│", runs.stdout), runs.stdout  # no new job
