@@ -18,7 +18,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from verimail.api.errors import DATABASE_RETRY_AFTER, DATABASE_UNAVAILABLE, ApiError
 from verimail.api.ratelimit import Limiter
-from verimail.store.accounts import Account, authenticate
+from verimail.store.accounts import KEY_PREFIX, Account, authenticate
 from verimail.store.db import Store, migrate
 from verimail.store.plans import get_plan
 from verimail.tasks.engine import Engine
@@ -84,7 +84,10 @@ def _bearer_token(request: Request) -> str:
         raise _unauthorized(f"Missing API key: {_HOW}.")
     scheme, _, token = header.strip().partition(" ")
     if scheme.lower() != "bearer":
-        raise _unauthorized(f"Unsupported authorization scheme {scheme!r}: {_HOW}.")
+        if scheme.startswith(KEY_PREFIX):  # the key alone: never echo it back
+            raise _unauthorized(f"The API key must follow the word Bearer: {_HOW}.")
+        shown = scheme if len(scheme) <= 20 else scheme[:20] + "…"
+        raise _unauthorized(f"Unsupported authorization scheme {shown!r}: {_HOW}.")
     token = token.strip()
     if not token or " " in token:
         raise _unauthorized(f"Malformed Authorization header: {_HOW}.")

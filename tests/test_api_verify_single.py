@@ -116,6 +116,7 @@ async def test_unauthorized_requests_get_401_with_a_bearer_challenge(
         "two tokens": {"Authorization": f"Bearer {customer.key} extra"},
         "unknown key": {"Authorization": "Bearer vm_" + "x" * 43},
         "not our format": {"Authorization": "Bearer hunter2"},
+        "no scheme": {"Authorization": customer.key},
     }
     for name, headers in cases.items():
         response = await api.client.post(SINGLE, json=payload, headers=headers)
@@ -126,6 +127,11 @@ async def test_unauthorized_requests_get_401_with_a_bearer_challenge(
     assert "'Basic'" in assert_error_body(
         await api.client.post(SINGLE, json=payload, headers=cases["basic"]), 401
     )
+    # A key sent without "Bearer " is not repeated in the answer (nor would a long scheme be).
+    bare = assert_error_body(
+        await api.client.post(SINGLE, json=payload, headers=cases["no scheme"]), 401
+    )
+    assert customer.key not in bare and customer.key[:12] not in bare and "Bearer" in bare
     assert total_balance(api.store, customer.account_id) == 5
     assert tb.total_stats().rcpt_to == 0
 
