@@ -11,6 +11,13 @@ def serve_command(
     host: str | None = typer.Option(None, "--host", help="Address to bind (default: API_HOST)."),
     port: int | None = typer.Option(None, "--port", help="Port to bind (default: API_PORT)."),
     log_level: str = typer.Option("info", "--log-level", help="uvicorn log level."),
+    forwarded_allow_ips: str | None = typer.Option(
+        None,
+        "--forwarded-allow-ips",
+        help="Proxies (comma-separated IPs, or *) whose X-Forwarded-For/-Proto are believed: "
+        "behind a TLS-terminating proxy, so that the client's address is rate-limited and the "
+        "dashboard cookie is Secure. Unset: the headers are ignored (a client could forge them).",
+    ),
 ) -> None:
     """Serve the HTTP API (one process; run several behind a proxy with PostgreSQL + Redis)."""
     import uvicorn
@@ -23,5 +30,6 @@ def serve_command(
         host=host or settings.api_host,
         port=port or settings.api_port,
         log_level=log_level,
-        proxy_headers=False,
+        proxy_headers=forwarded_allow_ips is not None,
+        forwarded_allow_ips=forwarded_allow_ips,
     )

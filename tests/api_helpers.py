@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -190,7 +190,11 @@ class ServerProcess:
 
 @contextlib.contextmanager
 def serve_processes(
-    count: int, env: Mapping[str, str], workdir: Path, ready_timeout: float = 60.0
+    count: int,
+    env: Mapping[str, str],
+    workdir: Path,
+    ready_timeout: float = 60.0,
+    args: Sequence[str] = (),
 ) -> Iterator[list[ServerProcess]]:
     """Start ``count`` ``verimail serve`` processes and wait until each says it is healthy.
 
@@ -204,7 +208,7 @@ def serve_processes(
             log_path = workdir / f"serve-{i}.log"
             with log_path.open("wb") as log_file:
                 process = subprocess.Popen(
-                    [str(VERIMAIL_BIN), "serve", "--host", "127.0.0.1", "--port", str(port)],
+                    [str(VERIMAIL_BIN), "serve", "--host", "127.0.0.1", "--port", str(port), *args],
                     env=clean_env(env),
                     cwd=workdir,
                     stdout=log_file,

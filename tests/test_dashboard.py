@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from api_helpers import RunningApp, api_world, running_app
+from api_helpers import RunningApp, api_world, env_for_testbed, running_app, serve_processes
 from pydantic import SecretStr
 from typer.testing import CliRunner
 
@@ -909,3 +909,32 @@ async def test_set_password_command_lets_a_cli_account_log_in(settings, monkeypa
             get_settings.cache_clear()
         await logged_in(app.client, "ops@example.com")
         assert (await app.client.get("/dashboard/admin/accounts")).status_code == 200
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_serve_believes_forwarded_headers_only_from_named_proxies(testbed_factory, tmp_path):
+    """`verimail serve --forwarded-allow-ips 127.0.0.1` behind a TLS-terminating proxy: a
+    request the proxy marks X-Forwarded-Proto: https gets a Secure session cookie. Without
+    the option the header is ignored (any client could send it)."""
+    from prefect.settings import PREFECT_API_URL
+
+    tb = testbed_factory(api_world())
+    env = {
+        **env_for_testbed(tb),
+        "VERIMAIL_DATA_DIR": str(tmp_path / "data"),
+        "VERIMAIL_PREFECT_WARM_UP": "false",
+        "PREFECT_API_URL": str(PREFECT_API_URL.value()),
+    }
+
+    def cookie_flags(base_url: str, headers: dict[str, str]) -> list[str]:
+        response = httpx.get(f"{base_url}/dashboard/login", headers=headers)
+        return [p.strip().lower() for p in response.headers["set-cookie"].split(";")]
+
+    https = {"X-Forwarded-Proto": "https"}
+    with serve_processes(1, env, tmp_path, args=["--forwarded-allow-ips", "127.0.0.1"]) as (
+        proxied,
+    ):
+        assert "secure" in cookie_flags(proxied.base_url, https)
+        assert "secure" not in cookie_flags(proxied.base_url, {})
+    with serve_processes(1, env, tmp_path) as (direct,):
+        assert "secure" not in cookie_flags(direct.base_url, https)
