@@ -11,8 +11,8 @@
   secret. Each holds a random session id (what CSRF tokens are bound to), the account id
   and a fingerprint of the account's password hash, so changing a password signs every
   browser out. A session is valid for :data:`SESSION_MAX_AGE` from login; logging out
-  replaces the cookie (a copy stolen before that stays valid until it expires — the price
-  of not keeping sessions server-side).
+  replaces the cookie and records the session id as ended (``store/sessions.py``), so a
+  copy of the old cookie is logged out too.
 * **CSRF tokens** are an HMAC of the session id: every form carries one, anonymous forms
   (login, sign-up) included, and a login rotates the session id.
 * **Login throttle**: :data:`LOGIN_FAILURES` failed logins per email and client address in
