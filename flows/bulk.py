@@ -45,6 +45,10 @@ from verimail.tasks.smtp_probe import GroupResult, HostGroup
 
 MAX_CHUNKS = 100  # task runs per job, whatever its size
 MIN_CHUNK_ADDRESSES = 200  # below this, one task does it all
+# A host group of more recipients is verified in pieces of this many (Prepared.split_groups),
+# each settled — and counted in the job's progress — as soon as its task is done: a list on
+# one big provider would otherwise show 0% until the very end.
+PIECE_ADDRESSES = 2_000
 
 # Job columns counted by status. catch_all_count holds both catch-all statuses (SPEC:
 # "addresses on detected catch-all domains"); likely_valid_count is the confident part.
@@ -198,6 +202,7 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
     prepared = await prepare_addresses(job_input.uniques)
     tally = _Tally(job_input.row_counts())
     sink = ResultSink(directory, run=job.attempt)
+    prepared.split_groups(PIECE_ADDRESSES)
     chunks = chunk_groups(prepared.groups)
     n_groups = len(prepared.groups)
     # Each result goes to the tally and the sink as it is known, and the engine forgets it:

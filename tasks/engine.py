@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from asyncio import FIRST_COMPLETED
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -75,6 +76,8 @@ class Prepared:
     catch_all: dict[str, bool | None] = field(default_factory=dict)
     # email -> the submitted string(s) parsed to it (a list only when there are several)
     _raws: dict[str, str | list[str]] | None = field(default=None, repr=False)
+    # domain -> pieces of it (split_groups) still to settle besides the last one
+    _pieces: Counter[str] = field(default_factory=Counter, repr=False)
 
     def __post_init__(self) -> None:
         self.findings.update(self.decided)
@@ -101,6 +104,36 @@ class Prepared:
                     found.extend(raws)
         return found
 
+    def split_groups(self, limit: int) -> None:
+        """Cut each host group of more than ``limit`` recipients into pieces of at most
+        that many, in order; a domain may span pieces, and each piece probes its domains for
+        catch-all itself. A list on one big mail host then settles (and shows progress)
+        piece by piece instead of all at the end; a split domain's facts are kept until its
+        last piece is settled (:meth:`forget`)."""
+        kept: list[HostGroup] = []
+        for group in self.groups:
+            if sum(len(rcpts) for rcpts in group.domains.values()) <= limit:
+                kept.append(group)
+                continue
+            pieces: list[dict[str, list[str]]] = [{}]
+            room = limit
+            for domain, rcpts in group.domains.items():
+                pieces[-1].setdefault(domain, [])  # (a domain without recipients too)
+                start = 0
+                while start < len(rcpts):
+                    if room == 0:
+                        pieces.append({domain: []})
+                        room = limit
+                    take = rcpts[start : start + room]
+                    pieces[-1][domain].extend(take)
+                    start += len(take)
+                    room -= len(take)
+            for piece in pieces:
+                kept.append(HostGroup(group.hosts, piece, group.probe_catch_all))
+            spans = Counter(domain for piece in pieces for domain in piece)
+            self._pieces.update({domain: n - 1 for domain, n in spans.items() if n > 1})
+        self.groups = kept
+
     def decided_inputs(self) -> list[str]:
         """The submitted strings that need no SMTP (syntax, DNS, lists decided them)."""
         pending = {e for g in self.groups for rcpts in g.domains.values() for e in rcpts}
@@ -121,6 +154,9 @@ class Prepared:
                     self._raws.pop(item.email, None)
         if group is not None:
             for domain in group.domains:
+                if self._pieces[domain]:  # another piece of it is still to settle
+                    self._pieces[domain] -= 1
+                    continue
                 self.catch_all.pop(domain, None)
                 self.facts.pop(domain, None)
 

@@ -15,6 +15,7 @@ from hardening_helpers import take_for_dead
 from sqlalchemy.exc import OperationalError
 
 from verimail.config import using_settings
+from verimail.flows import bulk as bulk_module
 from verimail.flows import heartbeat as heartbeat_module
 from verimail.flows.bulk import bulk_verify, chunk_groups
 from verimail.flows.context import forget, store_for
@@ -26,6 +27,7 @@ from verimail.store import jobs as job_store
 from verimail.store.db import utcnow
 from verimail.tasks import bulk_io
 from verimail.tasks.bulk_io import job_dir
+from verimail.tasks.engine import EngineStats, Prepared
 from verimail.tasks.smtp_probe import HostGroup
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
@@ -455,3 +457,64 @@ def test_a_run_that_wakes_after_a_later_run_took_over_writes_nothing(
         assert not (directory / "results.csv").exists()
     assert not (directory / "results.parquet").exists()
     assert not (settings.data_dir / "history").exists()
+
+
+def test_a_big_host_group_is_cut_into_pieces_that_keep_their_domains_facts():
+    """split_groups cuts a group of more than `limit` recipients in order; a domain across
+    pieces keeps its DNS facts and catch-all answer until its last piece is settled."""
+    big = HostGroup(hosts=(), domains={"a.test": ["1", "2", "3", "4", "5"], "b.test": ["6"]})
+    small = HostGroup(hosts=(), domains={"c.test": ["7"]})
+    prepared = Prepared(
+        parsed={}, facts={}, groups=[big, small], decided={}, started=0.0, stats=EngineStats()
+    )
+    prepared.split_groups(2)
+    assert [g.domains for g in prepared.groups] == [
+        {"a.test": ["1", "2"]},
+        {"a.test": ["3", "4"]},
+        {"a.test": ["5"], "b.test": ["6"]},
+        {"c.test": ["7"]},
+    ]
+    assert all(g.probe_catch_all for g in prepared.groups)
+    prepared.facts.update({"a.test": "facts of a", "b.test": "facts of b"})  # type: ignore[dict-item]
+    prepared.catch_all["a.test"] = False
+    for piece in prepared.groups[:2]:
+        prepared.forget([], piece)
+        assert prepared.facts["a.test"] == "facts of a" and "a.test" in prepared.catch_all
+    prepared.forget([], prepared.groups[2])
+    assert prepared.facts == {} and prepared.catch_all == {}
+
+
+def test_a_list_on_one_big_domain_shows_progress_piece_by_piece(
+    testbed_factory, testbed_settings, tmp_path, monkeypatch
+):
+    """40 addresses on one slow host, verified in pieces of 10: the job's processed count
+    moves while it runs (not only at the end), every piece probes the domain for catch-all,
+    and the results are those of one piece."""
+    monkeypatch.setattr(bulk_module, "PIECE_ADDRESSES", 10)
+    monkeypatch.setattr(bulk_module, "MIN_CHUNK_ADDRESSES", 5)
+    tb, settings, store, job = _slow_job(
+        testbed_factory, testbed_settings, tmp_path, "bigco.test", 0.02, stale=120
+    )
+    seen: list[int] = []
+    outcome: dict = {}
+
+    def run() -> None:
+        with using_settings(settings):
+            outcome.update(asyncio.run(bulk_verify(job_id=job.id)))
+
+    worker = threading.Thread(target=run)
+    try:
+        worker.start()
+        while worker.is_alive():
+            now = job_store.get_job_any(store.engine, job.id)
+            if now.status == "processing":
+                seen.append(now.processed_emails)
+            worker.join(0.02)
+        done = job_store.get_job_any(store.engine, job.id)
+    finally:
+        forget(settings)
+    assert outcome["status"] == "completed" and done.status == "completed"
+    assert any(0 < n < 40 for n in seen), seen
+    assert (done.processed_emails, done.valid_count, done.invalid_count) == (40, 2, 38)
+    probes = [r for r in tb.host_stats("mx.bigco.test").rcpts if r.startswith("vm-probe")]
+    assert len(probes) == 4
