@@ -147,15 +147,15 @@ class CsvInfo:
     def email_reference(self) -> str | None:
         """What names the email column for a later read of the file (a job's
         ``email_column``, given to :func:`resolve_column` again): its header, unless that
-        finds another column first (a header used twice), then its 1-based position."""
+        finds another column first (a header used twice), then ``#N``, its position."""
         index = self.email_index
         if index is None:
             return None
-        for name in (self.columns[index], str(index + 1), f"column_{index + 1}"):
-            with contextlib.suppress(UploadError):
-                if resolve_column(self.columns, name, "email_column") == index:
-                    return name
-        raise ValueError(f"no name finds column {index + 1} of {self.columns!r}")
+        name = self.columns[index]
+        with contextlib.suppress(UploadError):
+            if resolve_column(self.columns, name, "email_column") == index:
+                return name
+        return f"#{index + 1}"
 
 
 @dataclass(frozen=True)
@@ -729,10 +729,15 @@ def _listing(columns: Sequence[str], limit: int = 20) -> str:
 def resolve_column(columns: Sequence[str], wanted: str, param: str) -> int:
     """0-based index of the column a person named.
 
-    Tried in order: exact name; same name ignoring case and surrounding spaces; same
-    :func:`header_key`; a whole number as a 1-based position (``1`` is the first column);
-    ``column_N`` (the names headerless files get). First match wins among duplicates.
+    ``#N`` is always the Nth column (what the dashboard's picker sends, and what a job
+    stores when a header is used twice). Otherwise, in order: exact name; same name ignoring
+    case and surrounding spaces; same :func:`header_key`; a whole number as a 1-based
+    position (``1`` is the first column); ``column_N`` (the names headerless files get).
+    First match wins among duplicates.
     """
+    position = re.fullmatch(r"#(\d+)", wanted.strip())
+    if position and 1 <= int(position.group(1)) <= len(columns):
+        return int(position.group(1)) - 1
     if wanted in columns:
         return list(columns).index(wanted)
     folded = wanted.strip().casefold()

@@ -795,8 +795,8 @@ async def test_column_picker_when_no_email_column_is_found(settings):
         asked = await upload(app.client, PICK, "odd.csv")
         assert asked.status_code == 200
         assert "Which column holds the addresses?" in asked.text and "odd.csv" in asked.text
-        options = re.findall(r'<option value="([^"]*)">', asked.text)
-        assert options == ["who", "where"]
+        options = re.findall(r'<option value="([^"]*)">([^<]*)<', asked.text)
+        assert options == [("#1", "who"), ("#2", "where")]  # by position: names may repeat
         assert "alice@acme.test" in asked.text  # preview rows
         pending = re.search(r'name="upload" value="([^"]+)"', asked.text).group(1)
         csrf = csrf_of(asked.text)
@@ -823,7 +823,7 @@ async def test_column_picker_when_no_email_column_is_found(settings):
 
         chosen = await app.client.post(
             "/dashboard/upload/column",
-            data={"csrf_token": csrf, "upload": pending, "email_column": "who"},
+            data={"csrf_token": csrf, "upload": pending, "email_column": "#1"},
         )
         job_id = job_id_of(chosen)
         assert balance(app.store.engine, user.id).total == 95
@@ -835,6 +835,51 @@ async def test_column_picker_when_no_email_column_is_found(settings):
         )
         assert again.status_code == 410
         assert not any((Path(settings.data_dir) / "uploads" / "pending").iterdir())
+
+
+@pytest.mark.usefixtures("prefect_harness")
+async def test_the_picker_chooses_by_position_and_once(settings):
+    """Two columns named alike (one of them blank-named too): the picker's choice is the
+    column at that position, and a second submit of the same choice (a double click) is
+    told the upload is taken — one job, one reservation, no error page."""
+    twice = (
+        "info,info, \nx1,alice@acme.test,a\nx2,bob@acme.test,b\nx3,nobody@acme.test,c\n"
+        + "x,n/a,z\n" * 4  # too few addresses for the column to be found by its content
+    )
+    async with running_app(settings) as app:
+        user = make_user(app, "twice@example.com")
+        await logged_in(app.client, "twice@example.com")
+        asked = await upload(app.client, twice, "twice.csv")
+        options = re.findall(r'<option value="([^"]*)">([^<]*)<', asked.text)
+        assert options == [("#1", "info"), ("#2", "info"), ("#3", "(blank header 3)")]
+        pending = re.search(r'name="upload" value="([^"]+)"', asked.text).group(1)
+        form = {"csrf_token": csrf_of(asked.text), "upload": pending, "email_column": "#2"}
+        first, second = await asyncio.gather(
+            app.client.post("/dashboard/upload/column", data=form),
+            app.client.post("/dashboard/upload/column", data=form),
+        )
+        assert sorted([first.status_code, second.status_code]) == [303, 410]
+        started = first if first.status_code == 303 else second
+        done = await wait_finished(app.client, job_id_of(started))
+        assert (done["status"], done["valid_count"], done["invalid_count"]) == ("completed", 2, 5)
+        assert balance(app.store.engine, user.id).total == 93
+
+
+async def test_odd_page_numbers_and_key_names_are_answered(settings):
+    """A page number no query can take is an empty page, not an error; a key name over
+    the limit is refused however long it is (it never becomes a key named "default")."""
+    async with running_app(settings) as app:
+        user = make_user(app, "pages@example.com")
+        await logged_in(app.client, "pages@example.com")
+        for page in ("/dashboard/jobs", "/dashboard/credits"):
+            assert (await app.client.get(f"{page}?page=999999999999999999")).status_code == 200
+        keys_page = await app.client.get("/dashboard/keys")
+        for name in ("k" * 101, "k" * 5000):
+            response = await app.client.post(
+                "/dashboard/keys", data={"csrf_token": csrf_of(keys_page.text), "name": name}
+            )
+            assert response.status_code == 422, (len(name), response.status_code)
+        assert acc.list_keys(app.store.engine, user.id) == []
 
 
 @pytest.mark.usefixtures("prefect_harness")

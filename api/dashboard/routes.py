@@ -71,6 +71,7 @@ from verimail.store.credits import balance, ledger
 from verimail.store.db import utcnow
 from verimail.store.plans import PLANS, get_plan
 from verimail.store.sessions import end_session
+from verimail.store.tables import MAX_INT
 from verimail.tasks.csv_detect import (
     UploadError,
     UploadTooLarge,
@@ -132,7 +133,9 @@ def _normalise_email(raw: str) -> str | None:
 
 
 def _page(page: int) -> int:
-    return max(page, 1)
+    """A page number the queries can take: from 1 to the last page an Integer id allows
+    (beyond that every page is empty anyway)."""
+    return min(max(page, 1), MAX_INT // PAGE_SIZE)
 
 
 # --- sign-up, login, logout ----------------------------------------------------------------
@@ -335,7 +338,8 @@ async def create_key(
     request: Request, account: CurrentAccount, store: StoreDep, form: CheckedForm
 ) -> Response:
     """Issue a key and show it on this one page only (it is not stored, only its hash)."""
-    name = text_field(form, "name", 4096).strip() or "default"
+    raw = form.get("name")
+    name = (raw if isinstance(raw, str) else "").strip() or "default"
     if len(name) > KEY_NAME_MAX:
         return await _keys_page(
             request,
@@ -586,7 +590,7 @@ async def _start_job(
             runner_kind="bulk",
             total=info.email_count,
             upload=path,
-            email_column=info.email_column,
+            email_column=info.email_reference,
             options={"filename": filename},
         )
     except ApiError as exc:
@@ -678,8 +682,26 @@ async def upload_column(
             "That upload is no longer waiting (it expired or was used); upload the file again.",
         )
     column = text_field(form, "email_column", 300).strip() or None
-    async with plan_limits(request, account):
-        return await _start_job(request, account, store, folder, column, data.get("filename"))
+    # Claimed before the work starts: a second submit of the same picker (a double click,
+    # two tabs) is told the upload is taken instead of racing this one for the folder.
+    claim = folder / ".claimed"
+    try:
+        os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except (FileExistsError, FileNotFoundError):
+        return await _upload_refused(
+            request,
+            account,
+            store,
+            410,
+            "That upload is no longer waiting (it expired or was used); upload the file again.",
+        )
+    try:
+        async with plan_limits(request, account):
+            return await _start_job(request, account, store, folder, column, data.get("filename"))
+    finally:
+        for place in (claim, uploads_dir(request) / folder.name / claim.name):
+            with contextlib.suppress(FileNotFoundError):
+                place.unlink()
 
 
 # --- operators -----------------------------------------------------------------------------
