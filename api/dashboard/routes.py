@@ -673,19 +673,12 @@ async def upload_column(
         name = str(data.get("upload", ""))
         if name and name.isalnum():
             folder = _pending_root(request) / name
-    if folder is None or not (folder / "upload.csv").is_file():
-        return await _upload_refused(
-            request,
-            account,
-            store,
-            410,
-            "That upload is no longer waiting (it expired or was used); upload the file again.",
-        )
-    column = text_field(form, "email_column", 300).strip() or None
     # Claimed before the work starts: a second submit of the same picker (a double click,
     # two tabs) is told the upload is taken instead of racing this one for the folder.
-    claim = folder / ".claimed"
+    claim = folder / ".claimed" if folder is not None else None
     try:
+        if claim is None or not (claim.parent / "upload.csv").is_file():
+            raise FileNotFoundError
         os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except (FileExistsError, FileNotFoundError):
         return await _upload_refused(
@@ -695,6 +688,8 @@ async def upload_column(
             410,
             "That upload is no longer waiting (it expired or was used); upload the file again.",
         )
+    assert folder is not None
+    column = text_field(form, "email_column", 300).strip() or None
     try:
         async with plan_limits(request, account):
             return await _start_job(request, account, store, folder, column, data.get("filename"))
