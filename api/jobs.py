@@ -77,7 +77,7 @@ async def start_run(request: Request, store: Store, runner_kind: str, job: job_s
     nothing stays charged."""
     runner = request.app.state.runner
     try:
-        await to_thread.run_sync(runner.submit, runner_kind, job.id)
+        await to_thread.run_sync(runner.submit, runner_kind, job.id, job.attempt)
     except Exception as exc:
         log.exception("could not start job %s", job.id)
         settled = "its credits were refunded" if job.credits_reserved else "nothing was charged"

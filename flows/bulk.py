@@ -27,7 +27,13 @@ from prefect.context import get_run_context
 
 from verimail.config import Settings, current_settings
 from verimail.flows.context import engine_for, store_for
-from verimail.flows.heartbeat import Superseded, as_owner, still_owned, superseded_outcome
+from verimail.flows.heartbeat import (
+    Superseded,
+    as_owner,
+    started_late,
+    still_owned,
+    superseded_outcome,
+)
 from verimail.flows.notify import notify_job
 from verimail.schemas.results import VerificationResult
 from verimail.store import jobs as job_store
@@ -150,8 +156,10 @@ async def bulk_verify(
     file_path: str | None = None,
     account_id: int | None = None,
     email_column: str | None = None,
+    attempt: int | None = None,
 ) -> dict[str, Any]:
-    """Verify a bulk job's addresses. Give ``job_id``, or ``file_path`` + ``account_id``."""
+    """Verify a bulk job's addresses. Give ``job_id`` (and the run number it was submitted
+    as), or ``file_path`` + ``account_id``."""
     settings = current_settings()
     store = store_for(settings)
     if job_id is None:
@@ -165,6 +173,8 @@ async def bulk_verify(
         raise ValueError(f"no job {job_id}")
     if job.finished:
         return {"job_id": job.id, "status": job.status}
+    if started_late(job, attempt):
+        return superseded_outcome(job, attempt)
     if job.status == "pending":
         await _db(job_store.mark_processing, store.engine, job.id, flow_run_id=_flow_run_id())
     try:

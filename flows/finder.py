@@ -36,7 +36,13 @@ from prefect.cache_policies import NO_CACHE
 
 from verimail.config import Settings, current_settings
 from verimail.flows.context import engine_for, store_for
-from verimail.flows.heartbeat import Superseded, as_owner, still_owned, superseded_outcome
+from verimail.flows.heartbeat import (
+    Superseded,
+    as_owner,
+    started_late,
+    still_owned,
+    superseded_outcome,
+)
 from verimail.flows.notify import notify_job
 from verimail.store import jobs as job_store
 from verimail.store.credits import charges_under
@@ -272,8 +278,9 @@ def _appended_names(columns: tuple[str, ...]) -> tuple[str, str, str]:
 
 
 @flow(name="find-emails", persist_result=False, log_prints=True)
-async def find_emails(job_id: int) -> dict[str, Any]:
-    """Run an Email Finder CSV job (created by ``POST /api/find-email/csv``)."""
+async def find_emails(job_id: int, attempt: int | None = None) -> dict[str, Any]:
+    """Run an Email Finder CSV job (created by ``POST /api/find-email/csv``) as run
+    ``attempt`` (the number it was submitted as)."""
     settings = current_settings()
     store = store_for(settings)
     job = await asyncio.to_thread(job_store.get_job_any, store.engine, job_id)
@@ -281,6 +288,8 @@ async def find_emails(job_id: int) -> dict[str, Any]:
         raise ValueError(f"no job {job_id}")
     if job.finished:
         return {"job_id": job.id, "status": job.status}
+    if started_late(job, attempt):
+        return superseded_outcome(job, attempt)
     if job.status == "pending":
         await asyncio.to_thread(job_store.mark_processing, store.engine, job.id)
     billing = _Billing(store, job, settings.finder_charge)

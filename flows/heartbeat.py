@@ -34,9 +34,18 @@ class Superseded(Exception):
 SUPERSEDED = "superseded"
 
 
-def superseded_outcome(job: job_store.Job) -> dict[str, Any]:
+def superseded_outcome(job: job_store.Job, run: int | None = None) -> dict[str, Any]:
     """What a flow returns when it stopped for a later run (:func:`was_superseded`)."""
-    return {"job_id": job.id, "status": SUPERSEDED, "run": job.attempt}
+    return {"job_id": job.id, "status": SUPERSEDED, "run": run or job.attempt}
+
+
+def started_late(job: job_store.Job, attempt: int | None) -> bool:
+    """Whether run ``attempt`` was handed to a runner before the job passed to a later run
+    (queued behind other jobs, or waiting in the work pool, while recovery took it for
+    dead): it must not start at all. The run number is fixed when the run is submitted —
+    read from the job when it starts, it would be the later run's, and two runs would both
+    own the job. ``None`` (a run started from the Prefect UI): the job's current run."""
+    return attempt is not None and job.attempt != attempt
 
 
 def was_superseded(outcome: object) -> bool:

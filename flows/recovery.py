@@ -48,7 +48,7 @@ def recover_stale_jobs(settings: Settings, runner: JobRunner) -> list[tuple[int,
         if kind is not None and attempt <= settings.job_max_attempts:
             log.warning("job %s lost its runner; resuming (run %s)", job.id, attempt)
             try:
-                runner.submit(kind, job.id)
+                runner.submit(kind, job.id, attempt)
                 handled.append((job.id, "resumed"))
                 continue
             except Exception as exc:  # could not even start a run: fail below

@@ -39,9 +39,14 @@ DEPLOYMENTS = {
 
 
 class JobRunner(Protocol):
-    """Starts the flow run of a job and returns at once."""
+    """Starts the flow run of a job and returns at once.
 
-    def submit(self, kind: str, job_id: int) -> None: ...
+    ``attempt`` is the run number the run is for (recovery's claim gives it; None: the
+    job's run now). It is fixed here, at submission: a run that waits (for a worker thread,
+    in the work pool) while recovery passes the job to a later run must find that out when
+    it starts, not take the later run's number."""
+
+    def submit(self, kind: str, job_id: int, attempt: int | None = None) -> None: ...
 
     def shutdown(self) -> None: ...
 
@@ -107,10 +112,12 @@ class LocalRunner:
             except Exception:  # the flow run itself will report what is wrong
                 log.exception("reaching the Prefect API failed")
 
-    def submit(self, kind: str, job_id: int) -> None:
+    def submit(self, kind: str, job_id: int, attempt: int | None = None) -> None:
+        if attempt is None:
+            attempt = _attempt_of(self.settings, job_id)
         with self._lock:
             self._jobs.add(job_id)
-        future = self._pool.submit(self._run, kind, job_id)
+        future = self._pool.submit(self._run, kind, job_id, attempt)
         with self._lock:
             self._futures.add(future)
         future.add_done_callback(self._forget)
@@ -128,14 +135,13 @@ class LocalRunner:
         with self._lock:
             self._futures.discard(future)
 
-    def _run(self, kind: str, job_id: int) -> None:
+    def _run(self, kind: str, job_id: int, attempt: int | None) -> None:
         error: BaseException | None = None
         outcome: Any = None
-        attempt = _attempt_of(self.settings, job_id)
         try:
             self._ensure_prefect()
             with using_settings(self.settings):
-                outcome = asyncio.run(_flow_for(kind)(job_id=job_id))
+                outcome = asyncio.run(_flow_for(kind)(job_id=job_id, attempt=attempt))
         except BaseException as exc:  # the flow has marked the job failed if it got that far
             error = exc
             log.warning("job %s (%s) ended with %r", job_id, kind, exc)
@@ -163,8 +169,8 @@ class LocalRunner:
 
 
 def _attempt_of(settings: Settings, job_id: int) -> int | None:
-    """The run number the job's next run will be (None if it cannot be read: the run then
-    reports the problem itself)."""
+    """The job's run number now, for a run submitted without one (None if it cannot be
+    read: the run then reports the problem itself)."""
     try:
         job = job_store.get_job_any(store_for(settings).engine, job_id)
     except Exception:
@@ -201,11 +207,16 @@ class DeploymentRunner:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
 
-    def submit(self, kind: str, job_id: int) -> None:
+    def submit(self, kind: str, job_id: int, attempt: int | None = None) -> None:
         from prefect.deployments import run_deployment
 
+        if attempt is None:
+            attempt = _attempt_of(self.settings, job_id)
         flow_run = run_deployment(
-            DEPLOYMENTS[kind], parameters={"job_id": job_id}, timeout=0, as_subflow=False
+            DEPLOYMENTS[kind],
+            parameters={"job_id": job_id, "attempt": attempt},
+            timeout=0,
+            as_subflow=False,
         )
         job_store.set_flow_run_id(store_for(self.settings).engine, job_id, str(flow_run.id))
 

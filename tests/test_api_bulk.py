@@ -315,7 +315,7 @@ async def test_a_column_chosen_by_number_is_the_one_verified_when_headers_repeat
 class _BrokenRunner:
     """A runner that cannot start anything (a Prefect server or work pool that is down)."""
 
-    def submit(self, kind: str, job_id: int) -> None:
+    def submit(self, kind: str, job_id: int, attempt: int | None = None) -> None:
         raise RuntimeError("no work pool")
 
     def shutdown(self) -> None:

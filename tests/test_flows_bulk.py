@@ -146,7 +146,7 @@ def test_stale_job_is_resumed_then_failed_with_refund(setup):
         def __init__(self) -> None:
             self.submitted: list[int] = []
 
-        def submit(self, kind: str, job_id: int) -> None:
+        def submit(self, kind: str, job_id: int, attempt: int | None = None) -> None:
             self.submitted.append(job_id)
 
         def shutdown(self) -> None:
@@ -518,3 +518,37 @@ def test_a_list_on_one_big_domain_shows_progress_piece_by_piece(
     assert (done.processed_emails, done.valid_count, done.invalid_count) == (40, 2, 38)
     probes = [r for r in tb.host_stats("mx.bigco.test").rcpts if r.startswith("vm-probe")]
     assert len(probes) == 4
+
+
+def test_a_run_that_waited_in_the_queue_while_its_job_was_resumed_does_not_start(
+    testbed_factory, testbed_settings, tmp_path
+):
+    """The local runner's one worker is busy; job B waits in its queue. Meanwhile another
+    process's reaper takes B for dead and resumes it as run 2. When the queued run 1 of B
+    gets the worker it stops at once — no SMTP, no failure, no refund — for its number was
+    fixed when it was submitted, not read from B's row when it started (it would have read
+    2, and two runs would both have owned the job)."""
+    tb, settings, store, busy = _slow_job(
+        testbed_factory, testbed_settings, tmp_path, "busy.test", 0.05, stale=120
+    )
+    settings = settings.model_copy(update={"local_runner_workers": 1})
+    account = accounts.create_account(store.engine, settings, plan="enterprise")
+    queued = _job_for(settings, store, account, "email\nzed@busy.test\n", reserve=1)
+    runner = LocalRunner(settings)
+    try:
+        runner.submit("bulk", busy.id)
+        runner.submit("bulk", queued.id)
+        assert take_for_dead(store, queued.id) == 2  # the other process's claim
+        runner.wait(120)
+        after = job_store.get_job_any(store.engine, queued.id)
+    finally:
+        runner.shutdown()
+        forget(settings)
+    assert job_store.get_job_any(store.engine, busy.id).status == "completed"
+    assert (after.attempt, after.status, after.failed_reason, after.credits_refunded) == (
+        2,
+        "pending",
+        None,
+        0,
+    )
+    assert "zed@busy.test" not in tb.host_stats("mx.busy.test").rcpts  # B never probed

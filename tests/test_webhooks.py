@@ -161,7 +161,7 @@ def test_a_job_the_reaper_fails_posts_its_final_state(
         job_store.mark_processing(store.engine, job.id, now=utcnow() - timedelta(minutes=1))
 
         class NoRunner:
-            def submit(self, kind: str, job_id: int) -> None:
+            def submit(self, kind: str, job_id: int, attempt: int | None = None) -> None:
                 raise AssertionError("out of attempts: not resumed")
 
         assert recover_stale_jobs(settings, NoRunner()) == [(job.id, "failed")]
