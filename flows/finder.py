@@ -81,11 +81,11 @@ class _Billing:
         self.lock = asyncio.Lock()
 
     def _reference(self, row: int) -> str:
-        return f"{self._prefix}{row}"
+        return job_store.finder_row_reference(self.job.id, row)
 
     @property
     def _prefix(self) -> str:
-        return f"job:{self.job.id}:row:"
+        return job_store.finder_references(self.job.id)
 
     async def load(self) -> None:
         """What earlier runs of this job paid for (a resumed job)."""

@@ -415,13 +415,18 @@ def charges_under(engine: Engine, account_id: int, prefix: str) -> dict[str, int
     """Credits charged and not refunded per reference, for references starting with
     ``prefix`` (those with nothing left charged are left out)."""
     with engine.connect() as conn:
-        rows = conn.execute(
-            select(credit_ledger.c.reference, credit_ledger.c.delta).where(
-                credit_ledger.c.account_id == account_id,
-                credit_ledger.c.kind.in_(("charge", "refund")),
-                credit_ledger.c.reference.startswith(prefix, autoescape=True),
-            )
-        ).all()
+        return charges_under_in(conn, account_id, prefix)
+
+
+def charges_under_in(conn: Connection, account_id: int, prefix: str) -> dict[str, int]:
+    """:func:`charges_under` inside the caller's transaction."""
+    rows = conn.execute(
+        select(credit_ledger.c.reference, credit_ledger.c.delta).where(
+            credit_ledger.c.account_id == account_id,
+            credit_ledger.c.kind.in_(("charge", "refund")),
+            credit_ledger.c.reference.startswith(prefix, autoescape=True),
+        )
+    ).all()
     spent: dict[str, int] = {}
     for reference, delta in rows:
         spent[reference] = spent.get(reference, 0) - delta

@@ -28,6 +28,7 @@ from verimail.store.credits import (
     ChargeOutcome,
     charge_in,
     charge_once_in,
+    charges_under_in,
     credit_in,
     lock_account,
     refund_once_in,
@@ -530,6 +531,9 @@ def mark_failed(
         unsettled = job.credits_reserved - job.credits_used - job.credits_refunded
         wanted = unsettled if refund is None else refund
         refunded = _refund_in(conn, job, wanted, "refund of a failed job", now)
+        # (A finder job reserves nothing: its finds come back as ledger refunds under their
+        # own references, and its credits_used drops by them.)
+        finds = _refund_finds_in(conn, job, now) if job.kind == "finder_csv" else 0
         total_refunded = job.credits_refunded + refunded
         conn.execute(
             update(jobs)
@@ -538,12 +542,44 @@ def mark_failed(
                 status="failed",
                 failed_reason=reason,
                 credits_refunded=total_refunded,
-                credits_used=max(job.credits_reserved - total_refunded, job.credits_used),
+                credits_used=max(
+                    job.credits_reserved - total_refunded, job.credits_used - finds, 0
+                ),
                 completed_at=now,
                 heartbeat_at=now,
             )
         )
     return True
+
+
+def finder_row_reference(job_id: int, row: int) -> str:
+    """The ledger reference a finder job's find on ``row`` is charged under (once)."""
+    return f"{finder_references(job_id)}{row}"
+
+
+def finder_references(job_id: int) -> str:
+    """What every find charge of a finder job's reference starts with."""
+    return f"job:{job_id}:row:"
+
+
+def _refund_finds_in(conn: Connection, job: Row[Any], now: datetime) -> int:
+    """Give back every find a failed finder job charged: a find is charged only when it is
+    reported, and a failed job reports none (its results are not written)."""
+    given = 0
+    for reference, owed in charges_under_in(
+        conn, job.account_id, finder_references(job.id)
+    ).items():
+        credit_in(
+            conn,
+            job.account_id,
+            owed,
+            kind="refund",
+            reason="refund of a failed finder job (its finds are not reported)",
+            reference=reference,
+            now=now,
+        )
+        given += owed
+    return given
 
 
 def set_flow_run_id(engine: Engine, job_id: int, flow_run_id: str) -> bool:

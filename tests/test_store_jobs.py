@@ -289,6 +289,28 @@ def test_a_superseded_run_cannot_settle_or_move_the_job(store: Store, account_id
     assert _refund_rows(store, job.id) == 1
 
 
+def test_a_failed_finder_job_gives_back_its_finds(store: Store, account_id: int) -> None:
+    """A find is charged only when it is reported; a failed finder job reports none (no
+    results are written), so failing it gives back every find it charged — once."""
+    job = jb.create_job(store.engine, account_id, "finder_csv", 3, reserve=0)
+    assert job is not None and jb.mark_processing(store.engine, job.id)
+    run = jb.get_job_any(store.engine, job.id)
+    assert run is not None
+    before = cr.balance(store.engine, account_id).total
+    for row in range(3):
+        reference = jb.finder_row_reference(job.id, row)
+        assert jb.charge_for_run(store.engine, run, 10, reference=reference) == "charged"
+    jb.update_progress(store.engine, job.id, 3, credits_used=30, attempt=run.attempt)
+    assert cr.balance(store.engine, account_id).total == before - 30
+    assert jb.mark_failed(store.engine, job.id, "the flow crashed", 0)
+    assert not jb.mark_failed(store.engine, job.id, "again", 0)
+    failed = jb.get_job_any(store.engine, job.id)
+    assert failed is not None
+    assert (failed.credits_used, failed.credits_refunded) == (0, 0)  # (it reserved nothing)
+    assert cr.balance(store.engine, account_id).total == before
+    assert _refund_rows(store, job.id) == 0  # (the reservation refunds: none, it has none)
+
+
 def test_only_the_run_that_has_a_finder_job_pays_or_refunds(store: Store, account_id: int) -> None:
     """A finder run charges each find under its row, and gives back a charge it no longer
     finds; once recovery resumed the job as run 2, run 1 can do neither (the check is in
