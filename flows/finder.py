@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import math
 import time
 from collections import Counter, defaultdict
@@ -269,12 +270,16 @@ def read_finder_upload(
 
 
 def _appended_names(columns: tuple[str, ...]) -> tuple[str, str, str]:
-    """``email, status, confidence`` — all three prefixed ``finder_`` if any is taken."""
-    names = ("email", "status", "confidence")
+    """``email, status, confidence``; if the file has any of them, all three prefixed
+    ``finder_``, then ``finder1_``… until none is taken (a results file with two columns
+    of one name is ambiguous to whoever reads it)."""
     taken = {c.strip().lower() for c in columns}
-    if taken.intersection(names):
-        return ("finder_email", "finder_status", "finder_confidence")
-    return names
+    prefixes = itertools.chain([""], (f"finder{n or ''}_" for n in itertools.count()))
+    for prefix in prefixes:
+        names = (f"{prefix}email", f"{prefix}status", f"{prefix}confidence")
+        if not taken.intersection(names):
+            return names
+    raise AssertionError("unreachable")
 
 
 @flow(name="find-emails", persist_result=False, log_prints=True)

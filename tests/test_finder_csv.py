@@ -14,7 +14,7 @@ from hardening_helpers import take_for_dead
 from sqlalchemy import update
 
 from verimail.config import using_settings
-from verimail.flows.finder import find_emails
+from verimail.flows.finder import _appended_names, find_emails
 from verimail.store.accounts import set_finder
 from verimail.store.credits import charge_once, ledger
 from verimail.store.db import utcnow
@@ -386,3 +386,19 @@ async def test_a_finder_job_shows_rows_and_credits_as_they_go(
     assert midway, "no progress was shown before the job completed"
     rows, credits = midway[0]
     assert 0 < rows < len(STAFF) and credits == 10 * rows
+
+
+def test_result_columns_never_repeat_a_column_of_the_file():
+    """The appended columns get a prefix until none of them is taken, so a results file
+    never has two columns of one name."""
+    assert _appended_names(("name", "domain")) == ("email", "status", "confidence")
+    assert _appended_names(("Email ", "domain")) == (
+        "finder_email",
+        "finder_status",
+        "finder_confidence",
+    )
+    assert _appended_names(("email", "finder_email", "finder1_status")) == (
+        "finder2_email",
+        "finder2_status",
+        "finder2_confidence",
+    )
