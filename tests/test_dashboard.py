@@ -983,3 +983,41 @@ def test_serve_believes_forwarded_headers_only_from_named_proxies(testbed_factor
         assert "secure" not in cookie_flags(proxied.base_url, {})
     with serve_processes(1, env, tmp_path) as (direct,):
         assert "secure" not in cookie_flags(direct.base_url, https)
+
+
+@pytest.mark.usefixtures("prefect_harness")
+async def test_a_finder_job_shows_as_one_and_downloads(settings):
+    """A finder job on the dashboard: its own counts (found, not found, …) under its fj_ id,
+    its rows in the progress line, and its results CSV to download — not bulk labels over
+    the counters it reuses, nor 'no downloadable results'."""
+    people = "first_name,last_name,domain\nAlice,X,acme.test\nNobody,Here,acme.test\nX,,acme.test\n"
+    async with running_app(settings) as app:
+        user = make_user(app, "finder@example.com", credits=100)
+        acc.set_finder(app.store.engine, user.id, True)
+        raw_key, _ = acc.create_api_key(app.store.engine, user.id, "k")
+        created = await app.client.post(
+            "/api/find-email/csv",
+            headers={"Authorization": f"Bearer {raw_key}"},
+            files={"file": ("people.csv", people.encode(), "text/csv")},
+        )
+        assert created.status_code == 200, created.text
+        public = created.json()["job_id"]
+        await logged_in(app.client, "finder@example.com")
+        (job,) = list_jobs(app.store.engine, user.id)
+        done = await wait_finished(app.client, job.id)
+        assert done["job_id"] == public and done["processed_emails"] == 3
+        assert (done["found_count"], done["not_found_count"], done["invalid_input_count"]) == (
+            1,
+            1,
+            1,
+        )
+        page = (await app.client.get(f"/dashboard/jobs/{job.id}")).text
+        assert public in page and "Found" in page and "rows looked up" in page
+        assert "Valid" not in page and "no downloadable results" not in page
+        download = await app.client.get(f"/dashboard/jobs/{job.id}/download")
+        assert download.status_code == 200
+        rows = list(csv.reader(io.StringIO(download.text)))
+        assert rows[0][-3:] == ["email", "status", "confidence"]
+        assert rows[1][3:5] == ["alice@acme.test", "found"]
+        listing = (await app.client.get("/dashboard/jobs")).text
+        assert "found <span" in listing

@@ -62,9 +62,9 @@ from verimail.api.deps import EngineDep
 from verimail.api.errors import ApiError
 from verimail.api.jobs import create_and_start, uploads_dir
 from verimail.api.models import MAX_EMAIL_LENGTH, VerifyResult
-from verimail.api.routes import bulk
+from verimail.api.routes import bulk, finder_csv
 from verimail.api.uploads import receive_upload
-from verimail.schemas.jobs import BulkJob
+from verimail.schemas.jobs import BulkJob, FinderJob
 from verimail.store import accounts as acc
 from verimail.store import jobs as job_store
 from verimail.store.credits import balance, ledger
@@ -411,12 +411,22 @@ async def verify_one(
 # --- jobs ----------------------------------------------------------------------------------
 
 
+def _job_view(job: job_store.Job) -> dict[str, Any]:
+    """The job as the API shows it: a finder job's fields for a finder job (its rows
+    under the names the progress bar and the page's polling script read)."""
+    if job.kind == "finder_csv":
+        view = FinderJob.of(job).model_dump(mode="json")
+        view.update(processed_emails=view["processed_rows"], total_emails=view["total_rows"])
+        return view
+    return BulkJob.of(job).model_dump(mode="json")
+
+
 def _job_rows(jobs: list[job_store.Job]) -> list[dict[str, Any]]:
-    return [{"job": j, "view": BulkJob.of(j), "downloadable": _downloadable(j)} for j in jobs]
+    return [{"job": j, "view": _job_view(j), "downloadable": _downloadable(j)} for j in jobs]
 
 
 def _downloadable(job: job_store.Job) -> bool:
-    return job.status == "completed" and job.kind in bulk.BULK_KINDS
+    return job.status == "completed" and job.kind in (*bulk.BULK_KINDS, "finder_csv")
 
 
 async def _own_job(store: StoreDep, account_id: int, job_id: int) -> job_store.Job:
@@ -462,7 +472,7 @@ async def job_page(
 async def job_progress(job_id: int, account: CurrentAccount, store: StoreDep) -> Response:
     """What the page's polling script reads (the API's job fields, as JSON)."""
     job = await _own_job(store, account.id, job_id)
-    body = BulkJob.of(job).model_dump(mode="json")
+    body = _job_view(job)
     body["finished"] = job.finished
     return JSONResponse(body)
 
@@ -478,6 +488,9 @@ async def job_download(
     neutralise_formulas: bool = False,
 ) -> Response:
     """The API's download (same files, same 404/409), for the signed-in account."""
+    job = await _own_job(store, account.id, job_id)
+    if job.kind == "finder_csv":
+        return await finder_csv.download_finder_job(job.public_id, account, store)
     return await bulk.download_bulk(
         job_id,
         account,
