@@ -118,14 +118,15 @@ class Prepared:
             pieces: list[dict[str, list[str]]] = [{}]
             room = limit
             for domain, rcpts in group.domains.items():
-                pieces[-1].setdefault(domain, [])  # (a domain without recipients too)
+                if not rcpts:  # (only its catch-all probe: it goes with the current piece)
+                    pieces[-1].setdefault(domain, [])
                 start = 0
                 while start < len(rcpts):
                     if room == 0:
-                        pieces.append({domain: []})
+                        pieces.append({})
                         room = limit
                     take = rcpts[start : start + room]
-                    pieces[-1][domain].extend(take)
+                    pieces[-1].setdefault(domain, []).extend(take)
                     start += len(take)
                     room -= len(take)
             for piece in pieces:

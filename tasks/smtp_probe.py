@@ -134,23 +134,28 @@ class _NotAsked(Exception):
         self.finding = finding
 
 
-def _sender_refused(code: int, message: str, host: str) -> _NotAsked:
+class _SenderRefused(_NotAsked):
+    """The host refused our ``MAIL FROM``: it will refuse it for every recipient, so the
+    host is done for this run (each further recipient would cost one more refused command,
+    and Postfix hangs up after 20 errors)."""
+
+
+def _sender_refused(code: int, message: str, host: str) -> _SenderRefused:
     """A refused sender is never "no such mailbox" (a 5.1.x there is about *our* address):
     5xx reads as blocked, 4xx as a temporary failure — both unknown."""
     outcome = SmtpOutcome.BLOCKED if code >= 500 else SmtpOutcome.TEMP_FAILURE
-    return _NotAsked(Finding(outcome, one_line(code, message), host))
+    return _SenderRefused(Finding(outcome, one_line(code, message), host))
 
 
 def _too_many_recipients(code: int, message: str, earlier: int) -> bool:
-    """A 452 that asks for a new session: it says so (4.5.3, "too many recipients"), or it
-    says nothing more and ``earlier`` recipients of this session were answered. Never for a
-    full mailbox (``452 4.2.2 … over quota`` is about that one mailbox, not our session)."""
-    if code != 452:
+    """A 452 that asks for a new session: ``earlier`` recipients of this session were
+    answered, and it says so (4.5.3, "too many recipients") or says nothing more. Never
+    on a session's first recipient (a limit of none cannot be learnt: that is a temporary
+    failure, retried within bounds) nor for a full mailbox (``452 4.2.2 … over quota``)."""
+    if code != 452 or earlier <= 0:
         return False
     enhanced = enhanced_code(message)
-    if enhanced == (4, 5, 3) or "too many" in message.lower():
-        return True
-    return enhanced is None and earlier > 0
+    return enhanced is None or enhanced == (4, 5, 3) or "too many" in message.lower()
 
 
 class _NoSession(Exception):
@@ -325,9 +330,17 @@ class Prober:
         stats = run.result.stats
         try:
             code, message = await self._rcpt(session, item, stats)
+        except _SenderRefused as refused:
+            # This host will not take our sender: drop it for the run (the next MX host is
+            # tried; with none left, every item gets this finding) and ask again elsewhere.
+            await session.close()
+            host = session.host.name
+            if host not in run.dead_hosts:
+                run.dead_hosts.add(host)
+                run.failures.append(refused.finding)
+            run.queue.appendleft(item)
+            return
         except _NotAsked as refused:
-            if refused.finding.outcome is SmtpOutcome.TEMP_FAILURE:
-                run.retry_later.append(item)
             self._record(run, item, refused.finding)
             return
         except _SessionLost as lost:
@@ -693,11 +706,13 @@ class DomainSession:
             item = items[index]
             try:
                 code, message = await self.prober._rcpt(session, item, stats)
+            except _SenderRefused as refused:  # the same for every candidate and row
+                await session.close()
+                self._failure = refused.finding
+                return SequenceResult(None, {}, None, stats, failure=refused.finding)
             except _NotAsked as refused:  # nothing learnt of this candidate
                 index += 1
                 self.prober._record(run, item, refused.finding)
-                if item.is_probe:
-                    self.catch_all, self._probed = None, False
                 continue
             except _SessionLost as lost:
                 await session.close(polite=False)

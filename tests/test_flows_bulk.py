@@ -462,24 +462,27 @@ def test_a_run_that_wakes_after_a_later_run_took_over_writes_nothing(
 def test_a_big_host_group_is_cut_into_pieces_that_keep_their_domains_facts():
     """split_groups cuts a group of more than `limit` recipients in order; a domain across
     pieces keeps its DNS facts and catch-all answer until its last piece is settled."""
-    big = HostGroup(hosts=(), domains={"a.test": ["1", "2", "3", "4", "5"], "b.test": ["6"]})
-    small = HostGroup(hosts=(), domains={"c.test": ["7"]})
+    big = HostGroup(
+        hosts=(), domains={"a.test": ["1", "2", "3", "4"], "b.test": ["5", "6"], "c.test": []}
+    )
+    small = HostGroup(hosts=(), domains={"d.test": ["7"]})
     prepared = Prepared(
         parsed={}, facts={}, groups=[big, small], decided={}, started=0.0, stats=EngineStats()
     )
     prepared.split_groups(2)
     assert [g.domains for g in prepared.groups] == [
         {"a.test": ["1", "2"]},
-        {"a.test": ["3", "4"]},
-        {"a.test": ["5"], "b.test": ["6"]},
-        {"c.test": ["7"]},
+        {"a.test": ["3", "4"]},  # full: b.test starts the next piece, not an empty entry
+        {"b.test": ["5", "6"], "c.test": []},
+        {"d.test": ["7"]},
     ]
     assert all(g.probe_catch_all for g in prepared.groups)
     prepared.facts.update({"a.test": "facts of a", "b.test": "facts of b"})  # type: ignore[dict-item]
     prepared.catch_all["a.test"] = False
-    for piece in prepared.groups[:2]:
-        prepared.forget([], piece)
-        assert prepared.facts["a.test"] == "facts of a" and "a.test" in prepared.catch_all
+    prepared.forget([], prepared.groups[0])
+    assert prepared.facts["a.test"] == "facts of a" and "a.test" in prepared.catch_all
+    prepared.forget([], prepared.groups[1])
+    assert "a.test" not in prepared.facts and prepared.facts["b.test"] == "facts of b"
     prepared.forget([], prepared.groups[2])
     assert prepared.facts == {} and prepared.catch_all == {}
 

@@ -30,6 +30,7 @@ HOSTS: dict[str, HostBehaviour] = {
         mailboxes={"alice"}, starttls=True, starttls_reply="454 4.7.0 TLS not available"
     ),
     "ascii": HostBehaviour(mailboxes={"alice", "jörg"}, smtputf8=False),
+    "nolimit": HostBehaviour(mailboxes={"alice"}, max_rcpts_per_session=0),
     "quota": HostBehaviour(
         mailboxes={f"user{i}" for i in range(10)},
         rcpt_replies={"full": "452 4.2.2 The email account that you tried to reach is over quota"},
@@ -119,3 +120,26 @@ async def test_a_non_ascii_mailbox_on_a_server_without_smtputf8_is_not_checked(e
     assert alice.status is Status.VALID
     asked = engine.testbed.host_stats("mx.ascii.test").rcpts
     assert "alice@ascii.test" in asked and not any("jörg" in rcpt for rcpt in asked)
+
+
+async def test_a_refused_sender_costs_one_refusal_not_one_per_address(engine):
+    """Our sender refused: the host will refuse it for every recipient, so it is asked
+    once, not once per address (Postfix hangs up after 20 errors), and all 60 addresses
+    get that answer."""
+    batch = await engine.verify_many([f"user{i}@sender5.test" for i in range(60)])
+    assert {(r.status, r.sub_status) for r in batch.results} == {
+        (Status.UNKNOWN, SubStatus.BLOCKED)
+    }
+    stats = engine.testbed.host_stats("mx.sender5.test")
+    assert (stats.mail_from, stats.rcpts) == (1, [])
+
+
+async def test_a_452_on_the_first_recipient_is_not_a_limit_to_learn(engine):
+    """A server that answers even the first recipient of a session with 452 4.5.3 has no
+    limit to learn (it takes none): the finder and the bulk prober give up within their
+    retry bounds instead of reconnecting for ever."""
+    found = await find_email(engine, "Alice", "Smith", "nolimit.test", max_probes=3)
+    assert not found.found
+    batch = await engine.verify_many(["alice@nolimit.test", "bob@nolimit.test"])
+    assert {r.status for r in batch.results} == {Status.UNKNOWN}
+    assert engine.testbed.host_stats("mx.nolimit.test").sessions < 20
