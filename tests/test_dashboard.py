@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 
 from verimail.api.dashboard.security import (
     LOGIN_FAILURES,
+    LOGIN_FAILURES_PER_ADDRESS,
     SESSION_COOKIE,
     SIGNUPS_PER_HOUR,
     hash_password_sync,
@@ -395,6 +396,19 @@ async def test_a_burst_of_signups_makes_no_more_accounts_than_the_limit(settings
         len(made) <= SIGNUPS_PER_HOUR
         and [r.status_code for r in codes].count(429) >= 30 - SIGNUPS_PER_HOUR
     )
+
+
+async def test_good_logins_from_one_address_never_lock_it_out(settings):
+    """An office behind one address: LOGIN_FAILURES_PER_ADDRESS successful logins, then a
+    colleague's first one still succeeds (only failures count for the address)."""
+    async with running_app(settings) as app:
+        make_user(app, "owner@example.com")
+        make_user(app, "colleague@example.com")
+        for _ in range(LOGIN_FAILURES_PER_ADDRESS):
+            async with browser(app) as client:
+                assert (await log_in(client, "owner@example.com")).status_code == 303
+        async with browser(app) as client:
+            assert (await log_in(client, "colleague@example.com")).status_code == 303
 
 
 async def test_a_successful_login_clears_earlier_failures(settings):

@@ -299,15 +299,37 @@ class Throttle:
             return None
         return max(1, math.ceil(stats.reset_time - time.time()))
 
+    async def _wait(self, item: Any, *key: str) -> int | None:
+        """Seconds until ``key`` may try again, or None when it may now (not counted)."""
+        try:
+            if await self._window.test(item, *key):
+                return None
+            stats = await self._window.get_window_stats(item, *key)
+        except Exception as exc:
+            log.warning("throttle storage failed, request allowed: %s", exc)
+            return None
+        return max(1, math.ceil(stats.reset_time - time.time()))
+
     async def login_attempt(self, email: str, address: str) -> int | None:
-        """Count a login before its password is checked: Retry-After seconds when this
-        email+address (or the address) is over its limit. Every try counts until one
-        succeeds (:meth:`login_succeeded` clears the pair), so at most
-        :data:`LOGIN_FAILURES` passwords are checked per window however many arrive at once."""
+        """Before a password is checked: Retry-After seconds when this email+address, or
+        the address, is over its limit.
+
+        The pair's try is counted now, atomically with the check, and every try counts
+        until one succeeds (:meth:`login_succeeded` clears the pair): so at most
+        :data:`LOGIN_FAILURES` passwords of one account are checked per window however many
+        arrive at once. The address-wide limit counts failures only (:meth:`login_failed`),
+        or an office behind one address would be locked out by its own good logins."""
         pair = await self._take(_LOGIN, "login", _email_key(email), address)
         if pair is not None:
             return pair
-        return await self._take(_LOGIN_ADDRESS, "login-address", address)
+        return await self._wait(_LOGIN_ADDRESS, "login-address", address)
+
+    async def login_failed(self, address: str) -> None:
+        """A wrong password or unknown email: counted for the address-wide limit."""
+        try:
+            await self._window.hit(_LOGIN_ADDRESS, "login-address", address)
+        except Exception as exc:
+            log.warning("throttle storage failed, not counted: %s", exc)
 
     async def login_succeeded(self, email: str, address: str) -> None:
         """The right password clears that pair's failures (the owner is not locked out later)."""
