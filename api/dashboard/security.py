@@ -286,23 +286,13 @@ class Throttle:
             with contextlib.suppress(Exception):
                 await client.aclose()
 
-    async def _take(self, item: Any, *key: str) -> int | None:
-        """Count one try of ``key`` now, in the same step as the check (a burst of parallel
-        requests cannot all pass a check made before any of them is counted); None when it
-        was within the limit, else the seconds until the next try may be made."""
+    async def _take(self, item: Any, *key: str, count: bool = True) -> int | None:
+        """None when ``key`` is within its limit, else the seconds until it may try again.
+        With ``count``, this try is counted in the same step as the check (a burst of
+        parallel requests cannot all pass a check made before any of them is counted)."""
         try:
-            if await self._window.hit(item, *key):
-                return None
-            stats = await self._window.get_window_stats(item, *key)
-        except Exception as exc:
-            log.warning("throttle storage failed, request allowed: %s", exc)
-            return None
-        return max(1, math.ceil(stats.reset_time - time.time()))
-
-    async def _wait(self, item: Any, *key: str) -> int | None:
-        """Seconds until ``key`` may try again, or None when it may now (not counted)."""
-        try:
-            if await self._window.test(item, *key):
+            check = self._window.hit if count else self._window.test
+            if await check(item, *key):
                 return None
             stats = await self._window.get_window_stats(item, *key)
         except Exception as exc:
@@ -322,7 +312,7 @@ class Throttle:
         pair = await self._take(_LOGIN, "login", _email_key(email), address)
         if pair is not None:
             return pair
-        return await self._wait(_LOGIN_ADDRESS, "login-address", address)
+        return await self._take(_LOGIN_ADDRESS, "login-address", address, count=False)
 
     async def login_failed(self, address: str) -> None:
         """A wrong password or unknown email: counted for the address-wide limit."""
