@@ -691,11 +691,15 @@ def _first_terminator(text: str, delimiter: str) -> str:
 
 def _holds_address(cell: str) -> bool:
     """Whether a first-row cell makes the file headerless: it holds an "@" and, trimmed, no
-    space. Looser than :func:`looks_like_email` on purpose — a headerless file whose first
-    address is malformed (``john@gmail``) must not lose that row as a header — while a
-    header such as ``Email @ work`` is still a header."""
-    value = cell.strip()
-    return "@" in value and not any(c.isspace() for c in value)
+    space (but in a quoted local part, ``"john smith"@x.com``). Looser than
+    :func:`looks_like_email` on purpose — a headerless file whose first address is
+    malformed (``john@gmail``) must not lose that row as a header — while a header such as
+    ``Email @ work`` is still a header."""
+    local, at, domain = cell.strip().rpartition("@")
+    if not at or any(c.isspace() for c in domain):
+        return False
+    quoted = len(local) >= 2 and local.startswith('"') and local.endswith('"')
+    return quoted or not any(c.isspace() for c in local)
 
 
 def looks_like_email(value: str) -> bool:

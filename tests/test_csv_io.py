@@ -302,6 +302,9 @@ def test_a_header_that_mentions_an_at_sign_is_still_a_header(tmp_path: Path) -> 
     assert info.has_header and info.email_column == "Email @ work"
     assert (info.row_count, info.email_count) == (2, 2)
     assert load_emails(path, info).get_column("email").to_list() == ["ann@x.org", "bob@y.org"]
+    # A quoted local part may hold a space: that first row is an address, so no header.
+    _, quoted = _inspect(tmp_path, b'"""ann lee""@x.org"\nbob@y.org\n')  # "ann lee"@x.org
+    assert not quoted.has_header and quoted.row_count == 2
 
 
 def test_header_row_gets_the_header_and_values_line_up(tmp_path: Path) -> None:
