@@ -182,15 +182,13 @@ async def bulk_verify(
     except Superseded:  # a later run has the job: it is not this run's to fail
         return superseded_outcome(job)
     except BaseException as exc:
-        fresh = await _db(job_store.get_job_any, store.engine, job.id)
-        processed = fresh.processed_emails if fresh else 0
         reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         await _db(
             job_store.mark_failed,
             store.engine,
             job.id,
             f"The job stopped with an error ({reason[:300]}).",
-            max(job.credits_reserved - processed, 0),
+            job_store.UNVERIFIED,
             attempt=job.attempt,  # (refused if a later run has the job: it is that run's)
         )
         with contextlib.suppress(Exception):

@@ -57,7 +57,7 @@ def recover_stale_jobs(settings: Settings, runner: JobRunner) -> list[tuple[int,
             store.engine,
             job.id,
             "The job's runner stopped (process or worker died) and it could not be resumed.",
-            max(job.credits_reserved - job.processed_emails, 0),
+            job_store.UNVERIFIED,
         ):
             notify_job_soon(settings, job.id)
         handled.append((job.id, "failed"))

@@ -193,7 +193,7 @@ def _fail_if_unfinished(
             store.engine,
             job_id,
             f"The job's run ended without finishing{why}."[:500],
-            max(job.credits_reserved - job.processed_emails, 0),
+            job_store.UNVERIFIED,
             attempt=attempt,
         ):
             notify_job_soon(settings, job_id)

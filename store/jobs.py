@@ -505,11 +505,15 @@ def mark_completed(
     return True
 
 
+UNVERIFIED: Literal["unverified"] = "unverified"
+"""``mark_failed``'s refund of what the job did not verify, read from the locked row."""
+
+
 def mark_failed(
     engine: Engine,
     job_id: int,
     reason: str,
-    refund: int | None = None,
+    refund: int | Literal["unverified"] | None = None,
     *,
     attempt: int | None = None,
     now: datetime | None = None,
@@ -518,10 +522,12 @@ def mark_failed(
     only while that run has the job (:func:`run_owns`): a run that was resumed as a later
     one must not fail the job the later run is doing.
 
-    ``refund`` is what the job did not verify (SPEC: a failed job refunds that); None
-    refunds the whole unsettled reservation. It is capped at what was reserved and not
-    yet refunded. Idempotent: a job already failed (or completed) is left alone, returns
-    False and is never refunded twice.
+    ``refund`` is what the job did not verify (SPEC: a failed job refunds that):
+    :data:`UNVERIFIED` counts it from the locked row — the reservation less the rows
+    processed — so a progress write that lands after the caller looked cannot make it
+    refund rows that were verified; None refunds the whole unsettled reservation. It is
+    capped at what was reserved and not yet refunded. Idempotent: a job already failed (or
+    completed) is left alone, returns False and is never refunded twice.
     """
     now = now or utcnow()
     with write_tx(engine) as conn:
@@ -529,7 +535,10 @@ def mark_failed(
         if job is None or job.status in TERMINAL_STATUSES or not run_owns(job, attempt):
             return False
         unsettled = job.credits_reserved - job.credits_used - job.credits_refunded
-        wanted = unsettled if refund is None else refund
+        if refund == UNVERIFIED:
+            wanted = max(job.credits_reserved - job.processed_emails, 0)
+        else:
+            wanted = unsettled if refund is None else refund
         refunded = _refund_in(conn, job, wanted, "refund of a failed job", now)
         # (A finder job reserves nothing: its finds come back as ledger refunds under their
         # own references, and its credits_used drops by them.)

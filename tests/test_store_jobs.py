@@ -289,6 +289,23 @@ def test_a_superseded_run_cannot_settle_or_move_the_job(store: Store, account_id
     assert _refund_rows(store, job.id) == 1
 
 
+def test_a_failed_job_refunds_what_it_had_not_verified_when_it_failed(
+    store: Store, account_id: int
+) -> None:
+    """UNVERIFIED is counted from the locked row: a progress write that lands after the
+    failing run looked (a chunk settling while it is cancelled) is not refunded."""
+    job = jb.create_job(store.engine, account_id, "bulk_csv", 10, reserve=10)
+    assert job is not None and jb.mark_processing(store.engine, job.id)
+    assert jb.update_progress(store.engine, job.id, 4)
+    looked = jb.get_job_any(store.engine, job.id)
+    assert looked is not None and looked.processed_emails == 4
+    assert jb.update_progress(store.engine, job.id, 7)  # lands after the look
+    assert jb.mark_failed(store.engine, job.id, "cancelled", jb.UNVERIFIED)
+    failed = jb.get_job_any(store.engine, job.id)
+    assert failed is not None
+    assert (failed.credits_refunded, failed.credits_used) == (3, 7)
+
+
 def test_a_failed_finder_job_gives_back_its_finds(store: Store, account_id: int) -> None:
     """A find is charged only when it is reported; a failed finder job reports none (no
     results are written), so failing it gives back every find it charged — once."""
