@@ -401,8 +401,7 @@ def charge_for_run(
     that wakes up must not pay for finds the run that has the job may not report.
     "superseded" (nothing charged) when it no longer has it."""
     with write_tx(engine) as conn:
-        row = _lock_job(conn, job.id)
-        if row is None or row.status in TERMINAL_STATUSES or not run_owns(row, job.attempt):
+        if not _run_has_job(conn, job):
             return "superseded"
         return charge_once_in(conn, job.account_id, amount, reference=reference, reason=reason)
 
@@ -414,10 +413,16 @@ def refund_for_run(
     while it still has the job (a superseded run would give back a find the later run paid
     for and reports); the credits given back, or "superseded"."""
     with write_tx(engine) as conn:
-        row = _lock_job(conn, job.id)
-        if row is None or row.status in TERMINAL_STATUSES or not run_owns(row, job.attempt):
+        if not _run_has_job(conn, job):
             return "superseded"
         return refund_once_in(conn, job.account_id, reference=reference, reason=reason)
+
+
+def _run_has_job(conn: Connection, job: Job) -> bool:
+    """Lock the job; whether run ``job.attempt`` still has it (open, and not resumed by a
+    later run): what a run's charges and refunds are checked against."""
+    row = _lock_job(conn, job.id)
+    return row is not None and row.status not in TERMINAL_STATUSES and run_owns(row, job.attempt)
 
 
 def unfinished_flow_runs(engine: Engine) -> dict[int, str]:
@@ -574,21 +579,16 @@ def finder_references(job_id: int) -> str:
 def _refund_finds_in(conn: Connection, job: Row[Any], now: datetime) -> int:
     """Give back every find a failed finder job charged: a find is charged only when it is
     reported, and a failed job reports none (its results are not written)."""
-    given = 0
-    for reference, owed in charges_under_in(
-        conn, job.account_id, finder_references(job.id)
-    ).items():
-        credit_in(
+    return sum(
+        refund_once_in(
             conn,
             job.account_id,
-            owed,
-            kind="refund",
-            reason="refund of a failed finder job (its finds are not reported)",
             reference=reference,
+            reason="refund of a failed finder job (its finds are not reported)",
             now=now,
         )
-        given += owed
-    return given
+        for reference in charges_under_in(conn, job.account_id, finder_references(job.id))
+    )
 
 
 def set_flow_run_id(engine: Engine, job_id: int, flow_run_id: str) -> bool:

@@ -116,22 +116,22 @@ class _Item:
     attempts: int = 0
 
 
-class _SessionLost(Exception):
-    """The session broke mid-way (421, disconnect, timeout): retry elsewhere."""
+class _Stopped(Exception):
+    """Work on a recipient stopped with ``finding`` (what the subclasses say happened)."""
 
     def __init__(self, finding: Finding) -> None:
         super().__init__(finding.response)
         self.finding = finding
 
 
-class _NotAsked(Exception):
+class _SessionLost(_Stopped):
+    """The session broke mid-way (421, disconnect, timeout): retry elsewhere."""
+
+
+class _NotAsked(_Stopped):
     """The recipient was not asked about: the server refused our ``MAIL FROM``, or cannot
     take the address at all (a non-ASCII local part without SMTPUTF8). Nothing was learnt
     of the mailbox, and the session is not charged a rejection."""
-
-    def __init__(self, finding: Finding) -> None:
-        super().__init__(finding.response)
-        self.finding = finding
 
 
 class _SenderRefused(_NotAsked):
@@ -158,12 +158,8 @@ def _too_many_recipients(code: int, message: str, earlier: int) -> bool:
     return enhanced is None or enhanced == (4, 5, 3) or "too many" in message.lower()
 
 
-class _NoSession(Exception):
+class _NoSession(_Stopped):
     """No MX host of the group could be reached: the finding applies to all its work."""
-
-    def __init__(self, finding: Finding) -> None:
-        super().__init__(finding.response)
-        self.finding = finding
 
 
 @dataclass
@@ -428,7 +424,7 @@ class Prober:
                     raise _sender_refused(*refused, session.host.name)
                 code, message = await self._send_rcpt(session, item, stats)
             return code, message
-        except (_SessionLost, _NotAsked):
+        except _Stopped:
             raise
         except SMTPTimeoutError as exc:
             raise _SessionLost(

@@ -316,10 +316,7 @@ class Throttle:
 
     async def login_failed(self, address: str) -> None:
         """A wrong password or unknown email: counted for the address-wide limit."""
-        try:
-            await self._window.hit(_LOGIN_ADDRESS, "login-address", address)
-        except Exception as exc:
-            log.warning("throttle storage failed, not counted: %s", exc)
+        await self._take(_LOGIN_ADDRESS, "login-address", address)
 
     async def login_succeeded(self, email: str, address: str) -> None:
         """The right password clears that pair's failures (the owner is not locked out later)."""
