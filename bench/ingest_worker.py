@@ -71,11 +71,12 @@ def ingest_ours(path: Path) -> tuple[dict[str, float], dict[str, int], Any]:
     steps["dedupe"] = time.perf_counter() - t
     t = time.perf_counter()
     # The csv implementation's groups: each unique address under its domain (lower-cased
-    # already by normalising), in first-seen order. Grouped on a 64-bit hash of the domain
-    # (half the time of grouping the strings), checked by a second hash as in
-    # distinct_in_order; the exact group-by runs if the counts differ.
+    # already by normalising), in first-seen order. Grouped on the domain strings: with
+    # 20,000 domains the table is small, and grouping on a checked 64-bit hash of the domain
+    # (as distinct_in_order does for a million addresses) measured slower here (0.157 s
+    # against 0.143 s, medians of 5 fresh processes).
     address, domain = pl.col("normalised"), pl.col("domain")
-    with_domain = (
+    groups = (
         uniques.to_frame()
         .lazy()
         .with_columns(
@@ -83,17 +84,10 @@ def ingest_ours(path: Path) -> tuple[dict[str, float], dict[str, int], Any]:
             .then(address.str.split("@").list.last())
             .otherwise(pl.lit(""))
         )
+        .group_by(domain, maintain_order=True)
+        .agg(address)
+        .collect()
     )
-    groups, check = pl.collect_all(
-        [
-            with_domain.group_by(domain.hash(0x5EED).alias("key"), maintain_order=True)
-            .agg(domain.first(), address)
-            .drop("key"),
-            with_domain.select(domain.hash(0xC0FFEE).n_unique()),
-        ]
-    )
-    if groups.height != check.item():
-        groups = with_domain.group_by(domain, maintain_order=True).agg(address).collect()
     steps["group by domain"] = time.perf_counter() - t
     counts = {
         "rows": rows.height,
