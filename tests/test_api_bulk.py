@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 
 import pytest
 from api_helpers import api_world, assert_error_body, poll_job, running_app, total_balance
+
+from verimail.store import jobs as job_store
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -260,6 +263,47 @@ async def test_a_json_list_comes_back_whole_and_in_order(settings):
         assert [(r["email"], r["status"]) for r in alone["results"]] == [
             ("bob.acme.test", "invalid")
         ]
+
+
+async def test_a_json_entry_with_a_control_character_is_a_422_and_costs_nothing(settings):
+    """The stored list is read back as a CSV: a CR in an entry made two rows of one reserved
+    credit (five verifications for one credit), and a NUL failed the job after its
+    reservation, whose refund then turned a day's allowance into prepaid credits."""
+    async with running_app(settings) as app:
+        customer = app.customer(credits=10)
+        for entries, where, what in [
+            (["ok@acme.test", "a@acme.test\rb@acme.test\rc@acme.test"], "emails[1]", "U+000D"),
+            (["a@acme.test\nb@acme.test"], "emails[0]", "line feed"),
+            (["ok@acme.test", "ok@acme.test", "user0@acme.test\x00"], "emails[2]", "U+0000"),
+            (["a@acme.test\tb"], "emails[0]", "U+0009"),
+            (["a@acme.test\x85"], "emails[0]", "U+0085"),
+            (["a\ud800@acme.test"], "emails[0]", "unicode string"),  # (pydantic's own check)
+        ]:
+            response = await app.client.post(
+                "/api/verify/bulk",
+                headers={**customer.headers, "Content-Type": "application/json"},
+                content=json.dumps({"emails": entries}),  # (escapes the lone surrogate)
+            )
+            detail = assert_error_body(response, 422)
+            assert where in detail and what in detail, detail
+        assert total_balance(app.store, customer.account_id) == 10
+        assert job_store.list_jobs(app.store.engine, customer.account_id) == []
+        # Unicode that is not a control character is verified as sent.
+        created = await app.client.post(
+            "/api/verify/bulk",
+            headers=customer.headers,
+            json={"emails": ["bob@acme.test", "b\u2028ob@acme.test"]},
+        )
+        assert created.status_code == 200, created.text
+        done = await poll_job(
+            app.client, f"/api/verify/bulk/{created.json()['job_id']}", customer.headers
+        )
+        assert [(r["email"], r["status"]) for r in done["results"]] == [
+            ("bob@acme.test", "valid"),
+            ("b\u2028ob@acme.test", "invalid"),
+        ]
+        charged = (done["credits_reserved"], done["credits_refunded"])
+        assert (*charged, total_balance(app.store, customer.account_id)) == (2, 0, 8)
 
 
 async def test_a_csv_job_pages_its_address_rows_on_the_json_endpoint(settings):

@@ -9,6 +9,7 @@ one, so ids reveal nothing.
 from __future__ import annotations
 
 import shutil
+import unicodedata
 import uuid
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -16,7 +17,8 @@ from typing import Annotated, Any, Literal
 from anyio import to_thread
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse
-from pydantic import AnyHttpUrl, BaseModel, Field
+from pydantic import AfterValidator, AnyHttpUrl, BaseModel, Field
+from pydantic_core import PydanticCustomError
 
 from verimail.api.deps import AccountDep, StoreDep
 from verimail.api.downloads import WholeFileResponse
@@ -211,11 +213,36 @@ async def download_bulk(
     return WholeFileResponse(path, media_type="text/csv", filename=f"bulk-{job.id}-results.csv")
 
 
+def _storable(entry: str) -> str:
+    """Refuse an entry the job's stored list could not give back as sent.
+
+    The list is kept as a CSV file that the job reads with the upload reader, so a control
+    character (a CR read as a line end, a NUL read as binary data) would split or fail the
+    job after its credits were reserved. No address holds one; an entry with one is
+    nearly always lines sent unsplit, which a 422 tells the client at once."""
+    for char in entry:
+        if unicodedata.category(char) == "Cc":
+            name = unicodedata.name(char, "") or _CONTROL_NAMES.get(char, "control character")
+            raise PydanticCustomError(
+                "control_character",
+                "holds a control character ({code}, {name}); send one address per entry, "
+                "without control characters",
+                {"code": f"U+{ord(char):04X}", "name": name.lower()},
+            )
+    return entry
+
+
+_CONTROL_NAMES = {"\x00": "NUL", "\t": "tab", "\n": "line feed", "\r": "carriage return"}
+
+
 class JsonBulkRequest(BaseModel):
     """``POST /api/verify/bulk``: up to 10,000 addresses verified as a job."""
 
-    emails: list[Annotated[str, Field(max_length=320)]] = Field(
-        min_length=1, max_length=MAX_JSON_BULK, description="1 to 10,000 addresses."
+    emails: list[Annotated[str, Field(max_length=320), AfterValidator(_storable)]] = Field(
+        min_length=1,
+        max_length=MAX_JSON_BULK,
+        description="1 to 10,000 addresses, one per entry; an entry holding a control "
+        "character (a line break, a tab, NUL) is a 422.",
     )
     webhook_url: AnyHttpUrl | None = Field(
         None,
