@@ -27,6 +27,7 @@ from verimail.api.jobs import create_and_start, uploads_dir, webhook_options
 from verimail.api.uploads import receive_upload, upload_body
 from verimail.schemas.jobs import BulkJob, JsonBulkCreated, JsonBulkJob
 from verimail.store import jobs as job_store
+from verimail.store.tables import MAX_INT
 from verimail.tasks.bulk_io import (
     ADDRESS_LIST_COLUMN,
     details_csv,
@@ -218,9 +219,14 @@ def _storable(entry: str) -> str:
 
     The list is kept as a CSV file that the job reads with the upload reader, so a control
     character (a CR read as a line end, a NUL read as binary data) would split or fail the
-    job after its credits were reserved. No address holds one; an entry with one is
-    nearly always lines sent unsplit, which a 422 tells the client at once."""
-    for char in entry:
+    job after its credits were reserved. Line breaks and tabs around an address are
+    whitespace, trimmed as single and batch trim them (a CRLF file split at LF leaves a CR
+    on every line); one inside an entry, or any other control character, is a 422: no
+    address holds one, and it is nearly always lines sent unsplit."""
+    if entry.isprintable():
+        return entry  # (the common case: no control character at all)
+    core = entry.strip()
+    for char in core:
         if unicodedata.category(char) == "Cc":
             name = unicodedata.name(char, "") or _CONTROL_NAMES.get(char, "control character")
             raise PydanticCustomError(
@@ -229,7 +235,8 @@ def _storable(entry: str) -> str:
                 "without control characters",
                 {"code": f"U+{ord(char):04X}", "name": name.lower()},
             )
-    return entry
+    # Only trimmed when the edges held a control character: other entries stay as sent.
+    return core if any(unicodedata.category(c) == "Cc" for c in entry) else entry
 
 
 _CONTROL_NAMES = {"\x00": "NUL", "\t": "tab", "\n": "line feed", "\r": "carriage return"}
@@ -301,7 +308,7 @@ async def get_json_bulk(
     account: AccountDep,
     store: StoreDep,
     request: Request,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> JsonBulkJob:
     job = await _job(store, account.id, job_id)
