@@ -340,9 +340,8 @@ class Prober:
             self._record(run, item, refused.finding)
             return
         except _SessionLost as lost:
-            if session.rejections and lost.finding.outcome is SmtpOutcome.CONNECTION_FAILED:
-                # It hung up after some rejections: open fresh sessions sooner on this host.
-                self._rejection_limit[session.host.name] = session.rejections
+            if lost.finding.outcome is SmtpOutcome.CONNECTION_FAILED:
+                self._hung_up(session)
             await session.close(polite=False)
             self._broken(run, session.host.name, lost.finding)
             self._retry(run, item, lost.finding)
@@ -355,6 +354,7 @@ class Prober:
             self._retry(run, item, Finding(SmtpOutcome.TEMP_FAILURE, one_line(code, message), host))
             return
         if code == 421:
+            self._hung_up(session)
             await session.close(polite=False)
             self._retry(run, item, Finding(SmtpOutcome.TEMP_FAILURE, one_line(code, message), host))
             return
@@ -364,6 +364,12 @@ class Prober:
         if outcome in (SmtpOutcome.GREYLISTED, SmtpOutcome.TEMP_FAILURE):
             run.retry_later.append(item)
         self._record(run, item, finding)
+
+    def _hung_up(self, session: _Session) -> None:
+        """The server ended the session (421 or a disconnect) after some rejections: open
+        fresh sessions on this host before that many from now on, so it never has to."""
+        if session.rejections:
+            self._rejection_limit[session.host.name] = session.rejections
 
     @staticmethod
     def _broken(run: _Run, host: str, finding: Finding) -> None:
@@ -711,6 +717,8 @@ class DomainSession:
                 self.prober._record(run, item, refused.finding)
                 continue
             except _SessionLost as lost:
+                if lost.finding.outcome is SmtpOutcome.CONNECTION_FAILED:
+                    self.prober._hung_up(session)
                 await session.close(polite=False)
                 self.prober._broken(run, session.host.name, lost.finding)
                 if reopened:
@@ -723,15 +731,24 @@ class DomainSession:
                 self.prober._rcpt_limit[session.host.name] = max(1, session.tx_rcpts)
                 await session.close()
                 continue
-            index += 1
             finding = Finding(
                 classify_rcpt(code, message), one_line(code, message), session.host.name
             )
-            if code == 421:  # the server is closing this session: the next row reconnects
+            if code == 421:
+                # The server is closing the session: this is no answer about the candidate,
+                # which is asked again in a new session (as the bulk path retries it).
+                self.prober._hung_up(session)
                 await session.close(polite=False)
                 self.prober._broken(run, session.host.name, finding)
-            else:
-                run.broken[session.host.name] = 0  # it answered
+                item.attempts += 1
+                stats.retries += 1
+                if item.attempts < MAX_ATTEMPTS:
+                    continue
+                index += 1
+                self.prober._record(run, item, finding)
+                continue
+            index += 1
+            run.broken[session.host.name] = 0  # it answered
             _tally(session, finding.outcome)
             self.prober._record(run, item, finding)
             if item.is_probe:

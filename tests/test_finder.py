@@ -48,6 +48,10 @@ def _world() -> World:
             "mx.staff.test",
             HostBehaviour(mailboxes=set(STAFF), disconnect_after_rejections=10),
         ),
+        # Stricter: the 3rd refusal of a session, then 421 and it hangs up.
+        HostSpec(
+            "mx.drop.test", HostBehaviour(mailboxes={"jsmith"}, disconnect_after_rejections=3)
+        ),
     ]
     domains = [
         DomainSpec("people.test", mx=[(10, "mx.people.test")]),
@@ -64,6 +68,7 @@ def _world() -> World:
         DomainSpec("private.test", mx=[(10, "internal.evil.test")]),
         DomainSpec("staff.test", mx=[(10, "mx.staff.test")]),
         DomainSpec("reset.test", mx=[(10, "mx.reset.test")]),
+        DomainSpec("drop.test", mx=[(10, "mx.drop.test")]),
     ]
     return World.of(hosts, domains)
 
@@ -228,6 +233,23 @@ async def test_a_shared_session_is_renewed_before_the_server_hangs_up(
     limit = settings.smtp_max_rejections_per_session
     assert stats.sessions == math.ceil(stats.rejections / limit) == 3
     assert sum(r.startswith("vm-probe-") for r in stats.rcpts) == 1
+
+
+async def test_a_candidate_met_by_the_servers_421_is_asked_again_in_a_new_session(
+    engine: Engine, tb: Testbed
+) -> None:
+    """The probe, john.smith and john are refused; the server then sends 421 and hangs up,
+    and the prober reads that 421 as the reply to jsmith. It was recorded as jsmith's answer
+    (John Smith "not found" though his mailbox exists); now jsmith is asked again in a new
+    session."""
+    async with DomainSession(engine.prober) as session:
+        john = await find_email(engine, "John", "Smith", "drop.test", max_probes=8, session=session)
+        ann = await find_email(engine, "Ann", "Lee", "drop.test", max_probes=8, session=session)
+    assert (john.status, john.email) == ("found", "jsmith@drop.test")
+    assert ann.status == "not_found" and "refused all 8" in (ann.reason or "")
+    stats = tb.host_stats("mx.drop.test")
+    locals_ = _locals(stats.rcpts)  # (what the server read: not the RCPT it hung up on)
+    assert locals_.count("jsmith") == 1 and len(locals_) == len(set(locals_)) == 1 + 3 + 8
 
 
 async def test_a_catch_all_domain_is_probed_once_for_everyone(engine: Engine, tb: Testbed) -> None:
