@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import secrets
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,17 @@ log = logging.getLogger("verimail.api.jobs")
 
 def uploads_dir(request: Request) -> Path:
     return Path(request.app.state.settings.data_dir) / "uploads"
+
+
+@contextmanager
+def dropped_on_failure(folder: Path) -> Iterator[None]:
+    """Nothing of a refused upload stays on disk: any error (a 4xx, a database that does not
+    answer, a bug) inside the block removes the upload's folder before it propagates."""
+    try:
+        yield
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 async def create_and_start(
@@ -58,15 +71,15 @@ async def create_and_start(
             webhook_url=webhook_url,
         )
 
-    job = await to_thread.run_sync(create)
-    if job is None:
-        shutil.rmtree(upload.parent, ignore_errors=True)
-        have = await to_thread.run_sync(lambda: balance(store.engine, account_id).total)
-        raise ApiError(
-            402,
-            f"Not enough credits: this job needs {total} (1 per address), the balance is "
-            f"{have}. Nothing was stored or charged.",
-        )
+    with dropped_on_failure(upload.parent):
+        job = await to_thread.run_sync(create)
+        if job is None:
+            have = await to_thread.run_sync(lambda: balance(store.engine, account_id).total)
+            raise ApiError(
+                402,
+                f"Not enough credits: this job needs {total} (1 per address), the balance is "
+                f"{have}. Nothing was stored or charged.",
+            )
     await start_run(request, store, runner_kind, job)
     return job
 

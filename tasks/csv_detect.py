@@ -40,6 +40,9 @@ DELIMITERS: tuple[str, ...] = (",", ";", "\t", "|")
 
 _CHUNK = 1 << 20
 _SAMPLE_CHARS = 64 * 1024
+MAX_COLUMN_REFERENCE = 200
+"""Longest header a job row keeps as its ``email_column`` (``String(200)`` in
+``store/tables.py``); a longer one is referred to by position."""
 _SAMPLE_MAX_CHARS = 4 * 1024 * 1024
 _SAMPLE_RECORDS = 200
 
@@ -147,14 +150,17 @@ class CsvInfo:
     def email_reference(self) -> str | None:
         """What names the email column for a later read of the file (a job's
         ``email_column``, given to :func:`resolve_column` again): its header, unless that
-        finds another column first (a header used twice), then ``#N``, its position."""
+        is blank (a later read takes a blank name for none given, and detects afresh), longer
+        than a job row holds, or finds another column first (a header used twice); then
+        ``#N``, its position."""
         index = self.email_index
         if index is None:
             return None
         name = self.columns[index]
-        with contextlib.suppress(UploadError):
-            if resolve_column(self.columns, name, "email_column") == index:
-                return name
+        if name.strip() and len(name) <= MAX_COLUMN_REFERENCE:
+            with contextlib.suppress(UploadError):
+                if resolve_column(self.columns, name, "email_column") == index:
+                    return name
         return f"#{index + 1}"
 
 

@@ -337,29 +337,75 @@ async def test_a_csv_job_pages_its_address_rows_on_the_json_endpoint(settings):
         ]
 
 
-async def test_a_column_chosen_by_number_is_the_one_verified_when_headers_repeat(settings):
-    """email_column=4 on a file whose header says "email" twice: the job verifies the 4th
-    column (the run reads the file again and must not take the first "email" for it)."""
-    upload = (
-        b"id,email,name,email\n"
-        b"1,nobody@acme.test,Alice,alice@acme.test\n"
-        b"2,nobody@acme.test,Bob,bob@acme.test\n"
-    )
+@pytest.mark.parametrize(
+    ("upload", "safe"),
+    [
+        (  # a header used twice: the run must not take the first "email" for it
+            b"id,email,name,email\n"
+            b"1,nobody@acme.test,Alice,alice@acme.test\n"
+            b"2,nobody@acme.test,Bob,bob@acme.test\n",
+            ["Yes", "Yes"],
+        ),
+        (  # a blank header: the run took it for no column given and detected the first
+            b"primary,\nalice@acme.test,nobody@acme.test\nbob@acme.test,nobody@acme.test\n",
+            ["No", "No"],
+        ),
+    ],
+    ids=["repeated-header", "blank-header"],
+)
+async def test_a_column_chosen_by_number_is_the_one_verified(settings, upload, safe):
+    """email_column names the last column by number: the job verifies that column, though
+    the run reads the file again and resolves the column anew."""
+    column = "4" if upload.startswith(b"id") else "2"
     async with running_app(settings) as app:
         customer = app.customer()
         created = await app.client.post(
             "/api/bulk",
             headers=customer.headers,
-            files={"file": ("twice.csv", upload, "text/csv")},
-            data={"email_column": "4"},
+            files={"file": ("list.csv", upload, "text/csv")},
+            data={"email_column": column},
         )
         assert created.status_code == 200, created.text
         url = f"/api/bulk/{created.json()['job_id']}"
         done = await poll_job(app.client, url, customer.headers)
-        assert (done["status"], done["valid_count"], done["invalid_count"]) == ("completed", 2, 0)
+        valid = safe.count("Yes")
+        assert (done["status"], done["valid_count"], done["invalid_count"]) == (
+            "completed",
+            valid,
+            2 - valid,
+        )
+        assert done["processed_emails"] == done["credits_reserved"] == 2
         download = await app.client.get(f"{url}/download", headers=customer.headers)
         rows = list(csv.reader(io.StringIO(download.text)))
-        assert [row[-1] for row in rows] == ["Safe to Send", "Yes", "Yes"]
+        assert [row[-1] for row in rows] == ["Safe to Send", *safe]
+
+
+async def test_an_upload_is_not_left_behind_when_the_job_row_cannot_be_written(
+    settings, monkeypatch
+):
+    """A database error while creating the job (a header too long for its column once did
+    this on PostgreSQL) answered 5xx and left the upload on disk."""
+    from sqlalchemy.exc import OperationalError
+
+    def broken(*args, **kwargs):
+        raise OperationalError("INSERT INTO jobs", {}, Exception("the database went away"))
+
+    async with running_app(settings) as app:
+        customer = app.customer(credits=50)
+        monkeypatch.setattr(job_store, "create_job", broken)
+        for path, body in [
+            ("/api/bulk", _upload("email\nalice@acme.test\n")),
+            ("/api/verify/bulk", {"json": {"emails": ["alice@acme.test"]}}),
+            ("/api/find-email/csv", _upload("first_name,last_name,domain\nAl,Smith,acme.test\n")),
+        ]:
+            response = await app.client.post(path, headers=customer.headers, **body)
+            assert response.status_code >= 500, (path, response.text)
+            uploads = settings.data_dir / "uploads"
+            assert not uploads.exists() or not any(uploads.iterdir()), (
+                path,
+                list(uploads.iterdir()),
+            )
+        assert total_balance(app.store, customer.account_id) == 50
 
 
 class _BrokenRunner:

@@ -324,6 +324,33 @@ def test_email_column_override(tmp_path: Path, override: str, index: int) -> Non
     assert info.email_index == index
 
 
+@pytest.mark.parametrize(
+    ("header", "reference"),
+    [
+        (b"name,email\n", "email"),
+        (b"name, \n", "#2"),  # blank: a later read would take it for no column given
+        (b"name,\n", "#2"),
+        (b"email,email\n", "#2"),  # the name finds the first one
+        (b"name," + b"e" * 200 + b"\n", "e" * 200),
+        (b"name," + b"e" * 201 + b"\n", "#2"),  # longer than a job row keeps
+    ],
+)
+def test_email_reference_finds_the_same_column_again(
+    tmp_path: Path, header: bytes, reference: str
+) -> None:
+    path, info = _inspect(tmp_path, header + b"Ann,a@y.org\n", email_column="2")
+    assert info.email_reference == reference
+    again = inspect_csv(path, max_rows=10, email_column=info.email_reference)
+    assert again.email_index == info.email_index == 1
+
+
+def test_the_longest_reference_fits_a_job_row() -> None:
+    from verimail.store.tables import jobs
+    from verimail.tasks.csv_detect import MAX_COLUMN_REFERENCE
+
+    assert jobs.c.email_column.type.length == MAX_COLUMN_REFERENCE
+
+
 def test_override_wins_over_recognised_header(tmp_path: Path) -> None:
     _, info = _inspect(tmp_path, b"email,backup\nx@x.org,y@y.org\n", email_column="backup")
     assert info.email_column == "backup"

@@ -586,6 +586,9 @@ async def _start_job(
         return await _column_picker(
             request, account, store, folder, filename, columns, rows, exc.detail, column
         )
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
     if info.email_count == 0:
         shutil.rmtree(folder, ignore_errors=True)
         return await _upload_refused(

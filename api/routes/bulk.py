@@ -8,7 +8,6 @@ one, so ids reveal nothing.
 
 from __future__ import annotations
 
-import shutil
 import unicodedata
 import uuid
 from pathlib import Path
@@ -23,7 +22,7 @@ from pydantic_core import PydanticCustomError
 from verimail.api.deps import AccountDep, StoreDep
 from verimail.api.downloads import WholeFileResponse
 from verimail.api.errors import ApiError, ValidationErrorBody, error_doc, pick_error_docs
-from verimail.api.jobs import create_and_start, uploads_dir, webhook_options
+from verimail.api.jobs import create_and_start, dropped_on_failure, uploads_dir, webhook_options
 from verimail.api.uploads import receive_upload, upload_body
 from verimail.schemas.jobs import BulkJob, JsonBulkCreated, JsonBulkJob
 from verimail.store import jobs as job_store
@@ -90,35 +89,25 @@ UPLOAD_BODY = upload_body(
 async def create_bulk(request: Request, account: AccountDep, store: StoreDep) -> BulkJob:
     settings = request.app.state.settings
     folder = uploads_dir(request) / uuid.uuid4().hex
-    try:
+    with dropped_on_failure(folder):
         received = await receive_upload(
             request, folder / "upload.csv", max_bytes=settings.upload_max_bytes
         )
-    except ApiError:
-        _drop(folder)  # receive_upload removed the file; its folder must go too
-        raise
-    column = received.fields.get("email_column") or None
-    webhook_url = received.fields.get("webhook_url") or None
-    try:
+        column = received.fields.get("email_column") or None
+        webhook_url = received.fields.get("webhook_url") or None
         hook = webhook_options(request, webhook_url)
-    except ApiError:
-        _drop(folder)
-        raise
-    try:
-        info = await to_thread.run_sync(
-            lambda: inspect_csv(
-                received.path, max_rows=settings.upload_max_rows, email_column=column
+        try:
+            info = await to_thread.run_sync(
+                lambda: inspect_csv(
+                    received.path, max_rows=settings.upload_max_rows, email_column=column
+                )
             )
-        )
-    except UploadTooLarge as exc:
-        _drop(folder)
-        raise ApiError(413, f"{exc.detail} Nothing was stored.") from exc
-    except UploadError as exc:
-        _drop(folder)
-        raise ApiError(422, exc.detail) from exc
-    if info.email_count == 0:
-        _drop(folder)
-        raise ApiError(422, f"The column {info.email_column!r} holds no addresses.")
+        except UploadTooLarge as exc:
+            raise ApiError(413, f"{exc.detail} Nothing was stored.") from exc
+        except UploadError as exc:
+            raise ApiError(422, exc.detail) from exc
+        if info.email_count == 0:
+            raise ApiError(422, f"The column {info.email_column!r} holds no addresses.")
     job = await create_and_start(
         request,
         store,
@@ -134,11 +123,6 @@ async def create_bulk(request: Request, account: AccountDep, store: StoreDep) ->
     out = BulkJob.of(job)
     out.webhook_secret = hook.get("webhook_secret")
     return out
-
-
-def _drop(folder: Path) -> None:
-    """Nothing of a refused upload stays on disk."""
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 async def _job(store: StoreDep, account_id: int, job_id: int) -> job_store.Job:
@@ -276,7 +260,8 @@ async def create_json_bulk(
     hook = webhook_options(request, webhook_url)
     folder = uploads_dir(request) / uuid.uuid4().hex
     upload = folder / "upload.csv"
-    await to_thread.run_sync(write_address_list, upload, emails)
+    with dropped_on_failure(folder):
+        await to_thread.run_sync(write_address_list, upload, emails)
     job = await create_and_start(
         request,
         store,

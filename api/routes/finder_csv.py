@@ -7,7 +7,6 @@ charges nothing but needs a balance that can pay for at least one find (else 402
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from verimail.api.errors import (
     error_doc,
     pick_error_docs,
 )
-from verimail.api.jobs import start_run, uploads_dir, webhook_options
+from verimail.api.jobs import dropped_on_failure, start_run, uploads_dir, webhook_options
 from verimail.api.routes.finder import FINDER_DISABLED, FinderAccountDep, SettingsDep
 from verimail.api.uploads import receive_upload, upload_body
 from verimail.schemas.jobs import FinderJob
@@ -82,60 +81,53 @@ async def create_finder_job(
     request: Request, account: FinderAccountDep, store: StoreDep, settings: SettingsDep
 ) -> FinderJob:
     folder = uploads_dir(request) / uuid.uuid4().hex
-    received = await receive_upload(
-        request, folder / "upload.csv", max_bytes=settings.upload_max_bytes
-    )
-    fields = received.fields
-    webhook_url = fields.get("webhook_url") or None
-    try:
+    with dropped_on_failure(folder):
+        received = await receive_upload(
+            request, folder / "upload.csv", max_bytes=settings.upload_max_bytes
+        )
+        fields = received.fields
+        webhook_url = fields.get("webhook_url") or None
         hook = webhook_options(request, webhook_url)
-    except ApiError:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
-    mapping = {
-        key: fields.get(key) or None
-        for key in ("first_name_column", "last_name_column", "domain_column")
-    }
+        mapping = {
+            key: fields.get(key) or None
+            for key in ("first_name_column", "last_name_column", "domain_column")
+        }
 
-    def inspect() -> int:
-        info = inspect_csv(received.path, max_rows=settings.upload_max_rows, need_email=False)
-        find_person_columns(
-            info, mapping["first_name_column"], mapping["last_name_column"],
-            mapping["domain_column"],
-        )  # fmt: skip
-        return info.row_count
+        def inspect() -> int:
+            info = inspect_csv(received.path, max_rows=settings.upload_max_rows, need_email=False)
+            find_person_columns(
+                info, mapping["first_name_column"], mapping["last_name_column"],
+                mapping["domain_column"],
+            )  # fmt: skip
+            return info.row_count
 
-    try:
-        rows = await to_thread.run_sync(inspect)
-    except UploadTooLarge as exc:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise ApiError(413, f"{exc.detail} Nothing was stored.") from exc
-    except UploadError as exc:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise ApiError(422, exc.detail) from exc
-    if rows == 0:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise ApiError(422, "The file has no data rows.")
-    have = await to_thread.run_sync(lambda: balance(store.engine, account.id).total)
-    if have < settings.finder_charge:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise ApiError(
-            402,
-            f"Not enough credits: a found address costs {settings.finder_charge}, the "
-            f"balance is {have}; nothing was stored.",
+        try:
+            rows = await to_thread.run_sync(inspect)
+        except UploadTooLarge as exc:
+            raise ApiError(413, f"{exc.detail} Nothing was stored.") from exc
+        except UploadError as exc:
+            raise ApiError(422, exc.detail) from exc
+        if rows == 0:
+            raise ApiError(422, "The file has no data rows.")
+        have = await to_thread.run_sync(lambda: balance(store.engine, account.id).total)
+        if have < settings.finder_charge:
+            raise ApiError(
+                402,
+                f"Not enough credits: a found address costs {settings.finder_charge}, the "
+                f"balance is {have}; nothing was stored.",
+            )
+        job = await to_thread.run_sync(
+            lambda: job_store.create_job(
+                store.engine,
+                account.id,
+                "finder_csv",
+                rows,
+                reserve=0,
+                upload_path=str(received.path),
+                options={**mapping, "filename": received.filename, **hook},
+                webhook_url=webhook_url,
+            )
         )
-    job = await to_thread.run_sync(
-        lambda: job_store.create_job(
-            store.engine,
-            account.id,
-            "finder_csv",
-            rows,
-            reserve=0,
-            upload_path=str(received.path),
-            options={**mapping, "filename": received.filename, **hook},
-            webhook_url=webhook_url,
-        )
-    )
     assert job is not None  # nothing to reserve
     await start_run(request, store, "finder", job)
     out = FinderJob.of(job)
