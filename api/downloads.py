@@ -9,8 +9,13 @@ none`` says so.
 
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
+
 from fastapi.responses import FileResponse
 from starlette.types import Receive, Scope, Send
+
+from verimail.tasks.bulk_io import load_info
 
 _RANGE_HEADERS = (b"range", b"if-range")
 
@@ -22,3 +27,23 @@ class WholeFileResponse(FileResponse):
         self.headers["accept-ranges"] = "none"
         headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() not in _RANGE_HEADERS]
         await super().__call__({**scope, "headers": headers}, receive, send)
+
+
+# Python's codec names as IANA charsets. UTF-16 with a BOM is "utf-16": the LE/BE labels
+# say there is no BOM (RFC 2781 §3.3), and the file keeps the upload's.
+_CHARSETS = {"utf-8": "utf-8", "cp1252": "windows-1252", "latin-1": "iso-8859-1"}
+_UTF16 = {"utf-16-le": "utf-16le", "utf-16-be": "utf-16be"}
+
+
+def csv_response(path: Path, directory: Path, filename: str) -> WholeFileResponse:
+    """A results CSV labelled with its real charset: it is written in the upload's encoding
+    (kept byte for byte), so ``text/csv`` with Starlette's default ``charset=utf-8`` made
+    clients that trust the label garble a Windows-1252 or UTF-16 file."""
+    charset = "utf-8"
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):  # (no info: UTF-8)
+        info = load_info(directory)
+        if info.encoding in _UTF16:
+            charset = "utf-16" if info.has_bom else _UTF16[info.encoding]
+        else:
+            charset = _CHARSETS.get(info.encoding, charset)
+    return WholeFileResponse(path, media_type=f"text/csv; charset={charset}", filename=filename)

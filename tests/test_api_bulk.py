@@ -88,6 +88,35 @@ async def test_upload_poll_download(settings):
 
 
 @pytest.mark.parametrize(
+    ("encoding", "charset"),
+    [
+        ("utf-8", "utf-8"),
+        ("cp1252", "windows-1252"),
+        ("utf-16", "utf-16"),
+        ("utf-16-be", "utf-16be"),
+    ],
+)
+async def test_a_download_is_labelled_with_the_uploads_charset(settings, encoding, charset):
+    """The results file keeps the upload's encoding, so its label must say it: a client that
+    decodes by the header read a Windows-1252 or UTF-16 file labelled utf-8 as garbage."""
+    text = "name,email\r\nJosé Ünal,alice@acme.test\r\nBjörn,nobody@acme.test\r\n"
+    async with running_app(settings) as app:
+        customer = app.customer()
+        files = {"file": ("list.csv", text.encode(encoding), "text/csv")}  # (utf-16: a BOM)
+        created = await app.client.post("/api/bulk", headers=customer.headers, files=files)
+        assert created.status_code == 200, created.text
+        url = f"/api/bulk/{created.json()['job_id']}"
+        assert (await poll_job(app.client, url, customer.headers))["status"] == "completed"
+        for query in ("", "?include=details", "?neutralise_formulas=true"):
+            download = await app.client.get(f"{url}/download{query}", headers=customer.headers)
+            assert download.headers["content-type"] == f"text/csv; charset={charset}"
+            lines = download.text.lstrip("\ufeff").split("\r\n")
+            assert lines[0].startswith("name,email,Safe to Send") and lines[1].startswith(
+                "José Ünal,"
+            )
+
+
+@pytest.mark.parametrize(
     "header",
     [
         "email",

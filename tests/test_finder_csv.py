@@ -101,6 +101,18 @@ async def test_finder_csv_end_to_end(settings):
         assert rows[4][5] == "catch_all" and rows[4][4].endswith("@catchall.test")
         assert rows[5][5] == "invalid_input"
         assert rows[1][:4] == ["John", "Smith", "https://www.acme.test/about", "old@x.test"]
+        assert download.headers["content-type"] == "text/csv; charset=utf-8"
+        latin = await app.client.post(
+            "/api/find-email/csv",
+            headers=customer.headers,
+            files={"file": ("p.csv", "first,last,domain\nJosé,Núñez,acme.test\n".encode("cp1252"))},
+        )
+        assert latin.status_code == 200, latin.text
+        latin_url = f"/api/find-email/csv/{latin.json()['job_id']}"
+        await poll_job(app.client, latin_url, customer.headers)
+        latin_file = await app.client.get(f"{latin_url}/download", headers=customer.headers)
+        assert latin_file.headers["content-type"] == "text/csv; charset=windows-1252"
+        assert latin_file.text.splitlines()[1].startswith("José,Núñez,acme.test,")
 
 
 async def test_one_session_per_domain_across_rows(settings, tb):

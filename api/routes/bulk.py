@@ -20,7 +20,7 @@ from pydantic import AfterValidator, AnyHttpUrl, BaseModel, Field
 from pydantic_core import PydanticCustomError
 
 from verimail.api.deps import AccountDep, StoreDep
-from verimail.api.downloads import WholeFileResponse
+from verimail.api.downloads import WholeFileResponse, csv_response
 from verimail.api.errors import ApiError, ValidationErrorBody, error_doc, pick_error_docs
 from verimail.api.jobs import create_and_start, dropped_on_failure, uploads_dir, webhook_options
 from verimail.api.uploads import receive_upload, upload_body
@@ -195,7 +195,7 @@ async def download_bulk(
         path = await to_thread.run_sync(lambda: safe_csv(directory, upload))
     else:
         path = Path(job.result_path or directory / "results.csv")
-    return WholeFileResponse(path, media_type="text/csv", filename=f"bulk-{job.id}-results.csv")
+    return csv_response(path, directory, filename=f"bulk-{job.id}-results.csv")
 
 
 def _storable(entry: str) -> str:

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 
 from verimail.api.deps import AccountDep, StoreDep
-from verimail.api.downloads import WholeFileResponse
+from verimail.api.downloads import csv_response
 from verimail.api.errors import (
     ApiError,
     ValidationErrorBody,
@@ -173,6 +173,5 @@ async def download_finder_job(job_id: str, account: AccountDep, store: StoreDep)
             f"Job {job_id} is {job.status} ({job.processed_emails} of {job.total_emails} rows "
             "done); download it once its status is completed.",
         )
-    return WholeFileResponse(
-        Path(job.result_path or ""), media_type="text/csv", filename=f"{job_id}-results.csv"
-    )
+    path = Path(job.result_path or "")
+    return csv_response(path, path.parent, filename=f"{job_id}-results.csv")
