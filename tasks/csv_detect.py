@@ -180,7 +180,8 @@ class PersonColumns:
 
 
 def codec_errors(encoding: str) -> str:
-    """Error handler that makes decode→encode exact: UTF-16 files may hold lone surrogates."""
+    """Error handler that makes decode→encode exact (UTF-16 with lone surrogates is refused
+    at inspection, so ``surrogatepass`` only keeps this exact should one get through)."""
     return "surrogatepass" if encoding.startswith("utf-16") else "strict"
 
 
@@ -258,13 +259,23 @@ def detect_encoding(path: Path, data: bytes | None = None) -> tuple[str, bool]:
 
 
 def _check_utf16(path: Path, data: bytes | None, encoding: str, skip: int) -> None:
-    decoder = codecs.getincrementaldecoder(encoding)(errors="surrogatepass")
+    """Strict: a lone surrogate is refused here. It cannot be stored as UTF-8 (Polars, the
+    database), so a file holding one was accepted and charged, then failed its job."""
+    decoder = codecs.getincrementaldecoder(encoding)(errors="strict")
+    offset = skip
     try:
         for chunk in _chunks(path, data, skip):
             if "\x00" in decoder.decode(chunk):
                 raise UploadError(_BINARY)
+            offset += len(chunk)
         decoder.decode(b"", final=True)
-    except UnicodeDecodeError:
+    except UnicodeDecodeError as exc:
+        if "surrogate" in exc.reason or "illegal" in exc.reason:
+            at = offset + exc.start
+            raise UploadError(
+                f"The file looks like UTF-16 text but holds a broken character (an unpaired "
+                f"surrogate) at byte {at:,}; save it again as UTF-8 or UTF-16."
+            ) from None
         raise UploadError(
             "The file looks like UTF-16 text but is not valid UTF-16 (it may be cut off)."
         ) from None

@@ -155,6 +155,20 @@ HOSTILE_FILES: dict[str, tuple[Callable[[], bytes], int, int | str]] = {
         422,
         "UTF-16",
     ),
+    # An unpaired surrogate (no UTF-8 can hold it): accepted and charged, then the job
+    # failed; in the header, a 500. Now refused with where it is.
+    "utf16-lone-surrogate-in-a-cell": (
+        lambda: ("email\n" + "alice@acme.test\n" * 20 + "b\ud800b@acme.test\n").encode(
+            "utf-16-be", "surrogatepass"
+        ),
+        422,
+        "unpaired surrogate",
+    ),
+    "utf16-lone-surrogate-in-the-header": (
+        lambda: "e\udc00mail\nalice@acme.test\n".encode("utf-16", "surrogatepass"),
+        422,
+        "unpaired surrogate",
+    ),
     # ~8 MB: a header of a million names and one row; verified like any file.
     "million-columns": (_million_columns, 200, 1),
     # UTF-8 and Latin-1 in one file (two exports pasted together): read as Windows-1252,
