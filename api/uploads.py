@@ -91,11 +91,14 @@ async def receive_upload(
         _, disposition = parse_options_header(state["headers"].get(b"content-disposition", b""))
         name = disposition.get(b"name", b"").decode("utf-8", "replace")
         state["name"] = name
-        if name == file_field and b"filename" in disposition:
+        # The part named `file` is the file, with or without a filename: `curl -F
+        # "file=<list.csv"` sends none, and `filename*=` alone is dropped by the parser.
+        if name == file_field:
             if result.path is not None:
                 problem.append(ApiError(422, f"Send exactly one `{file_field}` part."))
                 return
-            state["filename"] = disposition[b"filename"].decode("utf-8", "replace")
+            filename = disposition.get(b"filename")
+            state["filename"] = filename.decode("utf-8", "replace") if filename else None
             dest.parent.mkdir(parents=True, exist_ok=True)
             current["out"] = dest.open("wb")
             result.path = dest

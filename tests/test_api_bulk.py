@@ -437,6 +437,26 @@ async def test_an_upload_is_not_left_behind_when_the_job_row_cannot_be_written(
         assert total_balance(app.store, customer.account_id) == 50
 
 
+async def test_a_file_part_without_a_filename_is_the_file(settings):
+    """`curl -F "file=<list.csv"` sends the part without a filename: it was refused with
+    "No file: send the CSV in a form part named `file`" (or, past 4 KB, "the form field
+    `file` is too long"), though a part named `file` was sent."""
+    rows = "".join(f"{i},alice@acme.test\n" for i in range(400))  # (over 4 KB)
+    async with running_app(settings) as app:
+        customer = app.customer(credits=500)
+        for content in ("email\nalice@acme.test\n", "id,email\n" + rows):
+            body = (
+                f'--b\r\nContent-Disposition: form-data; name="file"\r\n\r\n{content}\r\n--b--\r\n'
+            )
+            created = await app.client.post(
+                "/api/bulk",
+                headers={**customer.headers, "Content-Type": "multipart/form-data; boundary=b"},
+                content=body.encode(),
+            )
+            assert created.status_code == 200, created.text
+            assert created.json()["total_emails"] == content.count("@")
+
+
 class _BrokenRunner:
     """A runner that cannot start anything (a Prefect server or work pool that is down)."""
 
