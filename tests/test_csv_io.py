@@ -632,6 +632,23 @@ def test_person_columns_override_and_missing(tmp_path: Path) -> None:
         find_person_columns(info, domain="Company")
 
 
+def test_a_people_files_first_row_is_its_header_unless_it_holds_an_address(
+    tmp_path: Path,
+) -> None:
+    """As the README says: an address is never a header, so a first row with one is a
+    person; names and domains alone cannot tell, so such a first row is the header."""
+    _, with_address = _inspect(
+        tmp_path, b"John,Smith,acme.test,old@x.test\nJane,Doe,acme.test,\n", need_email=False
+    )
+    assert not with_address.has_header and with_address.row_count == 2
+    assert with_address.columns == ("column_1", "column_2", "column_3", "column_4")
+    _, names_only = _inspect(
+        tmp_path, b"John,Smith,acme.test\nJane,Doe,acme.test\n", need_email=False
+    )
+    assert names_only.has_header and names_only.row_count == 1
+    assert names_only.columns == ("John", "Smith", "acme.test")
+
+
 def test_finder_columns_appended(tmp_path: Path) -> None:
     data = b'first_name,last_name,domain\nAnn,Lee,acme.com\n"Bob","Roe, Jr",x.org\n'
     path, info = _inspect(tmp_path, data, need_email=False)
