@@ -55,6 +55,9 @@ def _role_key(name: str) -> str:
     return _SEPARATORS.sub("", name)
 
 
+_LONGEST_ROLE = 64  # (a local part is at most 64 octets: no role name is longer)
+
+
 @lru_cache(maxsize=32)
 def read_list(path: Path) -> frozenset[str]:
     """Entries of a list file (lower-cased, comments and blanks dropped), read once."""
@@ -165,8 +168,9 @@ class ReferenceLists:
         Case-insensitive; a ``+tag`` and surrounding quotes are ignored, and the
         separators ``.`` ``_`` ``-`` do not count (``no.reply`` = ``noreply``). Also true
         when trailing digits follow a role (``support2``) or when every separated part
-        is itself a role (``info.team``, ``sales-support``), but not for a person plus a
-        role (``john.sales``).
+        is itself a role (``info.team``, ``sales-support``), written together too
+        (``salesteam``, ``itsupport``: the finder's ``firstlast`` pattern joins "Sales
+        Team" so), but not for a person plus a role (``john.sales``).
         """
         text = local.strip()
         if len(text) >= 2 and text.startswith('"') and text.endswith('"'):
@@ -178,7 +182,20 @@ class ReferenceLists:
         if key in self._roles or key.rstrip("0123456789") in self._roles:
             return True
         parts = [p for p in _SEPARATORS.split(text) if p]
-        return len(parts) > 1 and all(_role_key(p) in self._roles for p in parts)
+        if len(parts) > 1 and all(_role_key(p) in self._roles for p in parts):
+            return True
+        return self._joined_roles(key.rstrip("0123456789"))
+
+    def _joined_roles(self, key: str) -> bool:
+        """``key``, not a role itself, is role names written together (a word break over
+        the list: any way to spell it from roles then uses two or more)."""
+        spelt = [True] + [False] * len(key)  # spelt[i]: key[:i] is spelt by roles
+        for end in range(1, len(key) + 1):
+            spelt[end] = any(
+                spelt[start] and key[start:end] in self._roles
+                for start in range(max(0, end - _LONGEST_ROLE), end)
+            )
+        return bool(key) and spelt[-1]
 
     # --- typo suggestions -----------------------------------------------------------
 

@@ -48,6 +48,7 @@ def _world() -> World:
             "mx.staff.test",
             HostBehaviour(mailboxes=set(STAFF), disconnect_after_rejections=10),
         ),
+        HostSpec("mx.teams.test", HostBehaviour(mailboxes={"salesteam", "techsupport"})),
         # Stricter: the 3rd refusal of a session, then 421 and it hangs up.
         HostSpec(
             "mx.drop.test", HostBehaviour(mailboxes={"jsmith"}, disconnect_after_rejections=3)
@@ -69,6 +70,7 @@ def _world() -> World:
         DomainSpec("staff.test", mx=[(10, "mx.staff.test")]),
         DomainSpec("reset.test", mx=[(10, "mx.reset.test")]),
         DomainSpec("drop.test", mx=[(10, "mx.drop.test")]),
+        DomainSpec("teams.test", mx=[(10, "mx.teams.test")]),
     ]
     return World.of(hosts, domains)
 
@@ -371,6 +373,13 @@ async def test_a_person_called_info_sales_never_gets_a_role_inbox(
     people = await find_email(engine, "Info", "Sales", "people.test", max_probes=8)
     assert people.email is None
     assert "info" not in _locals(tb.host_stats("mx.people.test").rcpts)
+
+    # Role names written together ("firstlast" of "Sales Team") are role inboxes too.
+    for first, last in (("Sales", "Team"), ("Tech", "Support")):
+        team = await find_email(engine, first, last, "teams.test", max_probes=8)
+        assert team.status == "not_found" and team.email is None, team
+    assert not any(is_role(local) for local in _locals(tb.host_stats("mx.teams.test").rcpts))
+    assert "salesteam" not in _locals(tb.host_stats("mx.teams.test").rcpts)
 
 
 # --- input errors ----------------------------------------------------------------------------

@@ -193,6 +193,11 @@ def test_free_file_override(tmp_path: Path) -> None:
         "info.team",
         "sales-support",
         '"info"',
+        # written together (the finder's firstlast pattern for "Sales Team"):
+        "salesteam",
+        "techsupport",
+        "HRTeam",
+        "itsupport2",
     ],
 )
 def test_role(lists: ReferenceLists, local: str) -> None:
@@ -200,7 +205,21 @@ def test_role(lists: ReferenceLists, local: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "local", ["john", "john.smith", "jsmith", "john.sales", "information", "infos.x", "", "+info"]
+    "local",
+    [
+        "john",
+        "john.smith",
+        "jsmith",
+        "john.sales",
+        "information",
+        "infos.x",
+        "",
+        "+info",
+        "johnsales",  # a person and a role, written together
+        "hiram",  # "hi" + a name
+        "allison",
+        "iris",
+    ],
 )
 def test_not_role(lists: ReferenceLists, local: str) -> None:
     assert not lists.is_role(local)
