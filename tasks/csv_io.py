@@ -21,10 +21,8 @@ import re
 import secrets
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from functools import lru_cache
 from pathlib import Path
 from typing import BinaryIO, TextIO
-from urllib.parse import urlsplit
 
 import polars as pl
 
@@ -61,7 +59,6 @@ __all__ = [
     "UploadError",
     "UploadTooLarge",
     "distinct_in_order",
-    "domain_from_url",
     "find_person_columns",
     "inspect_csv",
     "load_emails",
@@ -309,35 +306,6 @@ def values_for_rows(df: pl.DataFrame, mapping: Mapping[str, str], default: str =
     )
 
 
-def domain_from_url(value: str | None) -> str | None:
-    """A company domain from what people type: ``https://www.acme.com/about`` → ``acme.com``.
-
-    Also takes ``acme.com``, ``WWW.Acme.com:8080``, ``jane@acme.com``. Lower-cased, a leading
-    ``www.`` dropped; None when nothing domain-like (no dot, or spaces) remains.
-    """
-    if value is None:
-        return None
-    text = value.strip().lower()
-    if not text:
-        return None
-    if "@" in text and "://" not in text:
-        text = text.rsplit("@", 1)[1]
-    if "://" not in text:
-        text = "//" + text.lstrip("/")
-    try:
-        host = urlsplit(text).hostname or ""
-    except ValueError:
-        return None
-    host = host.strip(".")
-    host = host.removeprefix("www.")
-    if "." not in host or any(c.isspace() for c in host):
-        return None
-    return host
-
-
-_domain_cached = lru_cache(maxsize=1 << 16)(domain_from_url)
-
-
 def _column_index(info: CsvInfo, column: str | int, param: str) -> int:
     if isinstance(column, int):
         if not 0 <= column < len(info.columns):
@@ -356,8 +324,9 @@ def load_person_rows(
     """``row``, ``first_name``, ``last_name``, ``domain`` for the Email Finder.
 
     Columns are names (as in ``CsvInfo.columns``) or 0-based indexes (``PersonColumns.*_index``;
-    prefer these when headers repeat). Names are trimmed, blank → null; the domain goes through
-    :func:`domain_from_url`.
+    prefer these when headers repeat). Cells are trimmed, blank → null. The domain is kept as
+    typed: the finder reduces it (URL, ``www.``, port, IDN) by the rules of the single lookup,
+    so a row and ``POST /api/find-email`` get the same answer for the same cell.
     """
     i_first = _column_index(info, first_col, "first_name_column")
     i_last = _column_index(info, last_col, "last_name_column")
@@ -370,8 +339,7 @@ def load_person_rows(
         for first, last, domain in iter_data_cells(f, info.delimiter, info.has_header, indexes):
             firsts.append(first.strip() or None)
             lasts.append(last.strip() or None)
-            domain = domain.strip()
-            domains.append(_domain_cached(domain) if domain else None)
+            domains.append(domain.strip() or None)
     return pl.DataFrame(
         [
             _row_index(len(firsts)),

@@ -115,6 +115,34 @@ async def test_finder_csv_end_to_end(settings):
         assert latin_file.text.splitlines()[1].startswith("José,Núñez,acme.test,")
 
 
+async def test_a_row_and_the_single_lookup_read_a_domain_alike(settings):
+    """The CSV job reduced domains by its own rules: a full-width or ideographic dot was
+    invalid_input in a row but found by POST /api/find-email, and an address in the domain
+    cell was found in a row but a 422 there. Both now follow the single lookup's rules."""
+    cells = ["acme\u3002test", "ACME\uff0eTEST", "https://WWW.acme.test:443/x", "john@acme.test"]
+    people = "first,last,domain\n" + "".join(f"John,Smith,{c}\n" for c in cells)
+    async with running_app(settings) as app:
+        customer = app.customer(credits=200)
+        singles = []
+        for cell in cells:
+            one = await app.client.post(
+                "/api/find-email",
+                headers=customer.headers,
+                json={"first_name": "John", "last_name": "Smith", "domain": cell},
+            )
+            singles.append(one.json()["status"] if one.status_code == 200 else "invalid_input")
+        assert singles == ["found", "found", "found", "invalid_input"]
+        created = await app.client.post(
+            "/api/find-email/csv", headers=customer.headers, **_form(people)
+        )
+        assert created.status_code == 200, created.text
+        url = f"/api/find-email/csv/{created.json()['job_id']}"
+        assert (await poll_job(app.client, url, customer.headers))["status"] == "completed"
+        download = await app.client.get(f"{url}/download", headers=customer.headers)
+        rows = list(csv.reader(io.StringIO(download.content.decode())))
+        assert [row[4] for row in rows[1:]] == singles
+
+
 async def test_one_session_per_domain_across_rows(settings, tb):
     """Six people at one company, the domain spelled three ways, plus three at a catch-all:
     one SMTP session and one catch-all probe per domain, however many rows."""
