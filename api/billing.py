@@ -14,6 +14,7 @@ so the 500 handler's "nothing was charged" is always true. Build the response in
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -36,7 +37,12 @@ async def charged(
     store: Store, account_id: int, amount: int, *, reason: str
 ) -> AsyncIterator[None]:
     """Charge ``amount`` now (402 when short, nothing written); refund it if the body fails."""
-    ok = await to_thread.run_sync(lambda: charge(store.engine, account_id, amount, reason=reason))
+    # A reference of its own, so a refund gives back to the pool that paid (the allowance
+    # when it did, see refund_in): a client that hangs up mid-request gets no more.
+    reference = f"request:{uuid.uuid4().hex}"
+    ok = await to_thread.run_sync(
+        lambda: charge(store.engine, account_id, amount, reason=reason, reference=reference)
+    )
     if not ok:
         have = await to_thread.run_sync(lambda: balance(store.engine, account_id).total)
         raise ApiError(
@@ -55,6 +61,7 @@ async def charged(
                         account_id,
                         amount,
                         reason=f"refund: {reason} failed",
+                        reference=reference,
                     )
                 )
             except Exception:

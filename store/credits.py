@@ -6,8 +6,11 @@ Two pools of credits per account:
   ``accounts.allowance_used`` for the UTC calendar period in ``allowance_period_start``; a
   new period starts it afresh (unused allowance lapses). It is spent *before* prepaid
   credits, so a customer's bought credits last as long as possible;
-* **prepaid** credits (signup, grants, refunds) in ``accounts.prepaid_credits``, which never
-  expire (SPEC §1).
+* **prepaid** credits (signup, grants, refunds of prepaid credits) in
+  ``accounts.prepaid_credits``, which never expire (SPEC §1).
+
+A refund gives allowance back to the allowance when it was spent in the current period,
+and everything else to prepaid credits (:func:`refund_in`).
 
 Every movement is one transaction that locks the account row first — ``SELECT … FOR NO KEY
 UPDATE`` on PostgreSQL (blocks other chargers, not inserts referencing the account),
@@ -257,17 +260,29 @@ def credit_in(
     account_id: int,
     amount: int,
     *,
-    kind: Literal["signup", "grant", "refund"],
+    kind: Literal["signup", "grant"],
     reason: str = "",
     reference: str | None = None,
     now: datetime | None = None,
 ) -> Balance:
-    """Add ``amount`` prepaid credits inside ``conn``'s transaction; returns the new balance."""
+    """Add ``amount`` prepaid credits inside ``conn``'s transaction; returns the new balance.
+    (Refunds go through :func:`refund_in`, which gives allowance back to the allowance.)"""
+    if kind not in ("signup", "grant"):
+        raise ValueError(f"kind must be signup or grant, not {kind!r}")
+    return _add_prepaid(conn, account_id, amount, kind, reason, reference, now or utcnow())
+
+
+def _add_prepaid(
+    conn: Connection,
+    account_id: int,
+    amount: int,
+    kind: str,
+    reason: str,
+    reference: str | None,
+    now: datetime,
+) -> Balance:
     if amount < 0:
         raise ValueError("amount must be >= 0")
-    if kind not in ("signup", "grant", "refund"):
-        raise ValueError(f"kind must be signup, grant or refund, not {kind!r}")
-    now = now or utcnow()
     old = _balance_of(lock_account(conn, account_id), now)
     if amount == 0:
         return old
@@ -289,6 +304,79 @@ def credit_in(
         now=now,
     )
     return new
+
+
+def refund_in(
+    conn: Connection,
+    account_id: int,
+    amount: int,
+    *,
+    reason: str,
+    reference: str | None,
+    now: datetime | None = None,
+) -> Balance:
+    """Give back ``amount`` credits charged or reserved under ``reference``, inside
+    ``conn``'s transaction; returns the new balance.
+
+    What the allowance paid under ``reference`` in the current period goes back to the
+    allowance; the rest (prepaid credits, or allowance of a period that has ended) goes to
+    prepaid credits, which never expire, so no refund is lost when a period rolls over.
+    Refunding allowance as prepaid would let anyone who can make work fail (a client that
+    hangs up mid-request) turn each day's lapsing allowance into credits that never lapse.
+    """
+    if amount < 0:
+        raise ValueError("amount must be >= 0")
+    now = now or utcnow()
+    row = lock_account(conn, account_id)
+    state = _allowance(row, now)
+    back = min(amount, _allowance_paid(conn, account_id, state, reference))
+    if back:
+        conn.execute(
+            update(accounts)
+            .where(accounts.c.id == account_id)
+            .values(allowance_used=state.used - back)
+        )
+        _ledger_row(
+            conn,
+            account_id,
+            delta=back,
+            kind="refund",
+            source="allowance",
+            reason=reason,
+            reference=reference,
+            balance_after=state.remaining + back,
+            now=now,
+        )
+    return _add_prepaid(conn, account_id, amount - back, "refund", reason, reference, now)
+
+
+def _allowance_paid(
+    conn: Connection, account_id: int, state: _Allowance, reference: str | None
+) -> int:
+    """Allowance spent under ``reference`` in the current period and not given back yet
+    (at most what the period's counter holds: an operator's plan change resets it)."""
+    if reference is None or state.new_period or state.start is None or not state.used:
+        return 0
+    ledger = credit_ledger.c
+    opened = conn.execute(  # the row that opened the current period's counter
+        select(func.max(ledger.id)).where(
+            ledger.account_id == account_id,
+            ledger.kind == "allowance",
+            ledger.reference == f"period:{state.start.isoformat()}",
+        )
+    ).scalar_one()
+    if opened is None:
+        return 0
+    net = conn.execute(
+        select(func.coalesce(func.sum(ledger.delta), 0)).where(
+            ledger.account_id == account_id,
+            ledger.reference == reference,
+            ledger.source == "allowance",
+            ledger.kind.in_(("charge", "reserve", "refund")),
+            ledger.id > opened,
+        )
+    ).scalar_one()
+    return max(0, min(-int(net), state.used))
 
 
 # --- one transaction each ---------------------------------------------------------------------
@@ -405,9 +493,7 @@ def refund_once_in(
     lock_account(conn, account_id)
     owed = _net_charged(conn, account_id, reference)
     if owed > 0:
-        credit_in(
-            conn, account_id, owed, kind="refund", reason=reason, reference=reference, now=now
-        )
+        refund_in(conn, account_id, owed, reason=reason, reference=reference, now=now)
     return max(owed, 0)
 
 
@@ -457,17 +543,10 @@ def refund(
     reference: str | None = None,
     now: datetime | None = None,
 ) -> Balance:
-    """Give back credits that were charged or reserved but not used.
-
-    Refunds always go to *prepaid* credits, whichever pool paid: prepaid credits never
-    expire, so a refund that lands after the allowance period rolled over is not lost,
-    and there is no per-period bookkeeping of which pool to restore. The customer can
-    only gain by it (by at most the refunded amount).
-    """
+    """Give back credits that were charged or reserved under ``reference`` but not used
+    (see :func:`refund_in` for which pool they return to)."""
     with write_tx(engine) as conn:
-        return credit_in(
-            conn, account_id, amount, kind="refund", reason=reason, reference=reference, now=now
-        )
+        return refund_in(conn, account_id, amount, reason=reason, reference=reference, now=now)
 
 
 def grant(

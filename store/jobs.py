@@ -7,7 +7,7 @@ worker) changes nothing and reports False instead of corrupting the job.
 
 Credits: a job reserves at creation in the *same* transaction that inserts it, so there is
 never a job without its reservation nor a reservation without its job. What a job does not
-use comes back as a refund (to prepaid credits, see :func:`verimail.store.credits.refund`)
+use comes back as a refund (to the pool that paid, see :func:`verimail.store.credits.refund_in`)
 in the same transaction as the final transition; ``credits_refunded`` records it and a
 CHECK keeps it within ``credits_reserved``, so no job can refund twice or refund more than
 it reserved.
@@ -29,8 +29,8 @@ from verimail.store.credits import (
     charge_in,
     charge_once_in,
     charges_under_in,
-    credit_in,
     lock_account,
+    refund_in,
     refund_once_in,
 )
 from verimail.store.db import utcnow, write_tx
@@ -457,11 +457,10 @@ def _refund_in(conn: Connection, job: Row[Any], amount: int, why: str, now: date
     """Refund up to ``amount`` of the job's unrefunded reservation; returns what was refunded."""
     amount = max(min(amount, job.credits_reserved - job.credits_refunded), 0)
     if amount:
-        credit_in(
+        refund_in(
             conn,
             job.account_id,
             amount,
-            kind="refund",
             reason=f"{job.kind} job {job.id}: {why}",
             reference=f"job:{job.id}",
             now=now,

@@ -18,7 +18,7 @@ from api_helpers import (
 
 from verimail.api.errors import INTERNAL_ERROR
 from verimail.store.accounts import list_keys, revoke_key
-from verimail.store.credits import ledger
+from verimail.store.credits import balance, ledger
 from verimail.tasks.host_slots import HostSlots, host_semaphore
 from verimail.testbed.server import Testbed
 
@@ -229,6 +229,15 @@ async def test_a_crash_while_verifying_is_a_plain_500_and_refunds(
             assert total_balance(api.store, customer.account_id) == 3
         kinds = [e.kind for e in reversed(ledger(api.store.engine, customer.account_id))]
         assert kinds == ["signup", "charge", "refund", "charge", "refund"]
+        # A Free account's allowance comes back as allowance, not as prepaid credits that
+        # never lapse (which a client hanging up mid-request could farm every day).
+        free = api.customer(plan="free", credits=0)
+        response = await api.client.post(
+            SINGLE, json={"email": "a@acme.test"}, headers=free.headers
+        )
+        assert response.status_code == 500
+        after = balance(api.store.engine, free.account_id)
+        assert (after.prepaid, after.allowance_remaining) == (0, 25)
 
 
 async def test_a_request_goes_before_a_jobs_queued_session(tb, tmp_path, testbed_settings) -> None:

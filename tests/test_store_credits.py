@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -161,22 +161,48 @@ def test_zero_charge_is_a_noop_and_negative_is_refused(store: Store) -> None:
         cr.charge(store.engine, 999, 1, reason="ghost")
 
 
-def test_reserve_refund_and_grant_go_through_prepaid(store: Store) -> None:
+def test_a_refund_returns_to_the_pool_that_paid(store: Store) -> None:
     a = acc.create_account(store.engine, store.settings, plan="free")
     assert cr.reserve(store.engine, a.id, 30, reason="bulk", reference="job:1", now=DAY)
-    b = cr.refund(store.engine, a.id, 30, reason="job failed", reference="job:1", now=DAY)
-    # 25 came from today's allowance: it comes back as prepaid, which never expires.
-    assert (b.prepaid, b.allowance_remaining) == (125, 0)
+    b = cr.refund(store.engine, a.id, 10, reason="rows not done", reference="job:1", now=DAY)
+    # Today's allowance paid 25 of the 30: it takes back first, then prepaid.
+    assert (b.prepaid, b.allowance_remaining) == (95, 10)
+    b = cr.refund(store.engine, a.id, 20, reason="job failed", reference="job:1", now=DAY)
+    assert (b.prepaid, b.allowance_remaining) == (100, 25)  # all of it back where it was
     b = cr.grant(store.engine, a.id, 1_000, reason="purchase", now=DAY)
-    assert (b.prepaid, b.total) == (1_125, 1_125)
-    kinds = [(e.kind, e.source, e.delta, e.reference) for e in cr.ledger(store.engine, a.id)][:4]
+    assert (b.prepaid, b.total) == (1_100, 1_125)
+    kinds = [(e.kind, e.source, e.delta, e.reference) for e in cr.ledger(store.engine, a.id)][:6]
     assert kinds == [
         ("grant", "prepaid", 1_000, None),
-        ("refund", "prepaid", 30, "job:1"),
+        ("refund", "prepaid", 5, "job:1"),
+        ("refund", "allowance", 15, "job:1"),
+        ("refund", "allowance", 10, "job:1"),
         ("reserve", "prepaid", -5, "job:1"),
         ("reserve", "allowance", -25, "job:1"),
     ]
     assert len(cr.ledger(store.engine, a.id, limit=2, offset=1)) == 2
+    _assert_consistent(store, a.id)
+
+
+def test_a_refund_never_turns_allowance_into_prepaid_credits(store: Store) -> None:
+    """A Free account whose work fails (a job refused late, a client hanging up mid-request)
+    got its allowance back as prepaid credits, which never lapse: 25 more every day. Now
+    only allowance of a period that has ended comes back as prepaid (so none is lost)."""
+    a = acc.create_account(store.engine, store.settings, plan="free")
+    assert cr.charge(store.engine, a.id, 25, reason="single", reference="request:a", now=DAY)
+    b = cr.refund(store.engine, a.id, 25, reason="failed", reference="request:a", now=DAY)
+    assert (b.prepaid, b.allowance_remaining, b.total) == (100, 25, 125)
+    # Charged today, refunded tomorrow: today's allowance has lapsed, so prepaid it is.
+    assert cr.charge(store.engine, a.id, 20, reason="bulk", reference="job:7", now=DAY)
+    tomorrow = DAY + timedelta(days=1)
+    b = cr.refund(store.engine, a.id, 20, reason="failed", reference="job:7", now=tomorrow)
+    assert (b.prepaid, b.allowance_remaining) == (120, 25)
+    # Another reference's allowance, or none, is not this refund's to take back.
+    assert cr.charge(store.engine, a.id, 5, reason="single", reference="request:b", now=tomorrow)
+    b = cr.refund(store.engine, a.id, 3, reason="failed", reference="request:c", now=tomorrow)
+    assert (b.prepaid, b.allowance_remaining) == (123, 20)
+    b = cr.refund(store.engine, a.id, 2, reason="failed", now=tomorrow)
+    assert (b.prepaid, b.allowance_remaining) == (125, 20)
     _assert_consistent(store, a.id)
 
 
