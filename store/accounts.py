@@ -189,12 +189,19 @@ def set_plan(engine: Engine, account_id: int, plan: str) -> Account | None:
 
     Resetting the allowance counter keeps the rule simple and predictable (an upgrade
     gives the full new allowance now). Plans are changed by operators/billing, not by
-    the customer, so this cannot be played by switching plans back and forth.
+    the customer, so this cannot be played by switching plans back and forth. Setting the
+    plan an account already has changes nothing: a repeated command (or a billing sync
+    that re-applies every plan) must not hand out the period's allowance again.
     """
     get_plan(plan)
-    return _update_account(
-        engine, account_id, plan=plan, allowance_used=0, allowance_period_start=None
-    )
+    with write_tx(engine) as conn:
+        conn.execute(
+            update(accounts)
+            .where(accounts.c.id == account_id, accounts.c.plan != plan)
+            .values(plan=plan, allowance_used=0, allowance_period_start=None)
+        )
+        row = conn.execute(select(accounts).where(accounts.c.id == account_id)).one_or_none()
+    return _account(row) if row else None
 
 
 def set_password_hash(engine: Engine, account_id: int, password_hash: str | None) -> Account | None:

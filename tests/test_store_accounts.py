@@ -141,6 +141,11 @@ def test_set_plan_and_finder(store: Store) -> None:
     updated = acc.set_plan(store.engine, account.id, "business")
     assert updated is not None and updated.plan == "business"
     assert cr.balance(store.engine, account.id).allowance == 50_000
+    assert cr.charge(store.engine, account.id, 100, reason="single", reference="r:1")
+    acc.set_plan(store.engine, account.id, "business")  # the same plan again: no fresh allowance
+    assert cr.balance(store.engine, account.id).allowance_remaining == 49_900
+    acc.set_plan(store.engine, account.id, "pro")  # a new plan starts its allowance afresh
+    assert cr.balance(store.engine, account.id).allowance_remaining == 10_000
     with pytest.raises(ValueError):
         acc.set_plan(store.engine, account.id, "platinum")
     assert acc.set_plan(store.engine, 999, "pro") is None
