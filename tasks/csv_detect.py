@@ -67,6 +67,8 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
 # Polars inflates a source that starts like a zlib stream (or gzip, zstd) on its own: such
 # a file is left to the tokenizer, which reads its bytes as they are ("x^" is text too).
 _ZLIB_HEADERS = (b"\x78\x01", b"\x78\x5e", b"\x78\x9c", b"\x78\xda")
+# Every stream Polars inflates by itself when it sees its signature (zlib, gzip, Zstandard).
+_INFLATED_BY_POLARS = (*_ZLIB_HEADERS, b"\x1f\x8b", b"\x28\xb5\x2f\xfd")
 _BINARY = "The file does not look like a CSV text file (binary data found)."
 _CP1252_UNDEFINED = re.compile(rb"[\x81\x8d\x8f\x90\x9d]")
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
@@ -542,7 +544,7 @@ def fast_data_cells(
     """
     if encoding != "utf-8" or len(data) > WHOLE_READ_MAX or b"\x00" in data:
         return None  # (the tokenizer refuses NUL bytes)
-    if data.startswith(_ZLIB_HEADERS):
+    if data.startswith(_INFLATED_BY_POLARS):
         return None  # Polars would read what it inflates, not the bytes
     first_line = data[: data.find(b"\n")] if b"\n" in data else data
     if first_line.count(delimiter.encode()) >= FAST_MAX_COLUMNS:
@@ -604,7 +606,7 @@ def _polars_read(
         if found["blanks"]:  # blank records are not rows; rare enough for a second pass
             kept = lines.select(~is_blank).collect(engine="streaming").to_series()
             cells = cells.filter(kept)
-    except (pl.exceptions.PolarsError, pl.exceptions.PanicException):
+    except (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError):
         return None  # whatever Polars cannot read, the tokenizer reads or explains
     return found["lines"], found, cells
 

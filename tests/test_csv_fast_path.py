@@ -351,3 +351,11 @@ def test_an_upload_polars_would_inflate_is_never_handed_to_it(
     assert info.columns[0].startswith("x\x01")
     assert info.row_count == data.count(b"\n")
     assert rows.height == info.row_count
+
+
+@pytest.mark.parametrize("magic", [b"\x1f\x8b\x08\x00", b"\x28\xb5\x2f\xfd"], ids=["gzip", "zstd"])
+def test_fast_data_cells_leaves_other_compressed_streams_to_the_tokenizer(magic: bytes) -> None:
+    """Polars inflates gzip and Zstandard sources too; it raised OSError on these (not a
+    PolarsError), out of a function that promises to be safe on any file. The upload path
+    refuses them earlier, by their signature; the fast path must not rely on that."""
+    assert fast_data_cells(magic + b"email\na@b.test\n", "utf-8", False, ",", True, 0) is None
