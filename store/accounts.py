@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, Row, insert, or_, select, update
+from sqlalchemy import Engine, Row, func, insert, or_, select, update
 
 from verimail.config import Settings
 from verimail.store.credits import AccountNotFound, credit_in
@@ -163,6 +163,15 @@ def get_account_by_email(engine: Engine, email: str) -> Account | None:
     with engine.connect() as conn:
         row = conn.execute(select(accounts).where(accounts.c.email == email)).one_or_none()
     return _account(row) if row else None
+
+
+def email_taken(engine: Engine, email: str) -> bool:
+    """Whether an account has ``email`` in any letter case: accounts made with the CLI keep
+    the address as typed (``Bob@Example.com``), and a sign-up of its lower-case form must
+    not create a second account that the dashboard's sign-in would then find first."""
+    query = select(accounts.c.id).where(func.lower(accounts.c.email) == email.lower()).limit(1)
+    with engine.connect() as conn:
+        return conn.execute(query).first() is not None
 
 
 def list_accounts(engine: Engine, limit: int = 100, offset: int = 0) -> list[Account]:

@@ -302,6 +302,24 @@ async def test_signup_of_a_taken_email_is_neutral(settings):
         assert len([a for a in acc.list_accounts(app.store.engine) if a.email]) == 1
 
 
+async def test_signup_of_another_case_of_a_cli_accounts_email_is_neutral(settings):
+    """A CLI account keeps its address as typed; signing up its lower-case form made a
+    second account, which the sign-in found first: the owner could no longer log in."""
+    async with running_app(settings) as app:
+        make_user(app, "Bob@Example.com")
+        async with browser(app) as stranger:
+            signed = await sign_up(stranger, "bob@example.com", "another password!")
+            assert signed.status_code == 303
+            assert (
+                await log_in(stranger, "bob@example.com", "another password!")
+            ).status_code == 400
+        assert [a.email for a in acc.list_accounts(app.store.engine) if a.email] == [
+            "Bob@Example.com"
+        ]
+        async with browser(app, address="127.0.0.3") as owner:
+            assert (await log_in(owner, "Bob@Example.com")).status_code == 303
+
+
 async def test_signup_validation(settings):
     async with running_app(settings) as app:
         csrf = await token(app.client, "/dashboard/signup")

@@ -176,7 +176,9 @@ async def signup(request: Request, store: StoreDep, form: CheckedForm) -> Respon
     settings = request.app.state.settings
 
     def create() -> None:
-        with contextlib.suppress(IntegrityError):  # taken: say nothing different
+        if acc.email_taken(store.engine, email):  # in any case: say nothing different
+            return
+        with contextlib.suppress(IntegrityError):  # taken meanwhile: the same
             acc.create_account(
                 store.engine, settings, plan="free", email=email, password_hash=password_hash
             )
