@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime
 
-from sqlalchemy import Engine, delete, insert, select
+from sqlalchemy import Engine, delete, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from verimail.store.db import utcnow, write_tx
 from verimail.store.tables import ended_sessions
@@ -27,11 +29,15 @@ def end_session(engine: Engine, sid: str, until: datetime, *, now: datetime | No
     digest = _digest(sid)
     with write_tx(engine) as conn:
         conn.execute(delete(ended_sessions).where(ended_sessions.c.expires_at <= now))
-        seen = conn.execute(
-            select(ended_sessions.c.sid_hash).where(ended_sessions.c.sid_hash == digest)
-        ).first()
-        if seen is None:
-            conn.execute(insert(ended_sessions).values(sid_hash=digest, expires_at=until))
+        # Two logouts of one session at once (a double click, two tabs) both insert: the
+        # second must be a no-op, not a duplicate key (which PostgreSQL's row-level locking
+        # let through a select-then-insert, as a 500).
+        dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+        conn.execute(
+            dialect_insert(ended_sessions)
+            .values(sid_hash=digest, expires_at=until)
+            .on_conflict_do_nothing(index_elements=[ended_sessions.c.sid_hash])
+        )
 
 
 def session_ended(engine: Engine, sid: str) -> bool:

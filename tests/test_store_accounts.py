@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -150,6 +152,26 @@ def test_set_plan_and_finder(store: Store) -> None:
         acc.set_plan(store.engine, account.id, "platinum")
     assert acc.set_plan(store.engine, 999, "pro") is None
     assert acc.get_account(store.engine, 999) is None
+
+
+def test_logging_one_session_out_many_times_at_once_is_one_record(store: Store) -> None:
+    """Two tabs or a double click log one session out at once: on PostgreSQL the second
+    select-then-insert hit the primary key (a 500 for that logout)."""
+    until = utcnow() + timedelta(days=1)
+    for round_ in range(5):
+        sid = f"sid-{round_}"
+        barrier = threading.Barrier(12)
+
+        def logout(sid: str = sid, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            end_session(store.engine, sid, until)
+
+        with ThreadPoolExecutor(max_workers=12) as pool:
+            for future in [pool.submit(logout) for _ in range(12)]:
+                future.result()  # (raises what the thread raised)
+        assert session_ended(store.engine, sid)
+    with store.engine.connect() as conn:
+        assert len(conn.execute(select(ended_sessions.c.sid_hash)).all()) == 5
 
 
 def test_ended_sessions_are_kept_until_their_cookie_expires(store: Store) -> None:
