@@ -5,7 +5,7 @@ The table (DESIGN.md "Reply codes → outcome"), first matching row wins:
 | reply | outcome | why |
 |---|---|---|
 | 2xx | accepted | the server will take mail for the mailbox |
-| 5xx with 5.7.x, or block-list / policy text | blocked | it refused *us*, not the box |
+| 5xx with 5.7.x, 5.1.7/5.1.8, sender or block-list text | blocked | it refused *us* |
 | 552, or 5.2.2 (452 4.2.2 too) | mailbox_full | exists, but mail would bounce now (risky) |
 | 550/551/553 with 5.1.x, or unknown-user text | no_mailbox | the mailbox does not exist |
 | 550 with 5.2.1 | no_mailbox | the mailbox is disabled: mail to it bounces for good |
@@ -23,7 +23,16 @@ import re
 
 from verimail.schemas.outcomes import SmtpOutcome
 
-_ENHANCED = re.compile(r"\b([245])\.(\d{1,3})\.(\d{1,3})\b")
+# At the start of the text only (RFC 2034 §4): "550 Client [5.1.22.33] rejected" holds an
+# IP address, not a code.
+_ENHANCED = re.compile(r"\s*([245])\.(\d{1,3})\.(\d{1,3})\b")
+# Refusals of our MAIL FROM address that Postfix (smtpd_delay_reject) gives at RCPT TO:
+# "550 5.1.8 <verify@…>: Sender address rejected: Domain not found". About us, not the box.
+_SENDER_TEXT = re.compile(
+    r"sender (address )?(rejected|refused|denied|unknown|verify failed)|"
+    r"sender domain|sender verification|\bsender .{0,60}\b(not|un)(known|verified|allowed)",
+    re.IGNORECASE,
+)
 _BLOCK_TEXT = re.compile(
     r"block|blacklist|black list|denylist|spamhaus|spamcop|\bspam\b|\brbl\b|\bdnsbl\b|"
     r"reputation|policy|not permitted|access denied|client host|poor reputation|"
@@ -44,7 +53,7 @@ _GREYLIST_TEXT = re.compile(r"grey ?list|gray ?list|try (again )?later|4\.7\.1|4
 
 def enhanced_code(message: str) -> tuple[int, int, int] | None:
     """The RFC 3463 enhanced status code in a reply text, e.g. ``(5, 1, 1)``."""
-    match = _ENHANCED.search(message[:64])
+    match = _ENHANCED.match(message)
     if not match:
         return None
     return int(match.group(1)), int(match.group(2)), int(match.group(3))
@@ -60,8 +69,11 @@ def classify_rcpt(code: int, message: str) -> SmtpOutcome:
     if 200 <= code < 300:
         return SmtpOutcome.ACCEPTED
     if 500 <= code < 600:
-        if (enhanced and enhanced[0] == 5 and enhanced[1] == 7) or (
-            _BLOCK_TEXT.search(message) and not _UNKNOWN_USER_TEXT.search(message)
+        if (
+            (enhanced and enhanced[0] == 5 and enhanced[1] == 7)
+            or (enhanced and enhanced[1:] in ((1, 7), (1, 8)))  # bad sender mailbox/system
+            or _SENDER_TEXT.search(message)
+            or (_BLOCK_TEXT.search(message) and not _UNKNOWN_USER_TEXT.search(message))
         ):
             return SmtpOutcome.BLOCKED
         if code == 552 or enhanced == (5, 2, 2):

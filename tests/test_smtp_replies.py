@@ -40,6 +40,17 @@ REPLIES: list[tuple[int, str, SmtpOutcome]] = [
     (451, "4.3.0 Temporary lookup failure", SmtpOutcome.GREYLISTED),
     (452, "4.3.1 Insufficient system storage", SmtpOutcome.TEMP_FAILURE),
     (999, "5.1.1 mystery", SmtpOutcome.PROTOCOL_ERROR),
+    # Postfix refuses our MAIL FROM at RCPT TO (smtpd_delay_reject): about us, not the box.
+    (
+        550,
+        "5.1.8 <verify@verimail.localhost>: Sender address rejected: Domain not found",
+        SmtpOutcome.BLOCKED,
+    ),
+    (553, "5.1.7 <verify@x>: Sender address rejected: not logged in", SmtpOutcome.BLOCKED),
+    (550, "<x@y>: Sender address rejected: Access denied", SmtpOutcome.BLOCKED),
+    # An IP address in the text is not an enhanced code (only one at the start is).
+    (550, "Client [5.1.22.33] rejected: no reverse DNS for your IP", SmtpOutcome.REJECTED_OTHER),
+    (550, "Mailbox 5.1.1.1 is fine", SmtpOutcome.REJECTED_OTHER),
 ]
 
 
