@@ -344,18 +344,23 @@ class Prober:
                 self._hung_up(session)
             await session.close(polite=False)
             self._broken(run, session.host.name, lost.finding)
-            self._retry(run, item, lost.finding)
+            self._again(run, item, session.host.name, lost.finding)
             return
         host = session.host.name
+        if code == 421:
+            # Closing the session is no answer: it counts as a broken session, so a host that
+            # only ever says 421 is dropped and the next MX host is asked (README: MX
+            # fallback on refusal/timeout/421), as the finder's sessions already did.
+            self._hung_up(session)
+            await session.close(polite=False)
+            finding = Finding(SmtpOutcome.TEMP_FAILURE, one_line(code, message), host)
+            self._broken(run, host, finding)
+            self._again(run, item, host, finding)
+            return
         run.broken[host] = 0  # it answered: whatever broke before was not the host itself
         if _too_many_recipients(code, message, session.rcpts - 1):
             self._rcpt_limit[host] = max(1, session.tx_rcpts)
             await session.close()
-            self._retry(run, item, Finding(SmtpOutcome.TEMP_FAILURE, one_line(code, message), host))
-            return
-        if code == 421:
-            self._hung_up(session)
-            await session.close(polite=False)
             self._retry(run, item, Finding(SmtpOutcome.TEMP_FAILURE, one_line(code, message), host))
             return
         outcome = classify_rcpt(code, message)
@@ -378,6 +383,15 @@ class Prober:
         if run.broken[host] >= MAX_ATTEMPTS and host not in run.dead_hosts:
             run.dead_hosts.add(host)
             run.failures.append(finding)
+
+    def _again(self, run: _Run, item: _Item, host: str, finding: Finding) -> None:
+        """Ask ``item`` again after its session broke: on the next MX host, uncounted, when
+        that break dropped ``host`` (with none left every item gets the failure); else in a
+        new session, :func:`_retry` counting the try."""
+        if host in run.dead_hosts:
+            run.queue.appendleft(item)
+        else:
+            self._retry(run, item, finding)
 
     def _retry(self, run: _Run, item: _Item, finding: Finding) -> None:
         item.attempts += 1

@@ -143,3 +143,29 @@ async def test_a_452_on_the_first_recipient_is_not_a_limit_to_learn(engine):
     batch = await engine.verify_many(["alice@nolimit.test", "bob@nolimit.test"])
     assert {r.status for r in batch.results} == {Status.UNKNOWN}
     assert engine.testbed.host_stats("mx.nolimit.test").sessions < 20
+
+
+async def test_an_mx_that_only_says_421_is_dropped_for_the_next(
+    testbed_factory, testbed_settings, tmp_path
+):
+    """The preferred MX answers RCPT TO with 421 every time: the address was asked there
+    MAX_ATTEMPTS times and came back unknown/temp_failure, though the next MX host holds
+    the mailbox. A 421 now counts as a broken session, so the host is dropped and the next
+    one asked (README: MX fallback on refusal/timeout/421)."""
+    closing = "421 4.3.2 Service shutting down, closing transmission channel"
+    world = World.of(
+        [
+            HostSpec("mx1.fallback.test", HostBehaviour(rcpt_replies={"alice": closing})),
+            HostSpec("mx2.fallback.test", HostBehaviour(mailboxes={"alice"})),
+        ],
+        [DomainSpec("fallback.test", mx=[(10, "mx1.fallback.test"), (20, "mx2.fallback.test")])],
+    )
+    tb = testbed_factory(world)
+    engine = Engine(testbed_settings(tb, tmp_path))
+    try:
+        batch = await engine.verify_many(["alice@fallback.test"])
+    finally:
+        engine.close()
+    (result,) = batch.results
+    assert (result.status, result.sub_status) == (Status.VALID, SubStatus.OK), result.reason
+    assert "alice@fallback.test" in tb.host_stats("mx2.fallback.test").rcpts
