@@ -27,6 +27,7 @@ from prefect.context import get_run_context
 
 from verimail.config import Settings, current_settings
 from verimail.flows.context import engine_for, store_for
+from verimail.flows.failures import customer_reason
 from verimail.flows.heartbeat import (
     Superseded,
     as_owner,
@@ -182,12 +183,11 @@ async def bulk_verify(
     except Superseded:  # a later run has the job: it is not this run's to fail
         return superseded_outcome(job)
     except BaseException as exc:
-        reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         await _db(
             job_store.mark_failed,
             store.engine,
             job.id,
-            f"The job stopped with an error ({reason[:300]}).",
+            customer_reason(job.id, "The job stopped", exc),
             job_store.UNVERIFIED,
             attempt=job.attempt,  # (refused if a later run has the job: it is that run's)
         )

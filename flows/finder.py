@@ -37,6 +37,7 @@ from prefect.cache_policies import NO_CACHE
 
 from verimail.config import Settings, current_settings
 from verimail.flows.context import engine_for, store_for
+from verimail.flows.failures import customer_reason
 from verimail.flows.heartbeat import (
     Superseded,
     as_owner,
@@ -308,12 +309,11 @@ async def find_emails(job_id: int, attempt: int | None = None) -> dict[str, Any]
     except BaseException as exc:
         with contextlib.suppress(Exception):
             await progress.flush()
-        reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         await asyncio.to_thread(
             job_store.mark_failed,
             store.engine,
             job.id,
-            f"The job stopped with an error ({reason[:300]}).",
+            customer_reason(job.id, "The job stopped", exc),
             0,
             attempt=job.attempt,  # (refused if a later run has the job: it is that run's)
         )

@@ -24,6 +24,7 @@ from uuid import UUID
 
 from verimail.config import Settings, using_settings
 from verimail.flows.context import store_for
+from verimail.flows.failures import customer_reason
 from verimail.flows.heartbeat import was_superseded
 from verimail.flows.notify import notify_job_soon
 from verimail.store import jobs as job_store
@@ -188,11 +189,10 @@ def _fail_if_unfinished(
         job = job_store.get_job_any(store.engine, job_id)
         if job is None or job.finished:
             return
-        why = f" ({type(error).__name__}: {error})" if error else ""
         if job_store.mark_failed(
             store.engine,
             job_id,
-            f"The job's run ended without finishing{why}."[:500],
+            customer_reason(job_id, "The job's run ended without finishing", error),
             job_store.UNVERIFIED,
             attempt=attempt,
         ):

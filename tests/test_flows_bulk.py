@@ -27,6 +27,7 @@ from verimail.store import jobs as job_store
 from verimail.store.db import utcnow
 from verimail.tasks import bulk_io
 from verimail.tasks.bulk_io import job_dir
+from verimail.tasks.csv_detect import UploadError
 from verimail.tasks.engine import EngineStats, Prepared
 from verimail.tasks.smtp_probe import HostGroup
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
@@ -120,6 +121,17 @@ def test_failed_run_refunds_what_it_did_not_verify(setup):
     assert failed.status == "failed" and failed.failed_reason
     assert failed.credits_refunded == 6
     assert credits.balance(store.engine, account.id).total == before + 6
+    # The customer reads why, not the exception: it named the server's upload path.
+    assert "internal error (reference " in failed.failed_reason
+    assert str(settings.data_dir) not in failed.failed_reason
+    assert "FileNotFoundError" not in failed.failed_reason
+    # An upload problem is the customer's to fix: that one is told whole.
+    emptied = _job_for(settings, store, account, UPLOAD, reserve=6)
+    Path(emptied.upload_path).write_bytes(b"")
+    with using_settings(settings), pytest.raises(UploadError):
+        asyncio.run(bulk_verify(job_id=emptied.id))
+    reason = job_store.get_job_any(store.engine, emptied.id).failed_reason
+    assert reason == "The job stopped: The file is empty."
 
 
 def test_local_runner_runs_job_in_background(setup):

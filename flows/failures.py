@@ -1,0 +1,33 @@
+"""What a failed job tells its customer: the reason when it is theirs to act on, never
+internals.
+
+A failed run's exception can hold server paths (a missing upload), SQL or a Prefect URL;
+``failed_reason`` is shown on the job, in the dashboard and in the webhook, so it says only
+that the failure was ours, with a reference the operator finds in the logs beside the
+traceback. An upload problem (``UploadError``) is the customer's to fix and is shown whole.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+
+from verimail.tasks.csv_detect import UploadError
+
+log = logging.getLogger("verimail.flows")
+
+MAX_REASON = 500
+
+
+def customer_reason(job_id: int, opening: str, error: BaseException | None) -> str:
+    """``opening`` ("The job stopped") plus why, fit for the customer; logs ``error``."""
+    if error is None:
+        return f"{opening}."
+    if isinstance(error, UploadError):
+        return f"{opening}: {error.detail}"[:MAX_REASON]
+    reference = secrets.token_hex(4)
+    log.error("job %s: %s (reference %s)", job_id, opening, reference, exc_info=error)
+    return (
+        f"{opening} because of an internal error (reference {reference}); the operator's "
+        "logs have the details."
+    )
