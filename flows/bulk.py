@@ -276,6 +276,7 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
         job_id=job.id,
         account_id=job.account_id,
         source="bulk",
+        once_per_job=True,
     )
     sink.remove()
     await _db(

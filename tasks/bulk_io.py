@@ -279,11 +279,17 @@ def append_history(
     account_id: int | None,
     source: str,
     now: datetime | None = None,
+    once_per_job: bool = False,
 ) -> Path | None:
     """Add a :func:`results_frame` (the bulk flow's, read back from its parts, or
     re-verification's) to the history dataset: a new Parquet file in today's partition, in
     one schema whatever the values (a batch whose suggestions are all null must not write a
-    column of nulls)."""
+    column of nulls).
+
+    ``once_per_job``: the job's results are one file, which a later write for the same job
+    replaces (in whichever day's partition it was): a run resumed after dying between this
+    write and marking the job completed, or a run taken for dead that wakes up and writes
+    after the run that replaced it, must not put every address in the history twice."""
     now = now or datetime.now(UTC)
     frame = results.select(pl.col(column).alias(name) for name, column in RESULT_COLUMNS.items())
     if frame.is_empty():
@@ -294,10 +300,20 @@ def append_history(
         pl.lit(account_id, dtype=pl.Int64).alias("account_id"),
         pl.lit(source).alias("source"),
     )
-    part = Path(data_dir) / "history" / f"date={now:%Y-%m-%d}"
+    root = Path(data_dir) / "history"
+    part = root / f"date={now:%Y-%m-%d}"
     part.mkdir(parents=True, exist_ok=True)
-    path = part / f"{source}-{job_id or 'x'}-{now:%H%M%S}-{uuid.uuid4().hex[:8]}.parquet"
-    tmp = path.with_suffix(".tmp")
+    if once_per_job and job_id is not None:
+        path = part / f"{source}-{job_id}.parquet"
+        for earlier in (
+            *root.glob(f"date=*/{source}-{job_id}.parquet"),
+            *root.glob(f"date=*/{source}-{job_id}-*.parquet"),  # (as older versions named it)
+        ):
+            if earlier != path:
+                earlier.unlink(missing_ok=True)
+    else:
+        path = part / f"{source}-{job_id or 'x'}-{now:%H%M%S}-{uuid.uuid4().hex[:8]}.parquet"
+    tmp = part / f".{path.stem}-{uuid.uuid4().hex[:8]}.tmp"
     frame.write_parquet(tmp)
     tmp.replace(path)
     return path

@@ -107,7 +107,7 @@ def test_bulk_flow_verifies_and_writes_results(setup):
     frame = pl.read_parquet(job_dir(settings.data_dir, job.id) / "results.parquet")
     assert frame.height == 7
     history = list((settings.data_dir / "history").rglob("*.parquet"))
-    assert len(history) == 1
+    assert [p.name for p in history] == [f"bulk-{job.id}.parquet"]  # (one file per job)
 
 
 def test_failed_run_refunds_what_it_did_not_verify(setup):

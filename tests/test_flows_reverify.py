@@ -111,3 +111,36 @@ def test_reverify_sees_changes_of_an_address_on_an_idn_domain(
         ]
     finally:
         forget(settings)
+
+
+def test_a_jobs_results_are_in_the_history_once_however_often_they_are_written(tmp_path):
+    """A run resumed after dying between writing the history and marking its job completed,
+    or a run taken for dead that wakes after its successor, wrote the job's results again:
+    every address twice. A bulk job's results are one file, which a later write replaces
+    (even from another day's partition); re-verifications still add rows each time."""
+    from datetime import UTC, datetime, timedelta
+
+    from verimail.tasks.bulk_io import append_history
+
+    results = _full(
+        pl.DataFrame({"verified_email": ["a@x.test", "b@x.test"], "status": ["valid", "invalid"]})
+    )
+    day = datetime(2026, 11, 23, 23, 59, tzinfo=UTC)
+    for minutes in (0, 2, 3):  # the later writes past midnight: another partition
+        when = day + timedelta(minutes=minutes)
+        bulk = {"job_id": 7, "account_id": 1, "source": "bulk", "once_per_job": True}
+        append_history(tmp_path, results, now=when, **bulk)
+    append_history(tmp_path, results, job_id=7, account_id=None, source="reverify")
+    files = sorted(p.name for p in history_dir(tmp_path).rglob("*.parquet"))
+    assert files[0] == "bulk-7.parquet" and len(files) == 2, files
+    count = "SELECT source, count(*) AS n FROM history GROUP BY source ORDER BY source"
+    assert query(tmp_path, count).rows() == [("bulk", 2), ("reverify", 2)]
+
+
+def _full(results: pl.DataFrame) -> pl.DataFrame:
+    """``results`` with every other result column, as results_frame makes them."""
+    from verimail.tasks.bulk_io import RESULT_SCHEMA
+
+    return pl.concat([RESULT_SCHEMA.to_frame(), results], how="diagonal_relaxed").with_columns(
+        normalised=pl.col("verified_email")
+    )
