@@ -374,7 +374,7 @@ class Engine:
             gathered = Facts(
                 domain_outcome=fact.outcome,
                 smtp_outcome=finding.outcome,
-                smtp_response=finding.response,
+                smtp_response=finding.reply,
                 is_catch_all=catch_all.get(item.domain),
                 is_disposable=self.lists.is_disposable(item.domain),
                 is_role=self.lists.is_role(item.local),

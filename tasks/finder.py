@@ -313,7 +313,7 @@ def _accepted(
         Facts(
             domain_outcome=DomainOutcome.OK,
             smtp_outcome=SmtpOutcome.ACCEPTED,
-            smtp_response=finding.response,
+            smtp_response=finding.reply,
             is_catch_all=sequence.catch_all,
             local=candidate.local,
             domain=domain,
@@ -331,7 +331,7 @@ def _accepted(
             confidence=round(pattern_confidence(candidate.rank) * verdict.confidence_score, 2),
             alternatives=others,
             verification_status=verdict.status,
-            smtp_response=finding.response,
+            smtp_response=finding.reply,
         )
     return lookup.answer(
         "catch_all",
@@ -343,7 +343,7 @@ def _accepted(
         confidence=_guess_confidence(candidate),
         alternatives=others,
         verification_status=verdict.status,
-        smtp_response=finding.response,
+        smtp_response=finding.reply,
     )
 
 
@@ -357,7 +357,7 @@ def _smtp_reason(finding: Finding, domain: str) -> str:
         Facts(
             domain_outcome=DomainOutcome.OK,
             smtp_outcome=finding.outcome,
-            smtp_response=finding.response,
+            smtp_response=finding.reply,
             domain=domain,
         )
     ).reason

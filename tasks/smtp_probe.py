@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import re
 import secrets
 from collections import deque
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ from verimail.tasks.host_slots import HeldSlots, HostSlots
 from verimail.tasks.netguard import smtp_address_allowed
 from verimail.tasks.smtp_replies import classify_rcpt, enhanced_code, one_line
 
+_REPLY = re.compile(r"[2-5][0-9][0-9](?: |$)")  # as one_line writes a reply
 MAX_ATTEMPTS = 3  # tries of one recipient across broken sessions before giving up
 MAX_CONNECT_ATTEMPTS = 5  # addresses dialled to open one session, all MX hosts together
 
@@ -61,8 +63,16 @@ class Finding:
     """What the mail host said about one recipient."""
 
     outcome: SmtpOutcome
-    response: str | None = None
+    response: str | None = None  # the reply ("550 5.1.1 …"), or what happened instead
     host: str | None = None
+
+    @property
+    def reply(self) -> str | None:
+        """``response`` when it is an SMTP reply, None when there was none (a timeout, a
+        lost connection, a private MX not contacted): SPEC §2.2's ``smtp_response`` is null
+        then, and our own wording (with the MX's address in it) is not passed off as the
+        server's."""
+        return self.response if self.response and _REPLY.match(self.response) else None
 
 
 @dataclass

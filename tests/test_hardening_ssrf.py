@@ -106,8 +106,9 @@ async def test_private_answers_are_never_contacted(
         )
         assert "private or internal network" in result.reason
         assert result.safe_to_send is False
-        # The SMTP field names the refused host instead of a server reply.
-        assert result.smtp_response and result.smtp_response.endswith("; not contacted")
+        # No server was asked: SPEC §2.2's smtp_response is null (it used to hold our own
+        # words, "… resolves only to private or reserved addresses; not contacted").
+        assert result.smtp_response is None
     assert batch.stats.smtp.sessions == 0
     assert outside_connections == []
     assert world_tb.total_stats().sessions == 0  # not even the loopback testbed host
