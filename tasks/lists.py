@@ -188,14 +188,19 @@ class ReferenceLists:
 
     def _joined_roles(self, key: str) -> bool:
         """``key``, not a role itself, is role names written together (a word break over
-        the list: any way to spell it from roles then uses two or more)."""
-        spelt = [True] + [False] * len(key)  # spelt[i]: key[:i] is spelt by roles
-        for end in range(1, len(key) + 1):
-            spelt[end] = any(
-                spelt[start] and key[start:end] in self._roles
-                for start in range(max(0, end - _LONGEST_ROLE), end)
-            )
-        return bool(key) and spelt[-1]
+        the list), one of them at least 4 letters long: short roles alone (``pr`` + ``it``,
+        ``hi`` + ``all``) spell names too often (Prit, Hiall)."""
+        n = len(key)
+        # spelt[i]: None when no roles spell key[:i]; else whether a 4+ letter one was used
+        spelt: list[bool | None] = [False] + [None] * n
+        for end in range(1, n + 1):
+            for start in range(max(0, end - _LONGEST_ROLE), end):
+                before = spelt[start]
+                if before is None or key[start:end] not in self._roles:
+                    continue
+                long_ = before or end - start >= 4
+                spelt[end] = long_ or bool(spelt[end])
+        return n > 0 and spelt[n] is True
 
     # --- typo suggestions -----------------------------------------------------------
 

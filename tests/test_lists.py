@@ -219,6 +219,8 @@ def test_role(lists: ReferenceLists, local: str) -> None:
         "hiram",  # "hi" + a name
         "allison",
         "iris",
+        "prit",  # "pr" + "it": short roles only
+        "hiall",
     ],
 )
 def test_not_role(lists: ReferenceLists, local: str) -> None:
