@@ -396,6 +396,29 @@ async def test_a_burst_of_guesses_checks_no_more_passwords_than_the_limit(settin
 
 
 @pytest.mark.parametrize("redis", [False, True], ids=["memory", "redis"])
+async def test_a_burst_of_guesses_at_many_emails_checks_no_more_than_the_address_limit(
+    settings, redis
+):
+    """Spraying: 80 guesses at once from one address, each at another email. The
+    address-wide limit was checked before and counted after the password check, so every
+    guess of a burst passed (all 400, no 429); now at most LOGIN_FAILURES_PER_ADDRESS are
+    checked, and a good login from the address still counts for nothing."""
+    if redis:
+        settings = settings.model_copy(update={"redis_url": "redis://127.0.0.1:6379/0"})
+    burst = LOGIN_FAILURES_PER_ADDRESS + 30
+    async with running_app(settings, rate_limit_prefix=f"spray-{secrets.token_hex(4)}") as app:
+        csrf = await token(app.client)
+
+        async def guess(i: int) -> int:
+            form = {"csrf_token": csrf, "email": f"user{i}@example.com", "password": "x" * 12}
+            return (await app.client.post("/dashboard/login", data=form)).status_code
+
+        codes = await asyncio.gather(*(guess(i) for i in range(burst)))
+    assert codes.count(400) <= LOGIN_FAILURES_PER_ADDRESS, sorted(codes)
+    assert codes.count(429) >= burst - LOGIN_FAILURES_PER_ADDRESS
+
+
+@pytest.mark.parametrize("redis", [False, True], ids=["memory", "redis"])
 async def test_a_burst_of_signups_makes_no_more_accounts_than_the_limit(settings, redis):
     """30 sign-ups at once from one address: at most SIGNUPS_PER_HOUR accounts (each comes
     with free credits), whichever store holds the counters."""

@@ -229,8 +229,7 @@ async def login(request: Request, store: StoreDep, form: CheckedForm) -> Respons
         )
     stored = account.password_hash if account is not None else None
     ok, rehash = await verify_password(stored, password, state.hash_slots)
-    if not ok or account is None or stored is None:  # (the pair counted it already)
-        await state.throttle.login_failed(address)
+    if not ok or account is None or stored is None:  # (login_attempt counted it already)
         context["error"] = LOGIN_FAILED
         return render(request, "login.html", context, status_code=400)
     await state.throttle.login_succeeded(email, address)

@@ -258,7 +258,11 @@ SIGNUPS_PER_HOUR = 10
 """Accounts one client address may create per hour (each comes with free credits)."""
 
 _LOGIN = RateLimitItemPerMinute(LOGIN_FAILURES, LOGIN_WINDOW_SECONDS // 60)
-_LOGIN_ADDRESS = RateLimitItemPerMinute(LOGIN_FAILURES_PER_ADDRESS, LOGIN_WINDOW_SECONDS // 60)
+# The address-wide limit counts failures, and a failure is known only after the password
+# check, so each try is counted when it arrives (tries) and given back when it succeeds
+# (successes): tries - successes is the failures so far, in-flight tries included. The
+# windows' own caps are only there to bound storage.
+_LOGIN_TRIES = RateLimitItemPerMinute(100 * LOGIN_FAILURES_PER_ADDRESS, LOGIN_WINDOW_SECONDS // 60)
 _SIGNUP = RateLimitItemPerHour(SIGNUPS_PER_HOUR)
 
 
@@ -307,19 +311,36 @@ class Throttle:
         The pair's try is counted now, atomically with the check, and every try counts
         until one succeeds (:meth:`login_succeeded` clears the pair): so at most
         :data:`LOGIN_FAILURES` passwords of one account are checked per window however many
-        arrive at once. The address-wide limit counts failures only (:meth:`login_failed`),
+        arrive at once. The address-wide limit counts failures only (tries less successes),
         or an office behind one address would be locked out by its own good logins."""
         pair = await self._take(_LOGIN, "login", _email_key(email), address)
         if pair is not None:
             return pair
-        return await self._take(_LOGIN_ADDRESS, "login-address", address, count=False)
+        # Counted before it is checked, like the pair: a parallel burst from one address
+        # once had every password checked, since each passed a check made before any
+        # failure of the burst was counted.
+        over = await self._take(_LOGIN_TRIES, "login-tries", address)
+        if over is not None:
+            return over
+        try:
+            tries = await self._used(_LOGIN_TRIES, "login-tries", address)
+            good = await self._used(_LOGIN_TRIES, "login-good", address)
+            if tries - good <= LOGIN_FAILURES_PER_ADDRESS:
+                return None
+            stats = await self._window.get_window_stats(_LOGIN_TRIES, "login-tries", address)
+        except Exception as exc:
+            log.warning("throttle storage failed, request allowed: %s", exc)
+            return None
+        return max(1, math.ceil(stats.reset_time - time.time()))
 
-    async def login_failed(self, address: str) -> None:
-        """A wrong password or unknown email: counted for the address-wide limit."""
-        await self._take(_LOGIN_ADDRESS, "login-address", address)
+    async def _used(self, item: Any, *key: str) -> int:
+        stats = await self._window.get_window_stats(item, *key)
+        return item.amount - stats.remaining
 
     async def login_succeeded(self, email: str, address: str) -> None:
-        """The right password clears that pair's failures (the owner is not locked out later)."""
+        """The right password clears that pair's failures (the owner is not locked out later)
+        and gives the address-wide count its try back (good logins never lock it out)."""
+        await self._take(_LOGIN_TRIES, "login-good", address)
         try:
             await self._window.clear(_LOGIN, "login", _email_key(email), address)
         except Exception as exc:
