@@ -175,6 +175,27 @@ PAGES = [
 ]
 
 
+async def test_a_page_asked_with_another_method_is_an_html_405(settings):
+    """PUT /dashboard/keys got the API's JSON 405 ("use GET") without the dashboard's
+    security headers, though POST is taken there too."""
+    async with running_app(settings) as app:
+        for method, path, allow in [
+            ("PUT", "/dashboard/keys", "GET, POST"),
+            ("DELETE", "/dashboard/jobs/1", "GET"),
+            ("PATCH", "/dashboard/login", "GET, POST"),
+        ]:
+            response = await app.client.request(method, path)
+            assert response.status_code == 405, (method, path)
+            assert response.headers["content-type"].startswith("text/html")
+            assert "content-security-policy" in response.headers
+            assert response.headers["cache-control"] == "no-store"
+            assert response.headers["allow"] == allow
+        unknown = await app.client.request("DELETE", "/dashboard/no-such-page")
+        assert unknown.status_code == 404 and unknown.headers["content-type"].startswith(
+            "text/html"
+        )
+
+
 async def test_every_page_needs_a_login(settings):
     async with running_app(settings) as app:
         for page in PAGES:

@@ -24,6 +24,7 @@ from anyio import to_thread
 from email_validator import EmailNotValidError, validate_email
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from sqlalchemy.exc import IntegrityError
 
 from verimail.api.billing import charged
@@ -742,9 +743,29 @@ async def admin_accounts(
     )
 
 
-@router.api_route("/{rest:path}", methods=["GET", "POST"])
+_ANY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+
+@router.api_route("/{rest:path}", methods=_ANY_METHOD)
 async def not_found(request: Request, rest: str) -> Response:
-    """Unknown dashboard paths get an HTML 404, not the API's JSON one."""
+    """Unknown dashboard paths get an HTML 404, not the API's JSON one; a page asked with a
+    method it does not take gets an HTML 405 naming those it does (before, Starlette's JSON
+    405, without the dashboard's security headers)."""
+    allowed = _methods_for(request)
+    if allowed:
+        return error_page(
+            request, 405, "This page cannot be used that way.", {"Allow": ", ".join(allowed)}
+        )
     if rest == "" and request.method == "GET":
         return redirect(PREFIX)
     return error_page(request, 404, "There is no such page.")
+
+
+def _methods_for(request: Request) -> list[str]:
+    """The methods the dashboard's other routes take at this path (none: no such page)."""
+    methods: set[str] = set()
+    for route in router.routes:
+        others = isinstance(route, APIRoute) and route.endpoint is not not_found
+        if others and route.path_regex.match(request.url.path):
+            methods |= route.methods or set()
+    return sorted(methods)
