@@ -15,6 +15,7 @@ from typing import Annotated
 from anyio import to_thread
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BeforeValidator
 
 from verimail.api.errors import DATABASE_RETRY_AFTER, DATABASE_UNAVAILABLE, ApiError
 from verimail.api.ratelimit import Limiter
@@ -136,3 +137,15 @@ StoreDep = Annotated[Store, Depends(get_store)]
 EngineDep = Annotated[Engine, Depends(get_engine)]
 AccountDep = Annotated[Account, Depends(limited_account, scope="function")]
 """The caller's account with its limits enforced: what authenticated endpoints take."""
+
+
+def _decimal_id(value: object) -> object:
+    """A job id in a path is plain decimal digits: int() alone also took ``1_0`` (job 10),
+    ``+1`` and `` 1``, so one job answered at many URLs."""
+    if isinstance(value, str) and not (value.isascii() and value.isdigit()):
+        raise ValueError("a job id is a number")
+    return value
+
+
+JobId = Annotated[int, BeforeValidator(_decimal_id)]
+"""A numeric job id in a path (a malformed one is answered like an unknown job)."""

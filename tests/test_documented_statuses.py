@@ -480,7 +480,8 @@ async def bulk_poll_ok(ctx: Ctx) -> None:
 @recipe("GET", "/api/bulk/{job_id}", 404)
 async def bulk_poll_foreign(ctx: Ctx) -> None:
     """Another account's job, like an unknown id."""
-    job_id = await create_bulk(ctx.idle, ctx.idle.customer())
+    owner = ctx.idle.customer()
+    job_id = await create_bulk(ctx.idle, owner)
     other = ctx.idle.customer()
     for url in (f"/api/bulk/{job_id}", f"/api/bulk/{UNKNOWN_BULK_ID}"):
         assert_error_body(await ctx.idle.client.get(url, headers=other.headers), 404)
@@ -489,6 +490,13 @@ async def bulk_poll_foreign(ctx: Ctx) -> None:
     for url in ("/api/bulk/abc", "/api/bulk/1.5", "/api/bulk/abc/download", "/api/verify/bulk/x"):
         detail = assert_error_body(await ctx.idle.client.get(url, headers=other.headers), 404)
         assert "No bulk job" in detail
+    # Only plain digits name it, for its owner too: int() also read "+7" and "1_0" (job
+    # 10), so one job answered at many URLs.
+    mine = await ctx.idle.client.get(f"/api/bulk/{job_id}", headers=owner.headers)
+    assert mine.status_code == 200, mine.text
+    spelt = (f"/api/bulk/+{job_id}", f"/api/bulk/%20{job_id}", f"/api/verify/bulk/+{job_id}")
+    for url in spelt:
+        assert_error_body(await ctx.idle.client.get(url, headers=owner.headers), 404)
 
 
 # GET /api/bulk/{job_id}/download

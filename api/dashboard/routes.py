@@ -59,7 +59,7 @@ from verimail.api.dashboard.web import (
     session_of,
     text_field,
 )
-from verimail.api.deps import EngineDep
+from verimail.api.deps import EngineDep, JobId
 from verimail.api.errors import ApiError
 from verimail.api.jobs import create_and_start, uploads_dir
 from verimail.api.models import MAX_EMAIL_LENGTH, VerifyResult
@@ -459,7 +459,7 @@ async def jobs_page(
 
 @router.get("/jobs/{job_id}")
 async def job_page(
-    request: Request, job_id: int, account: CurrentAccount, store: StoreDep
+    request: Request, job_id: JobId, account: CurrentAccount, store: StoreDep
 ) -> Response:
     job = await _own_job(store, account.id, job_id)
     filename = (job.options or {}).get("filename")
@@ -472,7 +472,7 @@ async def job_page(
 
 
 @router.get("/jobs/{job_id}/progress")
-async def job_progress(job_id: int, account: CurrentAccount, store: StoreDep) -> Response:
+async def job_progress(job_id: JobId, account: CurrentAccount, store: StoreDep) -> Response:
     """What the page's polling script reads (the API's job fields, as JSON)."""
     job = await _own_job(store, account.id, job_id)
     body = _job_view(job)
@@ -483,7 +483,7 @@ async def job_progress(job_id: int, account: CurrentAccount, store: StoreDep) ->
 @router.get("/jobs/{job_id}/download")
 async def job_download(
     request: Request,
-    job_id: int,
+    job_id: JobId,
     account: CurrentAccount,
     store: StoreDep,
     format: Annotated[Literal["csv", "parquet"], Query()] = "csv",

@@ -19,7 +19,7 @@ from fastapi.responses import FileResponse
 from pydantic import AfterValidator, AnyHttpUrl, BaseModel, Field
 from pydantic_core import PydanticCustomError
 
-from verimail.api.deps import AccountDep, StoreDep
+from verimail.api.deps import AccountDep, JobId, StoreDep
 from verimail.api.downloads import WholeFileResponse, csv_response
 from verimail.api.errors import ApiError, ValidationErrorBody, error_doc, pick_error_docs
 from verimail.api.jobs import create_and_start, dropped_on_failure, uploads_dir, webhook_options
@@ -138,7 +138,7 @@ async def _job(store: StoreDep, account_id: int, job_id: int) -> job_store.Job:
     summary="Poll a bulk job",
     responses=_docs(404, 422),
 )
-async def get_bulk(job_id: int, account: AccountDep, store: StoreDep) -> BulkJob:
+async def get_bulk(job_id: JobId, account: AccountDep, store: StoreDep) -> BulkJob:
     return BulkJob.of(await _job(store, account.id, job_id))
 
 
@@ -168,7 +168,7 @@ def _not_ready(job: job_store.Job) -> ApiError:
     },
 )
 async def download_bulk(
-    job_id: int,
+    job_id: JobId,
     account: AccountDep,
     store: StoreDep,
     request: Request,
@@ -289,7 +289,7 @@ async def create_json_bulk(
     responses=_docs(404, 422),
 )
 async def get_json_bulk(
-    job_id: int,
+    job_id: JobId,
     account: AccountDep,
     store: StoreDep,
     request: Request,
