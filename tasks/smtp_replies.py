@@ -5,7 +5,7 @@ The table (DESIGN.md "Reply codes → outcome"), first matching row wins:
 | reply | outcome | why |
 |---|---|---|
 | 2xx | accepted | the server will take mail for the mailbox |
-| 5xx with 5.7.x, 5.1.7/5.1.8, sender or block-list text | blocked | it refused *us* |
+| 5xx with 5.7.x, 5.1.7/5.1.8, sender or block-list text (no 5.1.x) | blocked | refused *us* |
 | 552, or 5.2.2 (452 4.2.2 too) | mailbox_full | exists, but mail would bounce now (risky) |
 | 550/551/553 with 5.1.x, or unknown-user text | no_mailbox | the mailbox does not exist |
 | 550 with 5.2.1 | no_mailbox | the mailbox is disabled: mail to it bounces for good |
@@ -42,12 +42,16 @@ _BLOCK_TEXT = re.compile(
 _UNKNOWN_USER_TEXT = re.compile(
     r"unknown user|user unknown|no such user|no such (mailbox|recipient|address)|"
     r"mailbox (unavailable|not found|does not exist)|does not exist|"
-    r"recipient (address )?rejected|invalid recipient|address rejected|"
+    r"invalid recipient|"
     r"unrouteable|undeliverable address|not a valid mailbox|user not found|"
     r"no mailbox|account (is )?(disabled|closed|inactive)|recipient unknown|"
     r"(doesn't|does not) have an? (\S+ ){0,3}account|account .{0,40}\bis disabled",
     re.IGNORECASE,
 )
+# Postfix's prefix for any refusal of a recipient, whatever the reason that follows it
+# ("Recipient address rejected: User unknown" / ": Access denied"): a mailbox that does not
+# exist only when nothing in the text says the refusal is about us.
+_REJECTED_TEXT = re.compile(r"recipient (address )?rejected|address rejected", re.IGNORECASE)
 _GREYLIST_TEXT = re.compile(r"grey ?list|gray ?list|try (again )?later|4\.7\.1|4\.2\.0", re.I)
 
 
@@ -73,7 +77,11 @@ def classify_rcpt(code: int, message: str) -> SmtpOutcome:
             (enhanced and enhanced[0] == 5 and enhanced[1] == 7)
             or (enhanced and enhanced[1:] in ((1, 7), (1, 8)))  # bad sender mailbox/system
             or _SENDER_TEXT.search(message)
-            or (_BLOCK_TEXT.search(message) and not _UNKNOWN_USER_TEXT.search(message))
+            or (
+                _BLOCK_TEXT.search(message)
+                and not _UNKNOWN_USER_TEXT.search(message)
+                and not (enhanced and enhanced[1] == 1)  # (5.1.x: the code says mailbox)
+            )
         ):
             return SmtpOutcome.BLOCKED
         if code == 552 or enhanced == (5, 2, 2):
@@ -82,7 +90,9 @@ def classify_rcpt(code: int, message: str) -> SmtpOutcome:
             return SmtpOutcome.NO_MAILBOX
         if code == 550 and enhanced == (5, 2, 1):  # mailbox disabled: mail bounces for good
             return SmtpOutcome.NO_MAILBOX
-        if code in (550, 551, 553, 554) and _UNKNOWN_USER_TEXT.search(message):
+        if code in (550, 551, 553, 554) and (
+            _UNKNOWN_USER_TEXT.search(message) or _REJECTED_TEXT.search(message)
+        ):
             return SmtpOutcome.NO_MAILBOX
         return SmtpOutcome.REJECTED_OTHER
     if 400 <= code < 500:

@@ -48,6 +48,11 @@ REPLIES: list[tuple[int, str, SmtpOutcome]] = [
     ),
     (553, "5.1.7 <verify@x>: Sender address rejected: not logged in", SmtpOutcome.BLOCKED),
     (550, "<x@y>: Sender address rejected: Access denied", SmtpOutcome.BLOCKED),
+    # Postfix prefixes every recipient refusal with "Recipient address rejected:"; what
+    # follows says whose fault it is.
+    (550, "<x@y>: Recipient address rejected: blocked by policy", SmtpOutcome.BLOCKED),
+    (550, "<x@y>: Recipient address rejected", SmtpOutcome.NO_MAILBOX),
+    (550, "5.1.1 <x@y>: Recipient address rejected: policy", SmtpOutcome.NO_MAILBOX),
     # An IP address in the text is not an enhanced code (only one at the start is).
     (550, "Client [5.1.22.33] rejected: no reverse DNS for your IP", SmtpOutcome.REJECTED_OTHER),
     (550, "Mailbox 5.1.1.1 is fine", SmtpOutcome.REJECTED_OTHER),
