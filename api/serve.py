@@ -9,7 +9,9 @@ from verimail.config import get_settings
 
 def serve_command(
     host: str | None = typer.Option(None, "--host", help="Address to bind (default: API_HOST)."),
-    port: int | None = typer.Option(None, "--port", help="Port to bind (default: API_PORT)."),
+    port: int | None = typer.Option(
+        None, "--port", min=1, max=65535, help="Port to bind (default: API_PORT)."
+    ),
     log_level: str = typer.Option("info", "--log-level", help="uvicorn log level."),
     forwarded_allow_ips: str | None = typer.Option(
         None,

@@ -224,6 +224,9 @@ def set_password_hash(engine: Engine, account_id: int, password_hash: str | None
 # --- API keys ----------------------------------------------------------------------------
 
 
+KEY_NAME_MAX = 100  # (api_keys.name is a String(100))
+
+
 def create_api_key(
     engine: Engine, account_id: int, name: str = "default", *, now: datetime | None = None
 ) -> tuple[str, ApiKeyInfo]:

@@ -56,6 +56,16 @@ def _store() -> Iterator[Store]:
         store.close()
 
 
+MAX_EMAIL = 320  # (accounts.email is a String(320))
+
+
+def _check_key_name(name: str) -> None:
+    """Checked before anything is written: on PostgreSQL a name too long for its column
+    failed only after the account had been created, leaving it without a key."""
+    if not name.strip() or len(name) > acc.KEY_NAME_MAX:
+        raise _fail(f"a key name is 1 to {acc.KEY_NAME_MAX} characters")
+
+
 def _fail(message: str) -> typer.Exit:
     err_console.print(f"[red]error:[/red] {message}", highlight=False)
     return typer.Exit(code=1)
@@ -95,7 +105,14 @@ def accounts_create(
 ) -> None:
     """Create an account (with signup credits) and its first API key."""
     _check_plan(plan)
+    _check_key_name(key_name)
+    email = (email or "").strip() or None
+    if email is not None and ("@" not in email or len(email) > MAX_EMAIL):
+        raise _fail(f"--email must be an email address of at most {MAX_EMAIL} characters")
     with _store() as store:
+        # (in any letter case: the dashboard's sign-in would find the other account first)
+        if email is not None and acc.email_taken(store.engine, email):
+            raise _fail(f"an account with email {email!r} exists already")
         try:
             account = acc.create_account(
                 store.engine,
@@ -178,6 +195,7 @@ def keys_create(
     name: Annotated[str, typer.Option(help="A label for the key.")] = "default",
 ) -> None:
     """Issue a new API key (printed once)."""
+    _check_key_name(name)
     with _store() as store:
         try:
             raw_key, info = acc.create_api_key(store.engine, account, name)
@@ -232,7 +250,7 @@ def credits_grant(
     with _store() as store:
         try:
             bal = cr.grant(store.engine, account, amount, reason=reason)
-        except AccountNotFound as exc:
+        except (AccountNotFound, ValueError) as exc:
             raise _fail(str(exc)) from None
     console.print(f"Granted {amount} credits to account {account}; balance {bal.total}.")
 

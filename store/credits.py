@@ -40,7 +40,7 @@ from sqlalchemy import Connection, Engine, Row, func, insert, select, update
 
 from verimail.store.db import utcnow, write_tx
 from verimail.store.plans import Plan, get_plan
-from verimail.store.tables import accounts, credit_ledger
+from verimail.store.tables import MAX_INT, accounts, credit_ledger
 
 ChargeKind = Literal["charge", "reserve"]
 
@@ -286,6 +286,11 @@ def _add_prepaid(
     old = _balance_of(lock_account(conn, account_id), now)
     if amount == 0:
         return old
+    if old.prepaid + amount > MAX_INT:  # (PostgreSQL would refuse it; SQLite would not)
+        raise ValueError(
+            f"the prepaid balance would pass {MAX_INT:,}, the most an account can hold "
+            f"(it is {old.prepaid:,})"
+        )
     conn.execute(
         update(accounts)
         .where(accounts.c.id == account_id)

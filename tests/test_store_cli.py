@@ -135,3 +135,43 @@ def test_numbers_out_of_range_are_a_usage_error(database_url: str, args: list[st
     result = CliRunner().invoke(app, args, terminal_width=200)
     assert result.exit_code == 2, result.output
     assert "Invalid value" in result.output and "Traceback" not in result.output
+
+
+def test_bad_input_is_refused_before_anything_is_written(database_url: str) -> None:
+    """On PostgreSQL a key name too long for its column failed after the account had been
+    created (an account without a key, and a traceback); a grant past the largest balance
+    was a traceback; an address differing from another only in case made an account the
+    dashboard could never sign in to."""
+
+    def refused(*args: str) -> str:
+        result = CliRunner().invoke(app, list(args), terminal_width=200)
+        assert result.exit_code == 1, result.output
+        assert "error:" in result.output and "Traceback" not in result.output
+        return result.output
+
+    assert "key name" in refused("accounts", "create", "--key-name", "k" * 150)
+    assert "--email" in refused("accounts", "create", "--email", "x" * 400 + "@example.com")
+    assert "--email" in refused("accounts", "create", "--email", "not an address")
+    run("accounts", "create", "--email", "Ann@Example.com")
+    assert "exists already" in refused("accounts", "create", "--email", "ann@example.com")
+    assert "key name" in refused("keys", "create", "--account", "1", "--name", "k" * 101)
+    assert "would pass" in refused("credits", "grant", "--account", "1", str(2**31 - 1))
+    assert [a.email for a in acc.list_accounts(_engine())] == ["Ann@Example.com"]
+    assert len(acc.list_keys(_engine(), 1)) == 1
+
+
+def _engine():  # type: ignore[no-untyped-def]
+    return init_store(get_settings()).engine
+
+
+@pytest.mark.parametrize("port", ["0", "99999"])
+def test_serve_refuses_a_port_that_does_not_exist(port: str, tmp_path: Path) -> None:
+    """--port 99999 was bound as 34463 (mod 65536) while the log said 99999."""
+    import subprocess
+    import sys
+
+    verimail = Path(sys.executable).with_name("verimail")
+    env = {"PATH": "/usr/bin:/bin", "VERIMAIL_DATA_DIR": str(tmp_path)}
+    command = [str(verimail), "serve", "--port", port]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "Invalid value" in result.stderr, result.stderr

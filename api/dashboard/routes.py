@@ -102,7 +102,7 @@ router = APIRouter(
 )
 
 PAGE_SIZE = 25
-KEY_NAME_MAX = 100
+KEY_NAME_MAX = acc.KEY_NAME_MAX
 PENDING_DIR = "pending"
 PENDING_MAX_AGE = 3600
 """Seconds an upload waiting for its email column is kept (then it is swept away)."""
