@@ -141,6 +141,8 @@ def find_command(
     if file is None:
         if not (first_name and last_name and domain):
             raise typer.BadParameter("give FIRST LAST DOMAIN, or --file people.csv")
+        if out is not None:
+            raise typer.BadParameter("--out names the results CSV of --file", param_hint="--out")
         from verimail.tasks.cli_find import find_one
 
         find_one(first_name, last_name, domain, as_json=as_json, max_probes=max_probes)
@@ -151,8 +153,16 @@ def find_command(
     from verimail.store import jobs as job_store
     from verimail.tasks.csv_detect import UploadError
 
+    if first_name or last_name or domain:
+        raise typer.BadParameter("give FIRST LAST DOMAIN, or --file people.csv, not both")
+    if as_json:
+        raise typer.BadParameter(
+            "--json prints one lookup; with --file the results are a CSV", param_hint="--json"
+        )
     target = _results_path(out, file.with_name(f"{file.stem}.found.csv"))
     settings = get_settings()
+    if max_probes is not None:  # (the job's flow reads the setting, as a worker's does)
+        settings = settings.model_copy(update={"finder_max_probes": max_probes})
     try:
         _, rows = read_finder_upload(file, {}, settings.upload_max_rows)
     except UploadError as exc:

@@ -58,6 +58,21 @@ def test_bulk_find_and_history_commands(testbed_factory, tmp_path):
     assert "1 found" in found.stderr
     with open(tmp_path / "people.found.csv", newline="") as fh:
         assert list(csv.reader(fh))[1][3:5] == ["john.smith@acme.test", "found"]
+    # --max-probes bounds a file's lookups too (it was ignored there): alice@ is the
+    # second candidate for Alice Jones, so one probe does not find her.
+    alice = tmp_path / "alice.csv"
+    alice.write_text("first_name,last_name,domain\nAlice,Jones,acme.test\n")
+    one = _run(["find", "--file", str(alice), "--max-probes", "1"], env)
+    assert one.returncode == 0 and "0 found" in one.stderr, one.stderr
+    two = _run(["find", "--file", str(alice), "--max-probes", "2"], env)
+    assert two.returncode == 0 and "1 found" in two.stderr, two.stderr
+    for wrong in (
+        ["find", "--file", str(alice), "Alice", "Jones", "acme.test"],
+        ["find", "--file", str(alice), "--json"],
+        ["find", "Alice", "Jones", "acme.test", "--out", str(tmp_path / "x.csv")],
+    ):
+        refused_find = _run(wrong, env)
+        assert refused_find.returncode == 2, (wrong, refused_find.stderr)
     history = _run(["history", "query", "SELECT email, status FROM latest ORDER BY email"], env)
     assert history.returncode == 0, history.stderr
     assert "alice@acme.test" in history.stdout and "invalid" in history.stdout
