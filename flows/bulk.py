@@ -50,6 +50,10 @@ from verimail.tasks.bulk_io import (
 from verimail.tasks.engine import Prepared
 from verimail.tasks.smtp_probe import GroupResult, HostGroup
 
+ARTIFACT_TIMEOUT = 5.0
+"""Seconds a progress artifact's Prefect API call may take. The artifact is only a view of
+progress: a Prefect server slow to answer (its client waits up to 60 s) once held a job at
+100% in processing for a minute, past a test's wait."""
 MAX_CHUNKS = 100  # task runs per job, whatever its size
 MIN_CHUNK_ADDRESSES = 200  # below this, one task does it all
 # A host group of more recipients is verified in pieces of this many (Prepared.split_groups),
@@ -222,11 +226,12 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
     total = max(job_input.address_rows, 1)
     artifact = None
     with contextlib.suppress(Exception):
-        artifact = await acreate_progress_artifact(
-            progress=100.0 * tally.processed / total,
-            key=f"bulk-job-{job.id}",
-            description=f"Bulk job {job.id}: {job_input.address_rows} addresses",
-        )
+        async with asyncio.timeout(ARTIFACT_TIMEOUT):
+            artifact = await acreate_progress_artifact(
+                progress=100.0 * tally.processed / total,
+                key=f"bulk-job-{job.id}",
+                description=f"Bulk job {job.id}: {job_input.address_rows} addresses",
+            )
     await _db(_progress, store, job, tally)
     logger.info(
         "job %s: %s rows, %s unique, %s domains, %s host groups in %s tasks",
@@ -257,9 +262,10 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
             await _db(_progress, store, job, tally)
             if artifact is not None:
                 with contextlib.suppress(Exception):
-                    await aupdate_progress_artifact(
-                        artifact, progress=100.0 * tally.processed / total
-                    )
+                    async with asyncio.timeout(ARTIFACT_TIMEOUT):
+                        await aupdate_progress_artifact(
+                            artifact, progress=100.0 * tally.processed / total
+                        )
     finally:
         for task in pending:
             task.cancel()
