@@ -23,6 +23,7 @@ from verimail.api.errors import DATABASE_RETRY_AFTER, ApiError
 from verimail.store import jobs as job_store
 from verimail.store.credits import balance
 from verimail.store.db import Store
+from verimail.tasks.csv_detect import UploadError, UploadTooLarge
 from verimail.tasks.webhook import WebhookRefused, check_url
 
 log = logging.getLogger("verimail.api.jobs")
@@ -41,6 +42,18 @@ def dropped_on_failure(folder: Path) -> Iterator[None]:
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
+
+
+@contextmanager
+def upload_refusals() -> Iterator[None]:
+    """The reader's refusals of an upload as HTTP errors: too many rows is a 413 (nothing is
+    stored), anything else it cannot read a 422 with its explanation."""
+    try:
+        yield
+    except UploadTooLarge as exc:
+        raise ApiError(413, f"{exc.detail} Nothing was stored.") from exc
+    except UploadError as exc:
+        raise ApiError(422, exc.detail) from exc
 
 
 async def create_and_start(

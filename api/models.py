@@ -13,9 +13,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from verimail.schemas.results import VerificationResult
+from verimail.store.tables import MAX_EMAIL_LENGTH  # (longer is a 422)
 
-MAX_EMAIL_LENGTH = 320
-"""Longest ``email`` accepted (64-octet local part + ``@`` + 255-octet domain); longer is 422."""
 MAX_BATCH = 500
 """Most addresses per batch request (SPEC §8)."""
 

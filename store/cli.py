@@ -33,7 +33,7 @@ from verimail.store import credits as cr
 from verimail.store.credits import AccountNotFound
 from verimail.store.db import Store, init_store
 from verimail.store.plans import PLAN_NAMES, UnknownPlan, get_plan
-from verimail.store.tables import MAX_INT
+from verimail.store.tables import MAX_EMAIL_LENGTH, MAX_INT
 
 accounts_app = typer.Typer(help="Create, list and change accounts.", no_args_is_help=True)
 keys_app = typer.Typer(help="Issue, list and revoke API keys.", no_args_is_help=True)
@@ -54,9 +54,6 @@ def _store() -> Iterator[Store]:
         yield store
     finally:
         store.close()
-
-
-MAX_EMAIL = 320  # (accounts.email is a String(320))
 
 
 def _check_key_name(name: str) -> None:
@@ -107,8 +104,8 @@ def accounts_create(
     _check_plan(plan)
     _check_key_name(key_name)
     email = (email or "").strip() or None
-    if email is not None and ("@" not in email or len(email) > MAX_EMAIL):
-        raise _fail(f"--email must be an email address of at most {MAX_EMAIL} characters")
+    if email is not None and ("@" not in email or len(email) > MAX_EMAIL_LENGTH):
+        raise _fail(f"--email must be an email address of at most {MAX_EMAIL_LENGTH} characters")
     with _store() as store:
         # (in any letter case: the dashboard's sign-in would find the other account first)
         if email is not None and acc.email_taken(store.engine, email):

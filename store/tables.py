@@ -47,6 +47,8 @@ metadata = MetaData(naming_convention=NAMING_CONVENTION)
 LEDGER_KINDS = ("signup", "grant", "charge", "reserve", "refund", "allowance")
 MAX_INT = 2**31 - 1
 """The largest value of an ``Integer`` column (32 bits on PostgreSQL): ids, credits, counts."""
+MAX_EMAIL_LENGTH = 320
+"""Longest address stored or accepted (64-octet local part + ``@`` + 255-octet domain)."""
 LEDGER_SOURCES = ("prepaid", "allowance")
 JOB_KINDS = ("bulk_csv", "bulk_json", "finder_csv", "reverify")
 JOB_STATUSES = ("pending", "processing", "completed", "failed")
@@ -86,7 +88,7 @@ accounts = Table(
     Column("id", Integer, primary_key=True, autoincrement=True),
     # Nullable: operators create accounts from the CLI without an address; unique when set
     # (both backends allow several NULLs under a UNIQUE constraint).
-    Column("email", String(320), unique=True, nullable=True),
+    Column("email", String(MAX_EMAIL_LENGTH), unique=True, nullable=True),
     # Filled by the dashboard later; API-key-only accounts have none.
     Column("password_hash", String(255), nullable=True),
     Column("plan", String(32), nullable=False, server_default="free"),

@@ -22,11 +22,17 @@ from pydantic_core import PydanticCustomError
 from verimail.api.deps import AccountDep, JobId, StoreDep
 from verimail.api.downloads import WholeFileResponse, csv_response
 from verimail.api.errors import ApiError, ValidationErrorBody, error_doc, pick_error_docs
-from verimail.api.jobs import create_and_start, dropped_on_failure, uploads_dir, webhook_options
+from verimail.api.jobs import (
+    create_and_start,
+    dropped_on_failure,
+    upload_refusals,
+    uploads_dir,
+    webhook_options,
+)
 from verimail.api.uploads import receive_upload, upload_body
 from verimail.schemas.jobs import BulkJob, JsonBulkCreated, JsonBulkJob
 from verimail.store import jobs as job_store
-from verimail.store.tables import MAX_INT
+from verimail.store.tables import MAX_EMAIL_LENGTH, MAX_INT
 from verimail.tasks.bulk_io import (
     ADDRESS_LIST_COLUMN,
     details_csv,
@@ -35,7 +41,7 @@ from verimail.tasks.bulk_io import (
     safe_csv,
     write_address_list,
 )
-from verimail.tasks.csv_detect import UploadError, UploadTooLarge, inspect_csv
+from verimail.tasks.csv_detect import inspect_csv
 
 router = APIRouter(tags=["bulk jobs"])
 
@@ -96,16 +102,12 @@ async def create_bulk(request: Request, account: AccountDep, store: StoreDep) ->
         column = received.fields.get("email_column") or None
         webhook_url = received.fields.get("webhook_url") or None
         hook = webhook_options(request, webhook_url)
-        try:
+        with upload_refusals():
             info = await to_thread.run_sync(
                 lambda: inspect_csv(
                     received.path, max_rows=settings.upload_max_rows, email_column=column
                 )
             )
-        except UploadTooLarge as exc:
-            raise ApiError(413, f"{exc.detail} Nothing was stored.") from exc
-        except UploadError as exc:
-            raise ApiError(422, exc.detail) from exc
         if info.email_count == 0:
             raise ApiError(422, f"The column {info.email_column!r} holds no addresses.")
     job = await create_and_start(
@@ -223,13 +225,15 @@ def _storable(entry: str) -> str:
     return core if any(unicodedata.category(c) == "Cc" for c in entry) else entry
 
 
+JsonBulkEntry = Annotated[str, Field(max_length=MAX_EMAIL_LENGTH), AfterValidator(_storable)]
+
 _CONTROL_NAMES = {"\x00": "NUL", "\t": "tab", "\n": "line feed", "\r": "carriage return"}
 
 
 class JsonBulkRequest(BaseModel):
     """``POST /api/verify/bulk``: up to 10,000 addresses verified as a job."""
 
-    emails: list[Annotated[str, Field(max_length=320), AfterValidator(_storable)]] = Field(
+    emails: list[JsonBulkEntry] = Field(
         min_length=1,
         max_length=MAX_JSON_BULK,
         description="1 to 10,000 addresses, one per entry; an entry holding a control "

@@ -23,13 +23,19 @@ from verimail.api.errors import (
     error_doc,
     pick_error_docs,
 )
-from verimail.api.jobs import dropped_on_failure, start_run, uploads_dir, webhook_options
+from verimail.api.jobs import (
+    dropped_on_failure,
+    start_run,
+    upload_refusals,
+    uploads_dir,
+    webhook_options,
+)
 from verimail.api.routes.finder import FINDER_DISABLED, FinderAccountDep, SettingsDep
 from verimail.api.uploads import receive_upload, upload_body
 from verimail.schemas.jobs import FinderJob
 from verimail.store import jobs as job_store
 from verimail.store.credits import balance
-from verimail.tasks.csv_detect import UploadError, UploadTooLarge, find_person_columns, inspect_csv
+from verimail.tasks.csv_detect import find_person_columns, inspect_csv
 
 router = APIRouter(tags=["email finder"])
 
@@ -101,12 +107,8 @@ async def create_finder_job(
             )  # fmt: skip
             return info.row_count
 
-        try:
+        with upload_refusals():
             rows = await to_thread.run_sync(inspect)
-        except UploadTooLarge as exc:
-            raise ApiError(413, f"{exc.detail} Nothing was stored.") from exc
-        except UploadError as exc:
-            raise ApiError(422, exc.detail) from exc
         if rows == 0:
             raise ApiError(422, "The file has no data rows.")
         have = await to_thread.run_sync(lambda: balance(store.engine, account.id).total)
