@@ -51,7 +51,6 @@ def safe_value(address: str) -> str:
 
 
 def ingest_ours(path: Path) -> tuple[dict[str, float], dict[str, int], Any]:
-    import polars as pl
 
     from verimail.tasks.csv_io import distinct_in_order, normalise_emails, read_emails
 
@@ -70,24 +69,7 @@ def ingest_ours(path: Path) -> tuple[dict[str, float], dict[str, int], Any]:
     uniques = distinct_in_order(rows.get_column("normalised"))
     steps["dedupe"] = time.perf_counter() - t
     t = time.perf_counter()
-    # The csv implementation's groups: each unique address under its domain (lower-cased
-    # already by normalising), in first-seen order. Grouped on the domain strings: with
-    # 20,000 domains the table is small, and grouping on a checked 64-bit hash of the domain
-    # (as distinct_in_order does for a million addresses) measured slower here (0.157 s
-    # against 0.143 s, medians of 5 fresh processes).
-    address, domain = pl.col("normalised"), pl.col("domain")
-    groups = (
-        uniques.to_frame()
-        .lazy()
-        .with_columns(
-            domain=pl.when(address.str.contains("@", literal=True))
-            .then(address.str.split("@").list.last())
-            .otherwise(pl.lit(""))
-        )
-        .group_by(domain, maintain_order=True)
-        .agg(address)
-        .collect()
-    )
+    groups = group_by_domain(uniques)
     steps["group by domain"] = time.perf_counter() - t
     counts = {
         "rows": rows.height,
@@ -97,6 +79,31 @@ def ingest_ours(path: Path) -> tuple[dict[str, float], dict[str, int], Any]:
         "email_column": info.email_index or 0,
     }
     return steps, counts, (info, rows, uniques)
+
+
+def group_by_domain(uniques: Any) -> Any:
+    """The csv implementation's groups: each unique address under its domain (lower-cased
+    already by normalising), in first-seen order; the domain is what follows the last "@".
+
+    Grouped on the domain strings: with 20,000 domains the table is small (a checked 64-bit
+    hash of the domain measured slower: 0.157 s against 0.143 s, medians of 5 fresh
+    processes). The domain is first taken after the *first* "@", a slice of each address
+    (0.028 s against 0.053 s for splitting every address at each "@"); that is the last "@"
+    unless some address holds two, and then some group's key holds an "@" too. Only that
+    case, checked on the 20,000 keys, groups again on the split."""
+    import polars as pl
+
+    address = pl.col("normalised")
+    after_first = address.str.slice(address.str.find("@", literal=True) + 1).fill_null("")
+    frame = uniques.to_frame().lazy()
+    groups = frame.group_by(domain=after_first, maintain_order=True).agg(address).collect()
+    if groups.get_column("domain").str.contains("@", literal=True).any():
+        after_last = pl.when(address.str.contains("@", literal=True)).then(
+            address.str.split("@").list.last()
+        )
+        groups = frame.group_by(domain=after_last.fill_null(""), maintain_order=True)
+        groups = groups.agg(address).collect()
+    return groups
 
 
 # --- the csv module ----------------------------------------------------------------------

@@ -113,6 +113,39 @@ def test_ingest_smoke(tmp_path):
     assert runs["ours"]["wall_s"] == min(runs["ours"]["walls_s"])  # the lower middle of two
 
 
+_GROUPS = """
+import json, sys
+import polars as pl
+from bench.ingest_worker import group_by_domain
+uniques = pl.Series("normalised", json.loads(sys.argv[1]))
+groups = group_by_domain(uniques)
+print(json.dumps(dict(zip(groups["domain"].to_list(), groups["normalised"].to_list()))))
+"""
+
+
+@pytest.mark.parametrize(
+    "addresses",
+    [
+        ["a@x.example", "b@y.example", "c@x.example", "no-at-sign", "d@"],
+        ["a@x.example", '"odd@local"@y.example', "b@y.example", "c@@x.example"],
+    ],
+)
+def test_ingest_groups_like_the_csv_module(addresses):
+    """The bench's Polars group-by puts each address under what follows its last "@" (the
+    csv side's rpartition), in first-seen order: also with two "@" in one address."""
+    expected: dict[str, list[str]] = {}
+    for address in addresses:
+        _local, at, domain = address.rpartition("@")
+        expected.setdefault(domain if at else "", []).append(address)
+    out = subprocess.run(
+        [sys.executable, "-c", _GROUPS, json.dumps(addresses)],
+        cwd=REPO, capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    found = json.loads(out.stdout)
+    assert found == expected
+    assert list(found) == list(expected)
+
+
 @pytest.mark.parametrize("tool", ["httpx", "wrk"])
 def test_api_smoke(tmp_path, tool):
     if tool == "wrk" and shutil.which("wrk") is None:
