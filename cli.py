@@ -7,6 +7,7 @@ so this module stays a table of contents.
 from __future__ import annotations
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 
 from verimail import API_VERSION, __version__
@@ -50,7 +51,30 @@ def _register() -> None:
     app.command("deploy")(deploy_command)
 
 
+def settings_problems(exc: ValidationError) -> list[str]:
+    """One line per bad ``VERIMAIL_*`` value, named as it is set (not as a Python field);
+    a value refused several ways (a union such as IPv4 or IPv6) is one line."""
+    found: dict[str, tuple[list[str], str]] = {}
+    for error in exc.errors():
+        name = "VERIMAIL_" + str(error["loc"][0]).upper() if error["loc"] else "settings"
+        given = error.get("input")
+        shown = f" (got {given!r})" if isinstance(given, str | int | float) else ""
+        messages, _ = found.setdefault(name, ([], shown))
+        if error["msg"] not in messages:
+            messages.append(error["msg"])
+    return [f"{name}: {'; '.join(msgs)}{shown}" for name, (msgs, shown) in found.items()]
+
+
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point. A bad setting is a usage error (exit 2), not a traceback."""
     _register()
-    app()
+    try:
+        app()
+    except ValidationError as exc:
+        if exc.title != "Settings":
+            raise
+        err = Console(stderr=True)
+        err.print("Invalid settings (environment or .env):", style="bold red", highlight=False)
+        for line in settings_problems(exc):
+            err.print(f"  {line}", markup=False, highlight=False)
+        raise SystemExit(2) from None

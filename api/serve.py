@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import typer
 
 from verimail.config import get_settings
+
+
+class LogLevel(StrEnum):
+    """uvicorn's log levels (anything else is a usage error, not a traceback at start-up)."""
+
+    critical = "critical"
+    error = "error"
+    warning = "warning"
+    info = "info"
+    debug = "debug"
+    trace = "trace"
 
 
 def serve_command(
@@ -12,7 +25,9 @@ def serve_command(
     port: int | None = typer.Option(
         None, "--port", min=1, max=65535, help="Port to bind (default: API_PORT)."
     ),
-    log_level: str = typer.Option("info", "--log-level", help="uvicorn log level."),
+    log_level: LogLevel = typer.Option(
+        LogLevel.info, "--log-level", case_sensitive=False, help="uvicorn log level."
+    ),
     forwarded_allow_ips: str | None = typer.Option(
         None,
         "--forwarded-allow-ips",
@@ -31,7 +46,7 @@ def serve_command(
         create_app(settings),
         host=host or settings.api_host,
         port=port or settings.api_port,
-        log_level=log_level,
+        log_level=log_level.value,
         proxy_headers=forwarded_allow_ips is not None,
         forwarded_allow_ips=forwarded_allow_ips,
     )

@@ -216,8 +216,29 @@ def deploy_command(
     pool: str | None = typer.Option(None, help="Work pool (default: setting)."),
 ) -> None:
     """Register the three deployments (bulk-verify, find-emails, reverify-stored)."""
+    import httpx
+    from prefect.exceptions import PrefectHTTPStatusError
+    from prefect.settings import PREFECT_API_URL
+
     from verimail.flows.deploy import register_deployments
 
-    names = register_deployments(pool or get_settings().prefect_work_pool)
+    url = PREFECT_API_URL.value()
+    if not url:  # (Prefect would register them in a throwaway server of this process)
+        console.print(
+            "verimail deploy needs the Prefect server the workers use: set PREFECT_API_URL "
+            "(e.g. http://prefect.internal:4200/api).",
+            style="red",
+            highlight=False,
+        )
+        raise typer.Exit(2)
+    try:
+        names = register_deployments(pool or get_settings().prefect_work_pool)
+    except (httpx.HTTPError, PrefectHTTPStatusError) as exc:
+        console.print(
+            f"Could not register the deployments at PREFECT_API_URL={url}: {exc}",
+            style="red",
+            highlight=False,
+        )
+        raise typer.Exit(1) from None
     for name in names:
         console.print(f"deployment {name}")

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import FrameType
 
 import typer
+import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -126,7 +127,11 @@ def up(
 ) -> None:
     """Start the testbed and serve until Ctrl-C."""
     path = resolve_world_path(world)
-    loaded = load_world(path)
+    try:
+        loaded = load_world(path)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError, TypeError) as exc:
+        # (the world's own checks raise ValueError naming the bad entry; YAML errors say where)
+        raise typer.BadParameter(f"cannot use {path}: {exc}", param_hint="--world") from None
     console = Console()
     stop = threading.Event()
 

@@ -1,0 +1,64 @@
+"""Mistakes on the command line or in the environment are usage errors that say what to fix,
+never a Python traceback."""
+
+from __future__ import annotations
+
+import subprocess
+
+from api_helpers import VERIMAIL_BIN, clean_env
+
+
+def _verimail(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(VERIMAIL_BIN), *args], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_bad_setting_is_a_usage_error_naming_the_variable(tmp_path):
+    """A mistyped VERIMAIL_* value stops every command with the variable's name, not a
+    pydantic traceback; a value refused as IPv4 and as IPv6 is one line."""
+    env = clean_env(
+        {
+            "VERIMAIL_DATA_DIR": str(tmp_path),
+            "VERIMAIL_SMTP_COMMAND_TIMEOUT": "abc",
+            "VERIMAIL_SMTP_ALLOW_NETWORKS": "notanet",
+        }
+    )
+    for args in (["verify", "a@b.example"], ["accounts", "list"]):
+        out = _verimail(args, env)
+        assert out.returncode == 2, out.stderr
+        text = " ".join(out.stderr.split())
+        assert "Traceback" not in out.stderr and "ValidationError" not in out.stderr
+        assert "VERIMAIL_SMTP_COMMAND_TIMEOUT: Input should be a valid number" in text
+        assert "(got 'abc')" in text
+        assert text.count("VERIMAIL_SMTP_ALLOW_NETWORKS") == 1, text
+
+
+def test_bad_world_file_and_log_level_are_usage_errors(tmp_path):
+    env = clean_env({"VERIMAIL_DATA_DIR": str(tmp_path)})
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("hosts: [\n")
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("hosts: {h: {bogus: 1}}\n")
+    for world, expected in ((broken, "line 2"), (unknown, "unknown keys ['bogus']")):
+        out = _verimail(["testbed", "up", "--world", str(world)], env)
+        assert out.returncode == 2, out.stderr
+        assert "Traceback" not in out.stderr
+        assert expected in " ".join(out.stderr.split())
+    out = _verimail(["serve", "--log-level", "bogus"], env)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "'bogus' is not one of" in " ".join(out.stderr.split())
+
+
+def test_deploy_needs_a_reachable_prefect_server(tmp_path):
+    env = clean_env({"VERIMAIL_DATA_DIR": str(tmp_path)})
+    env.pop("PREFECT_API_URL", None)
+    unset = _verimail(["deploy"], env)
+    assert unset.returncode == 2 and "Traceback" not in unset.stderr
+    assert "set PREFECT_API_URL" in " ".join(unset.stderr.split())
+    env["PREFECT_API_URL"] = "http://127.0.0.1:9/api"  # (nothing listens on port 9)
+    down = _verimail(["deploy"], env)
+    assert down.returncode == 1 and "Traceback" not in down.stderr
+    assert "Could not register the deployments at PREFECT_API_URL=http://127.0.0.1:9/api" in (
+        " ".join(down.stderr.split())
+    )
