@@ -31,6 +31,7 @@ from verimail.flows.failures import customer_reason
 from verimail.flows.heartbeat import (
     Superseded,
     as_owner,
+    complete_run,
     started_late,
     still_owned,
     superseded_outcome,
@@ -272,9 +273,6 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
         await asyncio.gather(*pending, return_exceptions=True)  # they hang up first
     by_address = await asyncio.to_thread(sink.frame)
     await still_owned(store, job)
-    result_csv = await asyncio.to_thread(
-        write_job_results, directory, upload, job_input, by_address
-    )
     await asyncio.to_thread(
         append_history,
         settings.data_dir,
@@ -284,16 +282,17 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
         source="bulk",
         once_per_job=True,
     )
+    files = await asyncio.to_thread(
+        write_job_results, directory, upload, job_input, by_address, run=job.attempt
+    )
     sink.remove()
-    await _db(
-        job_store.mark_completed,
-        store.engine,
-        job.id,
+    await complete_run(
+        store,
+        job,
+        files,
         tally.job_counts(),
-        str(result_csv),
         job_input.address_rows,
         processed=tally.processed,
-        attempt=job.attempt,
     )
     return {
         "job_id": job.id,

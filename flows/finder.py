@@ -41,6 +41,7 @@ from verimail.flows.failures import customer_reason
 from verimail.flows.heartbeat import (
     Superseded,
     as_owner,
+    complete_run,
     started_late,
     still_owned,
     superseded_outcome,
@@ -49,7 +50,7 @@ from verimail.flows.notify import notify_job
 from verimail.store import jobs as job_store
 from verimail.store.credits import charges_under
 from verimail.store.db import Store
-from verimail.tasks.bulk_io import job_dir, save_info
+from verimail.tasks.bulk_io import StagedFiles, job_dir, save_info
 from verimail.tasks.csv_detect import find_person_columns, inspect_csv
 from verimail.tasks.csv_io import load_person_rows, write_results_csv
 from verimail.tasks.finder import FinderInputError, find_email, normalise_finder_domain
@@ -350,24 +351,21 @@ async def _run(
     directory.mkdir(parents=True, exist_ok=True)
     ordered = [progress.rows[r] for r in range(rows.height)]
     names = _appended_names(info.columns)
-    out = directory / "results.csv"
+    files = StagedFiles.for_run(directory, job.attempt, ("results.csv",))
     await still_owned(store, job)
-    await asyncio.to_thread(
-        write_results_csv,
-        upload,
-        info,
-        out,
-        {name: [cells[i] for cells in ordered] for i, name in enumerate(names)},
-    )
-    save_info(directory, info)
-    await asyncio.to_thread(
-        job_store.mark_completed,
-        store.engine,
-        job.id,
-        dict(progress.counts),
-        str(out),
-        billing.used,
-        processed=rows.height,
-        attempt=job.attempt,
+    try:
+        await asyncio.to_thread(
+            write_results_csv,
+            upload,
+            info,
+            files.staged("results.csv"),
+            {name: [cells[i] for cells in ordered] for i, name in enumerate(names)},
+        )
+        save_info(directory, info)
+    except BaseException:
+        files.discard()
+        raise
+    await complete_run(
+        store, job, files, dict(progress.counts), billing.used, processed=rows.height
     )
     return {"job_id": job.id, "status": "completed", **progress.counts, "credits": billing.used}

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from verimail.store import jobs as job_store
 from verimail.store.db import Store
+from verimail.tasks.bulk_io import StagedFiles
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,36 @@ async def still_owned(store: Store, job: job_store.Job) -> None:
     beat = await asyncio.to_thread(job_store.beat_run, store.engine, job.id, job.attempt)
     if beat != "beaten":
         raise Superseded(f"job {job.id}: run {job.attempt} no longer has the job ({beat})")
+
+
+async def complete_run(
+    store: Store,
+    job: job_store.Job,
+    files: StagedFiles,
+    counts: dict[str, int],
+    credits_used: int,
+    *,
+    processed: int,
+) -> None:
+    """Complete the job as this run's and put its staged result files in place, both under
+    the job's row lock (``mark_completed(publish=...)``); raise :class:`Superseded`, the
+    files removed, when a later run has the job: its files stand."""
+    try:
+        completed = await asyncio.to_thread(
+            job_store.mark_completed,
+            store.engine,
+            job.id,
+            counts,
+            str(files.final("results.csv")),
+            credits_used,
+            processed=processed,
+            attempt=job.attempt,
+            publish=files.publish,
+        )
+    finally:
+        files.discard()  # (nothing is left once published)
+    if not completed:
+        raise Superseded(f"job {job.id}: run {job.attempt} lost the job while writing")
 
 
 class RunHeartbeat:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -478,9 +479,12 @@ def mark_completed(
     processed: int | None = None,
     attempt: int | None = None,
     now: datetime | None = None,
+    publish: Callable[[], None] | None = None,
 ) -> bool:
     """processing → completed, refunding reserved credits beyond ``credits_used`` (given
-    ``attempt``, only while that run has the job: :func:`run_owns`).
+    ``attempt``, only while that run has the job: :func:`run_owns`). ``publish`` (putting
+    the run's result files in place) is called under the job's row lock once that holds,
+    so no later run can take the job between the check and the files.
 
     Reservations are an upper bound (1 per uploaded row); a job that charges less — say
     only unique addresses — gets the difference back here, in the same transaction.
@@ -492,6 +496,8 @@ def mark_completed(
         job = _lock_job(conn, job_id)
         if job is None or job.status != "processing" or not run_owns(job, attempt):
             return False
+        if publish is not None:
+            publish()
         unused = job.credits_reserved - job.credits_refunded - credits_used
         refunded = _refund_in(conn, job, unused, "reserved credits not used", now)
         values: dict[str, Any] = {

@@ -6,6 +6,8 @@ Layout under ``<data_dir>/jobs/<job_id>/``:
 - ``results.parquet`` — one row per data row: ``row``, the original cell, every result field;
 - ``results.csv`` — the upload byte-for-byte plus ``Safe to Send`` (``Yes``/``No``);
 - ``results-details.csv`` — the same plus ``Status``, ``Reason``, ``Score`` (made on demand);
+- ``.run-<n>.results.*`` — run ``n``'s files until they are put in place under the job's row
+  lock as it completes (:class:`StagedFiles`);
 - ``result-parts/`` — while a run works: its results so far, one row per address, in Parquet
   parts (:class:`ResultSink`); read back and removed once the files above are written.
 
@@ -198,20 +200,54 @@ def _result_frame(job_input: JobInput, by_address: pl.DataFrame) -> pl.DataFrame
     )
 
 
+@dataclass(frozen=True)
+class StagedFiles:
+    """A run's result files under names of its own (``.run-<n>.<name>``), put in place by
+    :meth:`publish` only once the job is known to be the run's: it is called under the
+    job's row lock as the job is completed (``mark_completed(publish=...)``), so a run that
+    lost the job while writing (taken for dead, resumed elsewhere) cannot replace the
+    results of the run that has it. :meth:`discard` removes what was never published."""
+
+    moves: tuple[tuple[Path, Path], ...]
+
+    @classmethod
+    def for_run(cls, directory: Path, run: int, names: Sequence[str]) -> StagedFiles:
+        return cls(tuple((directory / f".run-{run}.{name}", directory / name) for name in names))
+
+    def staged(self, name: str) -> Path:
+        return next(tmp for tmp, final in self.moves if final.name == name)
+
+    def final(self, name: str) -> Path:
+        return next(final for _, final in self.moves if final.name == name)
+
+    def publish(self) -> None:
+        for tmp, final in self.moves:
+            tmp.replace(final)  # (atomic: a download reads the old file or the new one)
+
+    def discard(self) -> None:
+        for tmp, _ in self.moves:
+            tmp.unlink(missing_ok=True)
+
+
 def write_job_results(
-    directory: Path, upload: Path, job_input: JobInput, by_address: pl.DataFrame
-) -> Path:
-    """Write ``results.parquet`` and ``results.csv`` from :func:`results_frame`'s rows (one
-    per address); returns the CSV's path."""
+    directory: Path, upload: Path, job_input: JobInput, by_address: pl.DataFrame, *, run: int
+) -> StagedFiles:
+    """Stage ``results.parquet`` and ``results.csv`` from :func:`results_frame`'s rows (one
+    per address) as run ``run``'s; :meth:`StagedFiles.publish` puts them in place."""
     directory.mkdir(parents=True, exist_ok=True)
-    frame = _result_frame(job_input, by_address)
-    frame.write_parquet(directory / "results.parquet")
-    safe = frame.get_column("safe_to_send").fill_null(False)
-    values = ["Yes" if v else "No" for v in safe.to_list()]
-    out = directory / "results.csv"
-    write_results_csv(upload, job_input.info, out, {SAFE_COLUMN: values})
-    save_info(directory, job_input.info)
-    return out
+    files = StagedFiles.for_run(directory, run, ("results.parquet", "results.csv"))
+    try:
+        frame = _result_frame(job_input, by_address)
+        frame.write_parquet(files.staged("results.parquet"))
+        safe = frame.get_column("safe_to_send").fill_null(False)
+        values = ["Yes" if v else "No" for v in safe.to_list()]
+        out = files.staged("results.csv")
+        write_results_csv(upload, job_input.info, out, {SAFE_COLUMN: values})
+        save_info(directory, job_input.info)
+    except BaseException:
+        files.discard()
+        raise
+    return files
 
 
 def details_csv(directory: Path, upload: Path, *, neutralise_formulas: bool = False) -> Path:

@@ -14,6 +14,7 @@ from hardening_helpers import take_for_dead
 from sqlalchemy import update
 
 from verimail.config import using_settings
+from verimail.flows import finder as finder_module
 from verimail.flows.finder import _appended_names, find_emails
 from verimail.store.accounts import set_finder
 from verimail.store.credits import charge_once, ledger
@@ -393,6 +394,47 @@ async def test_a_finder_run_that_wakes_after_a_later_run_finished_pays_and_write
     assert final.result_path == str(results) and results.read_text() == "run 2's results\n"
     assert len(entries) == paid_by_run_1  # no charge (nor refund) after the take-over
     assert len(tb.host_stats(slow).rcpts) >= 1  # it did go on probing once awake
+
+
+async def test_a_finder_run_frozen_while_writing_cannot_replace_the_later_runs_file(
+    testbed_factory, testbed_settings, tmp_path, monkeypatch
+):
+    """Run 1 has checked the job is its own and starts writing its results; frozen there,
+    it is taken for dead and run 2 completes the job. Run 1's file, written once it wakes,
+    is staged under a name of its own and never put in place: the job keeps run 2's."""
+    tb = _slow_world(testbed_factory, "mx.icy.test", 0.0)
+    settings = testbed_settings(tb, tmp_path, finder_charge=10, job_stale_after=120)
+    run_2_results = tmp_path / "run-2-results.csv"
+    real_write = finder_module.write_results_csv
+
+    def frozen_while_writing(upload, info, out, columns):
+        store = running["app"].store
+        job_id = int(out.parent.name)  # (<data_dir>/jobs/<id>/.run-1.results.csv)
+        assert take_for_dead(store, job_id) == 2
+        run_2_results.write_text("run 2's results\n")
+        assert mark_completed(store.engine, job_id, {}, str(run_2_results), 0, attempt=2)
+        return real_write(upload, info, out, columns)
+
+    monkeypatch.setattr(finder_module, "write_results_csv", frozen_while_writing)
+    running: dict[str, Any] = {}
+    people = "first_name,last_name,domain\n" + "".join(
+        f"{first},{last},icy.test\n" for first, last in (name.split(".") for name in STAFF)
+    )
+    async with running_app(settings) as app:
+        running["app"] = app
+        customer = app.customer(credits=100)
+        created = await app.client.post(
+            "/api/find-email/csv", headers=customer.headers, **_form(people)
+        )
+        assert created.status_code == 200, created.text
+        await asyncio.to_thread(app.app.state.runner.wait, 60)  # run 1 has ended
+        public = created.json()["job_id"]
+        final = get_job_by_public_id(app.store.engine, customer.account_id, public)
+    assert final is not None and (final.status, final.attempt) == ("completed", 2)
+    assert final.result_path == str(run_2_results)
+    directory = settings.data_dir / "jobs" / str(final.id)
+    assert not (directory / "results.csv").exists()  # run 1 never put its file in place
+    assert not list(directory.glob(".run-*"))  # and removed it
 
 
 async def test_a_finder_job_shows_rows_and_credits_as_they_go(

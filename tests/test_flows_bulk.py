@@ -415,6 +415,37 @@ def _run_2_not_at_its_parts_yet(store, job, directory: Path) -> None:
     assert take_for_dead(store, job.id) == 2
 
 
+def test_a_run_frozen_while_writing_its_files_cannot_replace_the_later_runs(
+    testbed_factory, testbed_settings, tmp_path, monkeypatch
+):
+    """Run 1 has checked that the job is still its own and starts writing its files; it
+    freezes there, recovery resumes the job as run 2, and run 2 completes it with its own
+    results. When run 1 wakes and finishes writing, run 2's files must still be the job's:
+    run 1's are staged under names of its own and never put in place, and removed."""
+    _tb, settings, store, job = _slow_job(
+        testbed_factory, testbed_settings, tmp_path, "frozen.test", 0.0, stale=120
+    )
+    directory = job_dir(settings.data_dir, job.id)
+    real_write = bulk_module.write_job_results
+
+    def frozen_while_writing(*args, **kwargs):
+        _completed_by_run_2(store, job, directory)  # (what happened while run 1 was frozen)
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(bulk_module, "write_job_results", frozen_while_writing)
+    try:
+        with using_settings(settings):
+            outcome = asyncio.run(bulk_verify(job_id=job.id))
+        after = job_store.get_job_any(store.engine, job.id)
+    finally:
+        forget(settings)
+    assert outcome == {"job_id": job.id, "status": "superseded", "run": 1}
+    assert after.status == "completed" and after.attempt == 2
+    assert (directory / "results.csv").read_text() == "run 2's results\n"
+    assert not (directory / "results.parquet").exists()
+    assert not list(directory.glob(".run-*"))  # run 1's staged files are gone
+
+
 @pytest.mark.parametrize(
     "meanwhile", [_completed_by_run_2, _run_2_started, _run_2_not_at_its_parts_yet]
 )
