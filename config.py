@@ -153,7 +153,9 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Private networks webhook URLs may point into (default none).",
     )
-    webhook_timeout: float = Field(10.0, gt=0, description="Seconds per webhook attempt.")
+    webhook_timeout: float = Field(
+        10.0, gt=0, description="Seconds per webhook attempt (the whole attempt, to its status)."
+    )
 
     # --- API server ----------------------------------------------------------------
     api_host: str = Field("127.0.0.1", description="Address `verimail serve` binds.")

@@ -23,9 +23,10 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 import httpx
+import idna
 
 from verimail.tasks.netguard import IPNetwork, smtp_address_allowed
 
@@ -51,13 +52,32 @@ def sign(secret: str, timestamp: int, body: bytes) -> str:
 
 
 def check_url(url: str, allow_networks: Iterable[IPNetwork]) -> None:
-    """Refuse what can be refused without DNS: bad schemes, private IP literals."""
+    """Refuse what can be refused without DNS: bad schemes, ports and host names, private
+    IP literals."""
+    _target(url, list(allow_networks))
+
+
+def _target(url: str, allow: list[IPNetwork]) -> tuple[SplitResult, str, int]:
+    """(the URL's parts, its host as sent on the wire, its port), or WebhookRefused. A name
+    in another script is sent in IDNA form (``bücher.example`` is ``xn--bcher-kva.example``):
+    an HTTP ``Host`` header is ASCII."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise WebhookRefused("webhook_url must be an http:// or https:// URL with a host.")
-    literal = _ip_literal(parts.hostname)
-    if literal is not None and not smtp_address_allowed(literal, list(allow_networks)):
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise WebhookRefused("webhook_url has an invalid port (1 to 65535).") from None
+    host = parts.hostname
+    if not host.isascii():
+        try:
+            host = idna.encode(host, uts46=True).decode("ascii")
+        except idna.IDNAError:
+            raise WebhookRefused(f"webhook_url's host {host!r} is not a valid name.") from None
+    literal = _ip_literal(host)
+    if literal is not None and not smtp_address_allowed(literal, allow):
         raise WebhookRefused("webhook_url points at a private or reserved address.")
+    return parts, host, port
 
 
 def _ip_literal(host: str) -> str | None:
@@ -94,51 +114,68 @@ async def deliver(
     attempts: int = 3,
     backoff: float = 1.0,
 ) -> Delivery:
-    """POST ``payload`` to ``url``; retries on network errors and 5xx/429 with back-off."""
+    """POST ``payload`` to ``url``; retries on network errors and 5xx/429 with back-off.
+
+    ``timeout`` bounds each whole attempt (resolving, connecting, sending, the status line),
+    not each socket read: a receiver that answers a byte at a time must not hold the job's
+    run. Only the status is read; the response body is never downloaded."""
     allow = list(allow_networks)
     try:
-        check_url(url, allow)
+        parts, host, port = _target(url, allow)
     except WebhookRefused as exc:
         return Delivery(False, 0, None, str(exc))
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
     body = json.dumps(payload, default=str, separators=(",", ":")).encode()
     detail = ""
     status: int | None = None
     for attempt in range(1, attempts + 1):
         try:
-            address = await _resolve(host, port, allow)
+            async with asyncio.timeout(timeout):
+                status = await _post(parts, host, port, allow, body, secret, timeout)
         except WebhookRefused as exc:
             return Delivery(False, attempt - 1, None, str(exc))
+        except TimeoutError:
+            status, detail = None, f"no answer within {timeout:g} s"
         except OSError as exc:
-            detail = f"could not resolve {host}: {exc}"
+            status, detail = None, f"could not resolve {host}: {exc}"
+        except httpx.HTTPError as exc:
+            status, detail = None, f"{type(exc).__name__}: {exc}"
         else:
-            literal = f"[{address}]" if ":" in address else address
-            pinned = urlunsplit(
-                (parts.scheme, f"{literal}:{port}", parts.path or "/", parts.query, "")
-            )
-            now = int(time.time())
-            headers = {
-                "Host": parts.netloc.rpartition("@")[2],
-                "Content-Type": "application/json",
-                "User-Agent": "verimail-webhook/1",
-                "X-Verimail-Timestamp": str(now),
-                "X-Verimail-Signature": sign(secret, now, body),
-            }
-            try:
-                async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client:
-                    response = await client.post(
-                        pinned, content=body, headers=headers, extensions={"sni_hostname": host}
-                    )
-                status = response.status_code
-                if 200 <= status < 300:
-                    return Delivery(True, attempt, status, "delivered")
-                detail = f"answered {status}"
-                if status not in RETRY_STATUSES:
-                    return Delivery(False, attempt, status, detail)
-            except httpx.HTTPError as exc:
-                detail = f"{type(exc).__name__}: {exc}"
+            if 200 <= status < 300:
+                return Delivery(True, attempt, status, "delivered")
+            detail = f"answered {status}"
+            if status not in RETRY_STATUSES:
+                return Delivery(False, attempt, status, detail)
         if attempt < attempts:
             await asyncio.sleep(backoff * 2 ** (attempt - 1))
     return Delivery(False, attempts, status, detail)
+
+
+async def _post(
+    parts: SplitResult,
+    host: str,
+    port: int,
+    allow: list[IPNetwork],
+    body: bytes,
+    secret: str,
+    timeout: float,
+) -> int:
+    """One attempt: resolve and check the host, POST to the checked address; the status."""
+    address = await _resolve(host, port, allow)
+    literal = f"[{address}]" if ":" in address else address
+    pinned = urlunsplit((parts.scheme, f"{literal}:{port}", parts.path or "/", parts.query, ""))
+    now = int(time.time())
+    named = f"[{host}]" if ":" in host else host
+    headers = {
+        "Host": named if parts.port is None else f"{named}:{parts.port}",
+        "Content-Type": "application/json",
+        "User-Agent": "verimail-webhook/1",
+        "X-Verimail-Timestamp": str(now),
+        "X-Verimail-Signature": sign(secret, now, body),
+    }
+    async with (
+        httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client,
+        client.stream(
+            "POST", pinned, content=body, headers=headers, extensions={"sni_hostname": host}
+        ) as response,
+    ):
+        return response.status_code  # (leaving the block closes it without reading the body)

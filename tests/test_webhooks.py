@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from api_helpers import api_world, assert_error_body, running_app
+from api_helpers import api_world, assert_error_body, running_app, total_balance
 
 from verimail.flows.context import forget, store_for
 from verimail.flows.recovery import recover_stale_jobs
@@ -182,3 +183,118 @@ def test_a_job_the_reaper_fails_posts_its_final_state(
         assert recover_stale_jobs(settings, NoRunner()) == []  # nothing more to tell
     finally:
         forget(settings)
+
+
+class _RawReceiver:
+    """A loopback socket server that reads the request, then answers with ``head`` and
+    feeds ``chunks`` of the answer one by one (pausing ``pause`` seconds between them), for
+    as long as the client reads. ``sent`` counts the bytes of ``chunks`` it got out."""
+
+    def __init__(self, head: bytes, chunk: bytes, count: int, pause: float = 0.0) -> None:
+        self.head, self.chunk, self.count, self.pause = head, chunk, count, pause
+        self.sent = 0
+        self.done = threading.Event()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(65536)
+                conn.sendall(self.head)
+                for _ in range(self.count):
+                    conn.sendall(self.chunk)
+                    self.sent += len(self.chunk)
+                    if self.pause:
+                        time.sleep(self.pause)
+            except OSError:
+                pass  # the client hung up
+            finally:
+                self.done.set()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+async def test_a_receiver_that_drips_its_answer_cannot_hold_the_job():
+    """The timeout bounds each whole attempt: an answer fed a byte at a time (each socket
+    read well within the timeout) is given up on, and deliver() returns."""
+    dripping = _RawReceiver(b"HTTP/1.1 200 OK\r\n", b"X", count=10_000, pause=0.1)
+    try:
+        result = await asyncio.wait_for(  # (a guard against a hang, not a timing figure)
+            deliver(dripping.url, {}, "k", allow_networks=LOOPBACK, timeout=0.5, backoff=0.01),
+            timeout=60,
+        )
+    finally:
+        dripping.close()
+    assert not result.delivered and result.attempts == 3
+    assert result.detail == "no answer within 0.5 s"
+
+
+async def test_the_answer_body_is_not_downloaded():
+    """Only the status line and headers are read: a receiver that answers 200 with a huge
+    body is delivered to, and the connection is closed without taking that body in."""
+    total = 256 << 20
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % total
+    huge = _RawReceiver(head, b"x" * (1 << 20), count=total >> 20)
+    try:
+        result = await deliver(huge.url, {}, "k", allow_networks=LOOPBACK, attempts=1)
+        assert await asyncio.to_thread(huge.done.wait, 60)
+    finally:
+        huge.close()
+    assert result.delivered and result.status_code == 200
+    assert huge.sent < total // 4  # (what the socket buffers took before the hang-up)
+
+
+async def test_idn_host_is_sent_in_idna_form(receiver, monkeypatch):
+    """A webhook URL with a name in another script is accepted and its Host header is the
+    name's IDNA (ASCII) form. (The system resolver is pointed at the receiver for that
+    name, as a public DNS answer would.)"""
+    resolve = socket.getaddrinfo
+
+    def hosts_file(host, *args, **kwargs):
+        return resolve("127.0.0.1" if host == "xn--bcher-kva.example" else host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", hosts_file)
+    port = receiver.server.server_port
+    result = await deliver(
+        f"http://bücher.example:{port}/hook", {"job_id": 1}, "k", allow_networks=LOOPBACK
+    )
+    assert result.delivered
+    assert receiver.requests[0][0]["Host"] == f"xn--bcher-kva.example:{port}"
+
+
+@pytest.mark.parametrize(
+    ("url", "detail"),
+    [
+        ("http://93.184.216.34:99999/hook", "invalid port"),
+        ("http://93.184.216.34:0x50/hook", "invalid port"),
+        ("http://a\u200db.example/hook", "not a valid name"),  # (a zero-width joiner)
+    ],
+)
+async def test_a_webhook_url_that_could_never_be_called_is_422_at_creation(
+    testbed_factory, testbed_settings, tmp_path, url, detail
+):
+    """The multipart endpoints take the URL as a plain form field: it gets the checks the
+    delivery would fail on, before any job exists (nothing stored, nothing charged)."""
+    tb = testbed_factory(api_world())
+    settings = testbed_settings(tb, tmp_path)
+    async with running_app(settings) as app:
+        customer = app.customer(credits=5)
+        response = await app.client.post(
+            "/api/bulk",
+            headers=customer.headers,
+            files={"file": ("list.csv", b"email\nalice@acme.test\n", "text/csv")},
+            data={"webhook_url": url},
+        )
+        assert detail in assert_error_body(response, 422), url
+        assert total_balance(app.store, customer.account_id) == 5
