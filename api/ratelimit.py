@@ -19,6 +19,9 @@ check-and-add is atomic across processes.
 
 Redis failures fail *open* (the request is allowed, a warning is logged): limits protect
 fairness, and an outage of the counter store should not take the whole API down with it.
+Nor slow it down: each Redis call has :data:`REDIS_DEADLINE` seconds, and after a failure
+the limiter does not ask Redis again for :data:`REDIS_PAUSE` seconds (a Redis that accepts
+connections and never answers cost every request two timeouts before).
 """
 
 from __future__ import annotations
@@ -41,6 +44,11 @@ from verimail.tasks.leases import LEASE_SECONDS as SLOT_LEASE_SECONDS
 from verimail.tasks.leases import RENEW_SECONDS as SLOT_RENEW_SECONDS
 
 log = logging.getLogger("verimail.api.ratelimit")
+
+REDIS_DEADLINE = 0.5
+"""Seconds a rate or concurrency call to Redis may take before the request is let through."""
+REDIS_PAUSE = 5.0
+"""Seconds after a Redis failure during which requests are let through without asking it."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,16 @@ class Limiter:
             self._storage = MemoryStorage()
         self._window = MovingWindowRateLimiter(self._storage)
         self._in_flight: dict[int, int] = {}  # memory mode: account id -> requests running
+        self._redis_down_until = 0.0  # (monotonic time; see REDIS_PAUSE)
+
+    def _skip_redis(self) -> bool:
+        """Whether Redis failed within the last :data:`REDIS_PAUSE` seconds (fail open)."""
+        return self._redis is not None and time.monotonic() < self._redis_down_until
+
+    def _redis_failed(self, what: str, exc: BaseException) -> None:
+        self._redis_down_until = time.monotonic() + REDIS_PAUSE
+        detail = str(exc) or type(exc).__name__
+        log.warning("%s failed, requests allowed for %g s: %s", what, REDIS_PAUSE, detail)
 
     @property
     def backend(self) -> str:
@@ -97,12 +115,15 @@ class Limiter:
             return None
         item = RateLimitItemPerMinute(per_minute)
         key = ("account", str(account_id))
+        if self._skip_redis():
+            return None
         try:
-            if await self._window.hit(item, *key):
-                return None
-            stats = await self._window.get_window_stats(item, *key)
+            async with asyncio.timeout(REDIS_DEADLINE if self._redis is not None else None):
+                if await self._window.hit(item, *key):
+                    return None
+                stats = await self._window.get_window_stats(item, *key)
         except Exception as exc:  # storage down: fail open (see module docstring)
-            log.warning("rate limiter storage failed, request allowed: %s", exc)
+            self._redis_failed("rate limiter storage", exc)
             return None
         wait = max(1, math.ceil(stats.reset_time - time.time()))
         return Refusal(
@@ -122,7 +143,9 @@ class Limiter:
         if cap is None:
             yield None
             return
-        if self._redis is None:
+        if self._skip_redis():
+            yield None
+        elif self._redis is None:
             async with self._memory_slot(account_id, cap) as refusal:
                 yield refusal
         else:
@@ -160,9 +183,10 @@ class Limiter:
         key = f"{self.prefix}:concurrency:{account_id}"
         member = uuid.uuid4().hex
         try:
-            admitted = await self._acquire(keys=[key], args=[cap, SLOT_LEASE_SECONDS, member])
+            async with asyncio.timeout(REDIS_DEADLINE):
+                admitted = await self._acquire(keys=[key], args=[cap, SLOT_LEASE_SECONDS, member])
         except Exception as exc:  # fail open
-            log.warning("concurrency storage failed, request allowed: %s", exc)
+            self._redis_failed("concurrency storage", exc)
             yield None
             return
         if not admitted:
@@ -176,7 +200,8 @@ class Limiter:
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
             try:
-                await self._redis.zrem(key, member)
+                async with asyncio.timeout(REDIS_DEADLINE):
+                    await self._redis.zrem(key, member)
             except Exception as exc:  # the lease expires by itself
                 log.warning("could not release a concurrency slot (it will expire): %s", exc)
 
@@ -184,6 +209,7 @@ class Limiter:
         while True:
             await asyncio.sleep(SLOT_RENEW_SECONDS)
             try:
-                await self._renew(keys=[key], args=[SLOT_LEASE_SECONDS, member])
+                async with asyncio.timeout(REDIS_DEADLINE):
+                    await self._renew(keys=[key], args=[SLOT_LEASE_SECONDS, member])
             except Exception as exc:
                 log.warning("could not renew a concurrency slot: %s", exc)

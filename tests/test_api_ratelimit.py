@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import socket
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -191,3 +193,55 @@ async def test_slots_left_by_a_crashed_process_expire(
             assert client.zcard(key) == 0  # swept, and our own slot released
         finally:
             client.close()
+
+
+class _SilentRedis:
+    """A TCP server on loopback that accepts connections and reads what it is sent, but never
+    answers: a Redis that hangs (or a network partition that drops the replies)."""
+
+    def __init__(self) -> None:
+        self.received = 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"redis://127.0.0.1:{self.sock.getsockname()[1]}/0"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._swallow, args=(conn,), daemon=True).start()
+
+    def _swallow(self, conn: socket.socket) -> None:
+        with conn:
+            while chunk := conn.recv(65536):
+                self.received += len(chunk)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+async def test_a_redis_that_never_answers_neither_blocks_nor_slows_requests(
+    tb: Testbed, tmp_path: Path, testbed_settings
+) -> None:
+    """Limits fail open, and quickly: the first request waits one short deadline for Redis
+    and is let through; the next ones do not ask it again for a while (before, each request
+    waited out two client timeouts, ~10 s)."""
+    silent = _SilentRedis()
+    try:
+        settings = testbed_settings(tb, tmp_path, redis_url=silent.url)
+        async with running_app(settings) as app:
+            free = app.customer(plan="free")
+            first = await asyncio.wait_for(  # (a guard against a hang, not a timing figure)
+                app.client.post(SINGLE, json=OFFLINE, headers=free.headers), timeout=30
+            )
+            assert first.status_code == 200, first.text
+            asked = silent.received
+            assert asked > 0  # it did ask Redis first
+            for _ in range(3):
+                again = await app.client.post(SINGLE, json=OFFLINE, headers=free.headers)
+                assert again.status_code == 200, again.text
+            assert silent.received == asked  # and not again, within REDIS_PAUSE
+    finally:
+        silent.close()
