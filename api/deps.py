@@ -85,10 +85,11 @@ def _bearer_token(request: Request) -> str:
         raise _unauthorized(f"Missing API key: {_HOW}.")
     scheme, _, token = header.strip().partition(" ")
     if scheme.lower() != "bearer":
-        if scheme.startswith(KEY_PREFIX):  # the key alone: never echo it back
-            raise _unauthorized(f"The API key must follow the word Bearer: {_HOW}.")
-        shown = scheme if len(scheme) <= 20 else scheme[:20] + "…"
-        raise _unauthorized(f"Unsupported authorization scheme {shown!r}: {_HOW}.")
+        if KEY_PREFIX in scheme:  # the key alone, or glued to "Bearer:": never echo it back
+            raise _unauthorized(f"The API key must follow the word Bearer and a space: {_HOW}.")
+        if scheme.isascii() and scheme.isalpha() and len(scheme) <= 20:  # Basic, Token, ...
+            raise _unauthorized(f"Unsupported authorization scheme {scheme!r}: {_HOW}.")
+        raise _unauthorized(f"Unsupported Authorization header: {_HOW}.")  # (maybe a secret)
     token = token.strip()
     if not token or " " in token:
         raise _unauthorized(f"Malformed Authorization header: {_HOW}.")

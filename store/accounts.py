@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import unicodedata
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
@@ -227,10 +228,23 @@ def set_password_hash(engine: Engine, account_id: int, password_hash: str | None
 KEY_NAME_MAX = 100  # (api_keys.name is a String(100))
 
 
+def key_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a key (a sentence), or None. Control characters are refused:
+    PostgreSQL refuses a NUL in text, which failed the insert after the key was made."""
+    if not name.strip() or len(name) > KEY_NAME_MAX:
+        return f"A key name is 1 to {KEY_NAME_MAX} characters."
+    if any(unicodedata.category(char) == "Cc" for char in name):
+        return "A key name may not hold control characters (line breaks, tabs, NUL)."
+    return None
+
+
 def create_api_key(
     engine: Engine, account_id: int, name: str = "default", *, now: datetime | None = None
 ) -> tuple[str, ApiKeyInfo]:
-    """Issue a key: returns the raw key (show it once; it is not stored) and its info."""
+    """Issue a key: returns the raw key (show it once; it is not stored) and its info.
+    ValueError (nothing written) for a name :func:`key_name_problem` refuses."""
+    if problem := key_name_problem(name):
+        raise ValueError(problem)
     raw_key = KEY_PREFIX + secrets.token_urlsafe(32)
     now = now or utcnow()
     with write_tx(engine) as conn:

@@ -59,8 +59,8 @@ def _store() -> Iterator[Store]:
 def _check_key_name(name: str) -> None:
     """Checked before anything is written: on PostgreSQL a name too long for its column
     failed only after the account had been created, leaving it without a key."""
-    if not name.strip() or len(name) > acc.KEY_NAME_MAX:
-        raise _fail(f"a key name is 1 to {acc.KEY_NAME_MAX} characters")
+    if problem := acc.key_name_problem(name):
+        raise _fail(problem)
 
 
 def _fail(message: str) -> typer.Exit:

@@ -667,6 +667,10 @@ async def test_keys_create_once_use_revoke(settings):
             "/dashboard/keys", data={"csrf_token": csrf, "name": "n" * 101}
         )
         assert too_long.status_code == 422
+        with_nul = await app.client.post(
+            "/dashboard/keys", data={"csrf_token": csrf, "name": "a\x00b"}
+        )
+        assert with_nul.status_code == 422 and "control characters" in with_nul.text
 
 
 # --- try one address -----------------------------------------------------------------------

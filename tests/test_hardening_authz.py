@@ -224,3 +224,27 @@ async def test_rate_limit_holds_across_two_serve_processes(testbed_factory, tmp_
     finally:
         clear()
         client.close()
+
+
+async def test_a_401_never_echoes_a_key_glued_to_its_scheme(settings):
+    """The reason for a 401 names a plain scheme (Basic) to help, but never a "scheme" that
+    holds the key itself: ``Bearer:vm_…``, ``Bearer=vm_…`` or ``Bearer<TAB>vm_…``."""
+    async with running_app(settings) as app:
+        customer = app.customer(credits=1)
+        random_part = customer.key[len("vm_") :]
+        for header in (
+            f"Bearer:{customer.key}",
+            f"Bearer={customer.key}",
+            f"Bearer\t{customer.key}",
+            customer.key,
+            f"X{customer.key[1:]}",  # (not even a key's lookalike is echoed)
+        ):
+            response = await app.client.post(
+                "/api/verify/single", json={"email": "x"}, headers={"Authorization": header}
+            )
+            detail = assert_error_body(response, 401)
+            assert random_part[:6] not in detail, (header, detail)
+        basic = await app.client.post(
+            "/api/verify/single", json={"email": "x"}, headers={"Authorization": "Basic abc"}
+        )
+        assert "'Basic'" in assert_error_body(basic, 401)

@@ -187,3 +187,16 @@ def test_ended_sessions_are_kept_until_their_cookie_expires(store: Store) -> Non
     with store.engine.connect() as conn:
         stored = conn.execute(select(ended_sessions.c.sid_hash)).scalars().all()
     assert len(stored) == 2 and not any(h.startswith("sid") for h in stored)  # hashes only
+
+
+@pytest.mark.parametrize("name", ["a\x00b", "two\nlines", "tab\there", "\x7f"])
+def test_key_names_with_control_characters_are_refused_before_anything_is_written(
+    store: Store, name: str
+) -> None:
+    """PostgreSQL refuses a NUL in text: the insert failed after the key was made (a 500 in
+    the dashboard, the new key's hash in the error log). Every backend refuses the same."""
+    account = acc.create_account(store.engine, store.settings, plan="free")
+    before = acc.list_keys(store.engine, account.id)
+    with pytest.raises(ValueError, match="control characters"):
+        acc.create_api_key(store.engine, account.id, name)
+    assert acc.list_keys(store.engine, account.id) == before

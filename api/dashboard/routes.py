@@ -102,7 +102,6 @@ router = APIRouter(
 )
 
 PAGE_SIZE = 25
-KEY_NAME_MAX = acc.KEY_NAME_MAX
 PENDING_DIR = "pending"
 PENDING_MAX_AGE = 3600
 """Seconds an upload waiting for its email column is kept (then it is swept away)."""
@@ -343,14 +342,8 @@ async def create_key(
     """Issue a key and show it on this one page only (it is not stored, only its hash)."""
     raw = form.get("name")
     name = (raw if isinstance(raw, str) else "").strip() or "default"
-    if len(name) > KEY_NAME_MAX:
-        return await _keys_page(
-            request,
-            account,
-            store,
-            error=f"Key names are at most {KEY_NAME_MAX} characters.",
-            status_code=422,
-        )
+    if problem := acc.key_name_problem(name):
+        return await _keys_page(request, account, store, error=problem, status_code=422)
     raw_key, _info = await to_thread.run_sync(acc.create_api_key, store.engine, account.id, name)
     return await _keys_page(request, account, store, new_key=raw_key)
 
