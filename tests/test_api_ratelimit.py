@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import secrets
 import socket
-import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 import redis
 from api_helpers import (
+    RawTcpServer,
     RunningApp,
     api_world,
     assert_error_body,
@@ -195,31 +195,18 @@ async def test_slots_left_by_a_crashed_process_expire(
             client.close()
 
 
-class _SilentRedis:
-    """A TCP server on loopback that accepts connections and reads what it is sent, but never
-    answers: a Redis that hangs (or a network partition that drops the replies)."""
+class _SilentRedis(RawTcpServer):
+    """Accepts connections and reads what it is sent, but never answers: a Redis that hangs
+    (or a network partition that drops the replies)."""
 
     def __init__(self) -> None:
         self.received = 0
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"redis://127.0.0.1:{self.sock.getsockname()[1]}/0"
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
+        self.url = f"redis://{self.address}/0"
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._swallow, args=(conn,), daemon=True).start()
-
-    def _swallow(self, conn: socket.socket) -> None:
-        with conn:
-            while chunk := conn.recv(65536):
-                self.received += len(chunk)
-
-    def close(self) -> None:
-        self.sock.close()
+    def handle(self, conn: socket.socket) -> None:
+        while chunk := conn.recv(65536):
+            self.received += len(chunk)
 
 
 async def test_a_redis_that_never_answers_neither_blocks_nor_slows_requests(

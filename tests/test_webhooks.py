@@ -13,7 +13,13 @@ from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from api_helpers import api_world, assert_error_body, running_app, total_balance
+from api_helpers import (
+    RawTcpServer,
+    api_world,
+    assert_error_body,
+    running_app,
+    total_balance,
+)
 
 from verimail.flows.context import forget, store_for
 from verimail.flows.recovery import recover_stale_jobs
@@ -185,44 +191,29 @@ def test_a_job_the_reaper_fails_posts_its_final_state(
         forget(settings)
 
 
-class _RawReceiver:
-    """A loopback socket server that reads the request, then answers with ``head`` and
-    feeds ``chunks`` of the answer one by one (pausing ``pause`` seconds between them), for
-    as long as the client reads. ``sent`` counts the bytes of ``chunks`` it got out."""
+class _RawReceiver(RawTcpServer):
+    """Reads the request, then answers with ``head`` and feeds ``count`` copies of ``chunk``
+    (pausing ``pause`` seconds between them) for as long as the client reads. ``sent``
+    counts the bytes of the chunks it got out; ``done`` is set when it stops."""
 
     def __init__(self, head: bytes, chunk: bytes, count: int, pause: float = 0.0) -> None:
         self.head, self.chunk, self.count, self.pause = head, chunk, count, pause
         self.sent = 0
         self.done = threading.Event()
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__()
+        self.url = f"http://{self.address}/hook"
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
-
-    def _answer(self, conn: socket.socket) -> None:
-        with conn:
-            try:
-                conn.recv(65536)
-                conn.sendall(self.head)
-                for _ in range(self.count):
-                    conn.sendall(self.chunk)
-                    self.sent += len(self.chunk)
-                    if self.pause:
-                        time.sleep(self.pause)
-            except OSError:
-                pass  # the client hung up
-            finally:
-                self.done.set()
-
-    def close(self) -> None:
-        self.sock.close()
+    def handle(self, conn: socket.socket) -> None:
+        try:
+            conn.recv(65536)
+            conn.sendall(self.head)
+            for _ in range(self.count):
+                conn.sendall(self.chunk)
+                self.sent += len(self.chunk)
+                if self.pause:
+                    time.sleep(self.pause)
+        finally:
+            self.done.set()
 
 
 async def test_a_receiver_that_drips_its_answer_cannot_hold_the_job():
