@@ -198,18 +198,21 @@ def history_query(
     """Run DuckDB SQL over the history, e.g. ``SELECT status, count(*) FROM latest GROUP BY 1``."""
     import duckdb
 
-    from verimail.tasks.history import query
+    from verimail.tasks.history import query_rows
 
     try:
-        frame = query(get_settings().data_dir, sql)
+        columns, rows, more = query_rows(get_settings().data_dir, sql, limit)
     except duckdb.Error as exc:
         raise typer.BadParameter(str(exc).splitlines()[0], param_hint="SQL") from exc
-    table = Table(*frame.columns)
-    for row in frame.head(limit).iter_rows():
+    if not columns:
+        console.print("(no result)")
+        return
+    table = Table(*columns)
+    for row in rows:
         table.add_row(*("" if v is None else str(v) for v in row))
     Console().print(table)
-    if frame.height > limit:
-        console.print(f"({frame.height - limit} more rows)")
+    if more:
+        console.print(f"(more rows: raise --limit, or add LIMIT/OFFSET, to see past {limit})")
 
 
 def deploy_command(

@@ -36,8 +36,8 @@ def _addresses(
     settings = current_settings()
     if job_id is not None:
         job = job_store.get_job_any(store_for(settings).engine, job_id)
-        if job is None or job.status != "completed":
-            raise ValueError(f"job {job_id} is not a completed job")
+        if job is None or job.status != "completed" or job.kind not in ("bulk_csv", "bulk_json"):
+            raise ValueError(f"job {job_id} is not a completed verification job")
         frame = pl.read_parquet(job_dir(settings.data_dir, job_id) / "results.parquet")
         return distinct_in_order(frame.get_column("normalised")).to_list()
     if file_path is not None:

@@ -35,13 +35,14 @@ def history_dir(data_dir: Path) -> Path:
 def connect(data_dir: Path) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with the ``history``, ``latest`` and ``changes`` views."""
     con = duckdb.connect(":memory:")
-    root = history_dir(data_dir)
-    if any(root.glob("date=*/*.parquet")):
-        pattern = str(root / "date=*" / "*.parquet").replace("'", "''")
-        con.execute(
-            "CREATE VIEW history AS SELECT * EXCLUDE (date) FROM read_parquet("
-            f"'{pattern}', hive_partitioning = true, union_by_name = true)"
+    # The files are listed here, not given to DuckDB as a pattern: a data dir whose path
+    # holds "[" or "*" (/srv/verimail[prod]) would be a glob to DuckDB and match nothing.
+    files = sorted(str(path) for path in history_dir(data_dir).glob("date=*/*.parquet"))
+    if files:
+        con.read_parquet(files, hive_partitioning=True, union_by_name=True).create_view(
+            "history_files"
         )
+        con.execute("CREATE VIEW history AS SELECT * EXCLUDE (date) FROM history_files")
     else:
         con.execute(_EMPTY)
     con.execute(
@@ -80,6 +81,21 @@ def query(data_dir: Path, sql: str) -> pl.DataFrame:
     con = connect(data_dir)
     try:
         return _frame(con, sql)
+    finally:
+        con.close()
+
+
+def query_rows(data_dir: Path, sql: str, limit: int) -> tuple[list[str], list[tuple], bool]:
+    """(column names, the first ``limit`` rows as Python values, whether more follow): for
+    printing any result, which a frame cannot always hold (two columns of one name, an
+    ``INTERVAL``); a statement without a result gives no columns."""
+    con = connect(data_dir)
+    try:
+        relation = con.sql(sql)
+        if relation is None:
+            return [], [], False
+        rows = relation.limit(limit + 1).fetchall()
+        return list(relation.columns), rows[:limit], len(rows) > limit
     finally:
         con.close()
 

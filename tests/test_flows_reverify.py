@@ -144,3 +144,63 @@ def _full(results: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([RESULT_SCHEMA.to_frame(), results], how="diagonal_relaxed").with_columns(
         normalised=pl.col("verified_email")
     )
+
+
+def test_history_is_read_under_a_data_dir_whose_path_looks_like_a_glob(tmp_path):
+    """``/srv/verimail[prod]`` is a glob to DuckDB (it matched nothing: every query and the
+    weekly re-verification failed); the history files are listed, not globbed."""
+    from verimail.tasks.bulk_io import append_history
+
+    data_dir = tmp_path / "verimail[prod]*"
+    results = _full(pl.DataFrame({"verified_email": ["a@x.test"], "status": ["valid"]}))
+    append_history(data_dir, results, job_id=1, account_id=1, source="bulk")
+    assert query(data_dir, "SELECT email, status FROM latest").rows() == [("a@x.test", "valid")]
+
+
+def test_history_query_prints_any_result(tmp_path):
+    """`verimail history query` prints what DuckDB answers, also results a frame cannot
+    hold (an INTERVAL, two columns of one name); a SQL error is a usage error."""
+    import subprocess
+
+    from api_helpers import VERIMAIL_BIN, clean_env
+
+    from verimail.tasks.bulk_io import append_history
+
+    results = _full(pl.DataFrame({"verified_email": ["a@x.test"], "status": ["valid"]}))
+    append_history(tmp_path, results, job_id=1, account_id=1, source="bulk")
+    env = clean_env({"VERIMAIL_DATA_DIR": str(tmp_path)})
+
+    def run(sql: str, *more: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(VERIMAIL_BIN), "history", "query", sql, *more],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    for sql in ("SELECT email, now() - verified_at AS age FROM latest", "SELECT 1 AS a, 2 AS a"):
+        out = run(sql)
+        assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    assert "a@x.test" in run("SELECT email, now() - verified_at AS age FROM latest").stdout
+    many = run("SELECT * FROM range(10)", "--limit", "3")
+    assert many.returncode == 0 and "more rows" in many.stderr
+    assert [line for line in many.stdout.splitlines() if line.strip("│ ").isdigit()] != []
+    bad = run("SELECT nope FROM latest")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_reverifying_a_finder_job_is_refused_with_the_flows_reason(
+    testbed_factory, testbed_settings, tmp_path
+):
+    """A completed finder job has no verification results to re-verify: the flow says so
+    (before, it passed the check and failed with FileNotFoundError on results.parquet)."""
+    tb = testbed_factory(_world({"alice"}))
+    settings = testbed_settings(tb, tmp_path)
+    store = store_for(settings)
+    try:
+        account = accounts.create_account(store.engine, settings, plan="enterprise")
+        job = job_store.create_job(store.engine, account.id, "finder_csv", 1, reserve=0)
+        assert job_store.mark_processing(store.engine, job.id)
+        assert job_store.mark_completed(store.engine, job.id, {}, str(tmp_path / "r.csv"), 0)
+        with using_settings(settings), pytest.raises(ValueError, match="verification job"):
+            asyncio.run(reverify_stored(job_id=job.id))
+    finally:
+        forget(settings)
