@@ -214,6 +214,7 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
     )
     prepared = await prepare_addresses(job_input.uniques)
     tally = _Tally(job_input.row_counts())
+    await still_owned(store, job)  # (a run frozen while it read the list stops here)
     sink = ResultSink(directory, run=job.attempt)
     prepared.split_groups(PIECE_ADDRESSES)
     chunks = chunk_groups(prepared.groups)

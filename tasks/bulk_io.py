@@ -155,14 +155,19 @@ class ResultSink:
     """A bulk run's results as they come, written to Parquet parts under the job directory
     (``result-parts/run-<n>/``) every :data:`PART_ROWS` results: the run holds at most that
     many records, however long the list. A new sink clears the parts of earlier runs (a
-    resumed job verifies again from the start); each run writes only under its own
-    directory, so an earlier run that wakes up after being taken for dead cannot mix its
-    parts into the later run's (it fails to write instead: its directory is gone)."""
+    resumed job verifies again from the start), never a later run's: an earlier run that
+    wakes up after being taken for dead, even before it made its own sink, cannot remove or
+    mix into the parts of the run that has the job (its own are gone if that run started
+    after it had made them, and it fails to write)."""
 
     def __init__(self, directory: Path, part_rows: int | None = None, *, run: int = 1) -> None:
         self.root = directory / RESULT_PARTS
-        shutil.rmtree(self.root, ignore_errors=True)
         self.directory = self.root / f"run-{run}"
+        if self.root.is_dir():
+            for entry in self.root.iterdir():
+                number = entry.name.removeprefix("run-")
+                if not number.isdigit() or int(number) <= run:  # (later runs' stay)
+                    shutil.rmtree(entry, ignore_errors=True)
         self.directory.mkdir(parents=True)
         self.part_rows = part_rows or PART_ROWS
         self.pending: dict[str, VerificationResult] = {}

@@ -415,6 +415,57 @@ def _run_2_not_at_its_parts_yet(store, job, directory: Path) -> None:
     assert take_for_dead(store, job.id) == 2
 
 
+def test_a_run_frozen_before_its_parts_began_leaves_the_later_runs_parts_alone(
+    testbed_factory, testbed_settings, tmp_path, monkeypatch
+):
+    """Run 1 freezes while it reads its list; recovery resumes the job as run 2, which starts
+    writing its parts. When run 1 wakes (before its next beat) it must neither remove run
+    2's parts (run 2 then failed the job, every row charged and nothing to download) nor
+    verify again: it finds the job taken and stops."""
+    tb, settings, store, job = _slow_job(
+        testbed_factory, testbed_settings, tmp_path, "dozy.test", 0.1, stale=120
+    )
+    real_read = bulk_module.read_job_input
+    frozen, wake = threading.Event(), threading.Event()
+    reads: list[int] = []
+
+    def read_job_input(*args, **kwargs):
+        reads.append(1)
+        if len(reads) == 1:  # run 1 freezes in its read; run 2 does not
+            frozen.set()
+            wake.wait(60)
+        return real_read(*args, **kwargs)
+
+    monkeypatch.setattr(bulk_module, "read_job_input", read_job_input)
+    outcomes: dict[int, object] = {}
+
+    def run(attempt: int) -> None:
+        try:
+            with using_settings(settings):
+                outcomes[attempt] = asyncio.run(bulk_verify(job_id=job.id, attempt=attempt))
+        except Exception as exc:
+            outcomes[attempt] = exc
+
+    first = threading.Thread(target=run, args=(1,))
+    second = threading.Thread(target=run, args=(2,))
+    try:
+        first.start()
+        assert frozen.wait(60)
+        assert take_for_dead(store, job.id) == 2
+        second.start()
+        assert tb.wait_until(lambda t: t.host_stats("mx.dozy.test").active >= 1, timeout=60)
+        wake.set()
+        first.join(timeout=120)
+        second.join(timeout=120)
+        assert not first.is_alive() and not second.is_alive()
+        after = job_store.get_job_any(store.engine, job.id)
+    finally:
+        forget(settings)
+    assert outcomes[1] == {"job_id": job.id, "status": "superseded", "run": 1}, outcomes
+    assert after.status == "completed" and after.attempt == 2, (after.status, outcomes)
+    assert after.credits_refunded == 0 and after.processed_emails == 40
+
+
 def test_a_run_frozen_while_writing_its_files_cannot_replace_the_later_runs(
     testbed_factory, testbed_settings, tmp_path, monkeypatch
 ):
