@@ -102,9 +102,10 @@ class RunHeartbeat:
     minutes, and a run whose beats wait for the loop looks dead and is started a second
     time beside itself. A beat that fails (the database briefly unreachable) is logged and
     the next one tried; a heartbeat that died of it would look just as dead. When a beat
-    finds the job resumed by a later run (this one was taken for dead all the same: a
-    frozen process, a cut to the database), ``lost`` is set and ``on_lost`` called: the job
-    is no longer this run's. Beats stop once the job is finished."""
+    finds the job taken over by recovery (resumed as a later run, or failed with its runs
+    used up: this one was taken for dead all the same, a frozen process or a cut to the
+    database), ``lost`` is set and ``on_lost`` called: the job is no longer this run's.
+    Beats stop once the job is finished."""
 
     def __init__(
         self,
@@ -141,11 +142,14 @@ class RunHeartbeat:
             except Exception as exc:
                 log.warning("job %s: heartbeat failed (%s); trying again", self.job_id, exc)
                 continue
-            if beat == "finished":  # (this run's own end, or recovery's verdict)
+            if beat == "finished":  # (this run's own end)
                 return
             if beat == "superseded":
                 log.warning(
-                    "job %s: resumed by a later run; run %s stops", self.job_id, self.attempt
+                    "job %s: taken over by recovery (resumed as a later run, or failed); "
+                    "run %s stops",
+                    self.job_id,
+                    self.attempt,
                 )
                 self.lost = True
                 if self.on_lost is not None:

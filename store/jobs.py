@@ -377,14 +377,17 @@ RunBeat = Literal["beaten", "superseded", "finished"]
 
 def beat_run(engine: Engine, job_id: int, attempt: int, *, now: datetime | None = None) -> RunBeat:
     """A run's heartbeat: "beaten" while the job is processing and still this run's;
-    "superseded" once recovery resumed it as a later run (it took this one for dead: the
-    run must stop); "finished" once it is completed or failed."""
+    "superseded" once recovery took it from this run (resumed it as a later run, or, with
+    no runs left, failed it: either way the run must stop); "finished" once this run
+    completed or failed it."""
     with write_tx(engine) as conn:
         job = _lock_job(conn, job_id)
-        if job is None or job.status in TERMINAL_STATUSES:
+        if job is None:
             return "finished"
         if not run_owns(job, attempt):
             return "superseded"
+        if job.status in TERMINAL_STATUSES:
+            return "finished"
         conn.execute(update(jobs).where(jobs.c.id == job_id).values(heartbeat_at=now or utcnow()))
     return "beaten"
 

@@ -397,6 +397,36 @@ def test_a_run_taken_for_dead_stops_when_a_later_run_has_the_job(
     assert after.credits_refunded == 0 and after.failed_reason is None
 
 
+def test_a_run_whose_job_recovery_failed_stops_too(testbed_factory, testbed_settings, tmp_path):
+    """With its runs used up, recovery fails a job it takes for dead instead of resuming it
+    (and refunds it). A run that was only frozen must stop at its next beat then, as it does
+    when the job is resumed: it went on probing its whole list for a failed job."""
+    slow = "mx.snail.test"
+    tb, settings, store, job = _slow_job(
+        testbed_factory, testbed_settings, tmp_path, "snail.test", 0.1, stale=0.4
+    )
+    outcome: dict = {}
+
+    def run_one() -> None:
+        with using_settings(settings):
+            outcome.update(asyncio.run(bulk_verify(job_id=job.id, attempt=1)))
+
+    first = threading.Thread(target=run_one)
+    try:
+        first.start()
+        assert tb.wait_until(lambda t: t.host_stats(slow).active >= 1, timeout=60)
+        assert take_for_dead(store, job.id) == 2  # what recovery does, then, with no runs left:
+        assert job_store.mark_failed(store.engine, job.id, "runner stopped", job_store.UNVERIFIED)
+        first.join(timeout=60)
+        assert not first.is_alive()
+    finally:
+        forget(settings)
+    assert outcome == {"job_id": job.id, "status": "superseded", "run": 1}
+    assert tb.wait_until(lambda t: t.host_stats(slow).active == 0, timeout=10)
+    assert len(tb.host_stats(slow).rcpts) < 40  # it stopped before the end of the list
+    assert job_store.get_job_any(store.engine, job.id).status == "failed"
+
+
 def _completed_by_run_2(store, job, directory: Path) -> None:
     assert take_for_dead(store, job.id) == 2
     directory.mkdir(parents=True, exist_ok=True)
