@@ -363,12 +363,15 @@ def _slow_job(testbed_factory, testbed_settings, tmp_path, domain: str, delay: f
     return tb, settings, store, job
 
 
-def test_a_run_taken_for_dead_stops_when_a_later_run_has_the_job(
-    testbed_factory, testbed_settings, tmp_path
+@pytest.mark.parametrize("recovery", ["resumed", "failed"])
+def test_a_run_taken_for_dead_stops_when_recovery_has_the_job(
+    testbed_factory, testbed_settings, tmp_path, recovery
 ):
     """Recovery can take a live run for dead (a frozen process, a cut to the database) and
-    resume the job as run 2. Run 1's next beat sees that and it stops — quietly: no second
-    stream of SMTP sessions, and it neither fails the job nor refunds what run 2 will do."""
+    resume the job as run 2, or, with its runs used up, fail it (with its refund). Either
+    way run 1's next beat sees it and it stops — quietly: no second stream of SMTP sessions
+    (a failed job's run went on probing its whole list), and when the job was resumed it
+    neither fails it nor refunds what run 2 will do."""
     slow = "mx.tortoise.test"
     tb, settings, store, job = _slow_job(
         testbed_factory, testbed_settings, tmp_path, "tortoise.test", 0.1, stale=0.4
@@ -384,6 +387,8 @@ def test_a_run_taken_for_dead_stops_when_a_later_run_has_the_job(
         first.start()
         assert tb.wait_until(lambda t: t.host_stats(slow).active >= 1, timeout=60)
         assert take_for_dead(store, job.id) == 2
+        if recovery == "failed":  # (what recovery does after claiming a job with no runs left)
+            assert job_store.mark_failed(store.engine, job.id, "stopped", job_store.UNVERIFIED)
         first.join(timeout=60)
         assert not first.is_alive()
     finally:
@@ -393,38 +398,11 @@ def test_a_run_taken_for_dead_stops_when_a_later_run_has_the_job(
     assert tb.wait_until(lambda t: t.host_stats(slow).active == 0, timeout=10), tb.host_stats(slow)
     assert len(tb.host_stats(slow).rcpts) < 40  # it stopped before the end of the list
     after = job_store.get_job_any(store.engine, job.id)
-    assert after.status == "processing" and after.attempt == 2
-    assert after.credits_refunded == 0 and after.failed_reason is None
-
-
-def test_a_run_whose_job_recovery_failed_stops_too(testbed_factory, testbed_settings, tmp_path):
-    """With its runs used up, recovery fails a job it takes for dead instead of resuming it
-    (and refunds it). A run that was only frozen must stop at its next beat then, as it does
-    when the job is resumed: it went on probing its whole list for a failed job."""
-    slow = "mx.snail.test"
-    tb, settings, store, job = _slow_job(
-        testbed_factory, testbed_settings, tmp_path, "snail.test", 0.1, stale=0.4
-    )
-    outcome: dict = {}
-
-    def run_one() -> None:
-        with using_settings(settings):
-            outcome.update(asyncio.run(bulk_verify(job_id=job.id, attempt=1)))
-
-    first = threading.Thread(target=run_one)
-    try:
-        first.start()
-        assert tb.wait_until(lambda t: t.host_stats(slow).active >= 1, timeout=60)
-        assert take_for_dead(store, job.id) == 2  # what recovery does, then, with no runs left:
-        assert job_store.mark_failed(store.engine, job.id, "runner stopped", job_store.UNVERIFIED)
-        first.join(timeout=60)
-        assert not first.is_alive()
-    finally:
-        forget(settings)
-    assert outcome == {"job_id": job.id, "status": "superseded", "run": 1}
-    assert tb.wait_until(lambda t: t.host_stats(slow).active == 0, timeout=10)
-    assert len(tb.host_stats(slow).rcpts) < 40  # it stopped before the end of the list
-    assert job_store.get_job_any(store.engine, job.id).status == "failed"
+    if recovery == "failed":
+        assert after.status == "failed" and after.credits_refunded == 40
+    else:
+        assert after.status == "processing" and after.attempt == 2
+        assert after.credits_refunded == 0 and after.failed_reason is None
 
 
 def _completed_by_run_2(store, job, directory: Path) -> None:
