@@ -26,7 +26,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import get_run_context
 
 from verimail.config import Settings, current_settings
-from verimail.flows.context import engine_for, store_for
+from verimail.flows.context import db_retried, engine_for, store_for
 from verimail.flows.failures import customer_reason
 from verimail.flows.heartbeat import (
     Superseded,
@@ -234,7 +234,7 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
                 key=f"bulk-job-{job.id}",
                 description=f"Bulk job {job.id}: {job_input.address_rows} addresses",
             )
-    await _db(_progress, store, job, tally)
+    await db_retried(_progress, store, job, tally)
     logger.info(
         "job %s: %s rows, %s unique, %s domains, %s host groups in %s tasks",
         job.id,
@@ -261,7 +261,7 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
                     tally.add(settled)
                     sink.add(settled)
             del finished, task, chunk, results
-            await _db(_progress, store, job, tally)
+            await db_retried(_progress, store, job, tally)
             if artifact is not None:
                 with contextlib.suppress(Exception):
                     async with asyncio.timeout(ARTIFACT_TIMEOUT):

@@ -8,11 +8,22 @@ limits shared between concurrent runs.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from verimail.config import Settings
 from verimail.store.db import Store, init_store
 from verimail.tasks.engine import Engine
+
+log = logging.getLogger(__name__)
+
+DB_RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0)
+"""Seconds between the tries of :func:`db_retried`: a run rides out ~7 s of database outage."""
 
 _LOCK = threading.Lock()
 _STORES: dict[str, Store] = {}
@@ -48,3 +59,20 @@ def forget(settings: Settings) -> None:
         store.close()
     if engine is not None:
         engine.close()
+
+
+async def db_retried(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """A blocking store call run off the event loop, and tried again while the database is
+    briefly unreachable (a restart, a failover, a busy SQLite file): one such error during
+    a progress write or a finder charge failed the whole job and threw its SMTP work away.
+    Only for calls that are safe to repeat (progress, heartbeats, charges and refunds made
+    once per reference)."""
+    for delay in (*DB_RETRY_DELAYS, None):
+        try:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        except (OperationalError, InterfaceError) as exc:
+            if delay is None:
+                raise
+            log.warning("database call %s failed (%s); trying again", fn.__name__, exc)
+            await asyncio.sleep(delay)
+    raise AssertionError("unreachable")

@@ -36,7 +36,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from verimail.config import Settings, current_settings
-from verimail.flows.context import engine_for, store_for
+from verimail.flows.context import db_retried, engine_for, store_for
 from verimail.flows.failures import customer_reason
 from verimail.flows.heartbeat import (
     Superseded,
@@ -111,7 +111,7 @@ class _Billing:
                 return True
             if self.exhausted:
                 return False
-            outcome = await asyncio.to_thread(
+            outcome = await db_retried(
                 job_store.charge_for_run,
                 self.store.engine,
                 self.job,
@@ -135,7 +135,7 @@ class _Billing:
         async with self.lock:
             if row not in self.paid_rows:
                 return
-            given = await asyncio.to_thread(
+            given = await db_retried(
                 job_store.refund_for_run,
                 self.store.engine,
                 self.job,
@@ -178,7 +178,7 @@ class _Progress:
 
     async def flush(self) -> None:
         self._flushed_at = time.monotonic()
-        await asyncio.to_thread(
+        await db_retried(
             job_store.update_progress,
             self.store.engine,
             self.job.id,

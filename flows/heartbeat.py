@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from verimail.flows.context import db_retried
 from verimail.store import jobs as job_store
 from verimail.store.db import Store
 from verimail.tasks.bulk_io import StagedFiles
@@ -59,7 +60,7 @@ async def still_owned(store: Store, job: job_store.Job) -> None:
     run writes the job's results. A run frozen past ``job_stale_after`` is resumed as a
     later run while it may still wake up and finish: without this, it would write its
     results over the later run's (or over a completed job's) before its next beat."""
-    beat = await asyncio.to_thread(job_store.beat_run, store.engine, job.id, job.attempt)
+    beat = await db_retried(job_store.beat_run, store.engine, job.id, job.attempt)
     if beat != "beaten":
         raise Superseded(f"job {job.id}: run {job.attempt} no longer has the job ({beat})")
 
