@@ -34,6 +34,7 @@ from verimail.config import Settings
 from verimail.schemas.outcomes import DomainOutcome
 
 MAX_MX_HOSTS = 10  # a domain with thousands of MX records gets its best ten tried
+MAX_MX_LOOKUPS = 50  # MX names looked up at most, ten at a time, while none has an address
 MIN_TTL, MAX_TTL = 5.0, 86_400.0  # a 0 TTL still serves one job; a huge one expires daily
 NEGATIVE_TTL = 60.0  # NXDOMAIN / no-data answers
 ERROR_TTL = 0.0  # SERVFAIL and timeouts are never cached: the next call asks again
@@ -162,13 +163,30 @@ class DomainResolver:
                 mx_records=names,
                 detail="The domain publishes a null MX record: it accepts no mail.",
             )
-        real = real[:MAX_MX_HOSTS]
-        looked_up = await asyncio.gather(*(self._host(name, pref, stats) for pref, name in real))
-        hosts = tuple(host for host, _ in looked_up if host.addresses)
-        mx_names = tuple(name for _, name in real)
+        # The best MAX_MX_HOSTS targets are looked up; only when none of them has an
+        # address are the next ones (a working host at preference 50 behind ten dead ones
+        # is still a mail host), up to MAX_MX_LOOKUPS names in all.
+        errors = False
+        looked = 0
+        hosts: tuple[MailHost, ...] = ()
+        while not hosts and looked < min(len(real), MAX_MX_LOOKUPS):
+            batch = real[looked : looked + MAX_MX_HOSTS]
+            looked += len(batch)
+            found = await asyncio.gather(*(self._host(name, pref, stats) for pref, name in batch))
+            hosts = tuple(host for host, _ in found if host.addresses)
+            errors = errors or any(err for _, err in found)
+        mx_names = tuple(name for _, name in real[: max(looked, MAX_MX_HOSTS)])
         if hosts:
             return DomainFacts(domain, DomainOutcome.OK, mx_records=mx_names, hosts=hosts)
-        if any(err for _, err in looked_up):
+        if looked < len(real):
+            return DomainFacts(
+                domain,
+                DomainOutcome.DNS_ERROR,
+                mx_records=mx_names,
+                detail=f"None of the first {looked} of the domain's {len(real)} MX hosts has "
+                "an address; the others were not looked up.",
+            )
+        if errors:
             return DomainFacts(
                 domain,
                 DomainOutcome.DNS_ERROR,

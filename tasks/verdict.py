@@ -113,7 +113,8 @@ _DNS_ROWS: dict[DomainOutcome, _Row] = {
         Status.INVALID,
         SubStatus.NO_MX,
         0.95,
-        "The domain {domain} has no mail server: no MX record and no address to deliver to.",
+        "The domain {domain} has no mail server: no MX record with an address, and no "
+        "address of its own to deliver to.",
     ),
     DomainOutcome.DNS_ERROR: _Row(
         Status.UNKNOWN,

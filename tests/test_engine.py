@@ -387,3 +387,29 @@ async def test_a_cancelled_caller_leaves_a_shared_dns_lookup_to_the_others(engin
     assert (result.status.value, result.domain) == ("valid", "slowdns.test")
     with pytest.raises(asyncio.CancelledError):
         await first
+
+
+async def test_a_mail_host_behind_ten_dead_mx_targets_is_found(
+    testbed_factory, tmp_path, testbed_settings
+):
+    """The best ten MX targets are looked up first; only when none has an address are the
+    next ones. A working host at preference 50 behind eleven names without addresses is
+    still the domain's mail host (it was invalid/no_mx); with more dead names than are
+    looked up at all, the answer is unknown, never invalid."""
+    dead = [(i, f"mx{i:02d}.nowhere.test") for i in range(1, dns_facts.MAX_MX_LOOKUPS + 2)]
+    tb = testbed_factory(
+        World.of(
+            [HostSpec("mx.alive.test", HostBehaviour(mailboxes={"alice"}))],
+            [
+                DomainSpec("behind.test", mx=[*dead[:11], (500, "mx.alive.test")]),
+                DomainSpec("buried.test", mx=[*dead, (500, "mx.alive.test")]),
+            ],
+        )
+    )
+    engine = Engine(testbed_settings(tb, tmp_path))
+    behind = await engine.verify("alice@behind.test")
+    assert (behind.status, behind.sub_status) == (Status.VALID, SubStatus.OK)
+    assert "mx.alive.test" in behind.mx_records
+    buried = await engine.verify("alice@buried.test")
+    assert (buried.status, buried.sub_status) == (Status.UNKNOWN, SubStatus.DNS_ERROR)
+    assert tb.host_stats("mx.alive.test").sessions == 1  # (behind.test's only)
