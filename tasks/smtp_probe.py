@@ -556,7 +556,9 @@ class Prober:
                 await _dial(smtp, settings.smtp_connect_timeout)
             try:
                 await smtp.ehlo()
-            except SMTPResponseException:
+            except SMTPResponseException as refused:
+                if refused.code < 500:  # 421/450 "try later": not a server without EHLO
+                    raise
                 await smtp.helo()
             if smtp.supports_extension("starttls"):
                 # Like real MTAs we encrypt when offered but do not verify MX certificates,
@@ -582,10 +584,15 @@ class Prober:
             ) from exc
         except SMTPResponseException as exc:
             smtp.close()
-            # EHLO and HELO refused: for a policy reason (554 5.7.1 Helo command rejected)
-            # that is a block; anything else is a server we cannot speak SMTP with.
-            blocked = classify_rcpt(exc.code, exc.message) is SmtpOutcome.BLOCKED
-            outcome = SmtpOutcome.BLOCKED if blocked else SmtpOutcome.PROTOCOL_ERROR
+            # EHLO (and HELO) refused: a 4xx (421, 450 "try again later") is a temporary
+            # failure; a policy reason (554 5.7.1 Helo command rejected) is a block; anything
+            # else is a server we cannot speak SMTP with.
+            if 400 <= exc.code < 500:
+                outcome = SmtpOutcome.TEMP_FAILURE
+            elif classify_rcpt(exc.code, exc.message) is SmtpOutcome.BLOCKED:
+                outcome = SmtpOutcome.BLOCKED
+            else:
+                outcome = SmtpOutcome.PROTOCOL_ERROR
             raise _NoSession(Finding(outcome, one_line(exc.code, exc.message), host.name)) from exc
         except (SMTPException, OSError) as exc:
             smtp.close()

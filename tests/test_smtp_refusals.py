@@ -26,6 +26,12 @@ HOSTS: dict[str, HostBehaviour] = {
     "helo": HostBehaviour(
         mailboxes={"alice"}, helo_reply="554 5.7.1 <verimail.localhost>: Helo command rejected"
     ),
+    "helo450": HostBehaviour(
+        mailboxes={"alice"}, helo_reply="450 4.7.1 Helo command rejected: try again later"
+    ),
+    "helo421": HostBehaviour(
+        mailboxes={"alice"}, helo_reply="421 4.7.0 Try again later, closing connection"
+    ),
     "notls": HostBehaviour(
         mailboxes={"alice"}, starttls=True, starttls_reply="454 4.7.0 TLS not available"
     ),
@@ -76,14 +82,22 @@ async def test_the_finder_learns_nothing_from_a_refused_sender(engine):
 
 @pytest.mark.parametrize(
     ("domain", "sub_status"),
-    [("banner554.test", SubStatus.BLOCKED), ("helo.test", SubStatus.BLOCKED)],
+    [
+        ("banner554.test", SubStatus.BLOCKED),
+        ("helo.test", SubStatus.BLOCKED),
+        ("helo450.test", SubStatus.TEMP_FAILURE),
+        ("helo421.test", SubStatus.TEMP_FAILURE),
+    ],
 )
 async def test_a_refusal_before_any_address_is_blocked(engine, domain, sub_status):
     """A 554 banner or a refused EHLO/HELO comes before any address is named: unknown
-    (blocked), not risky, and the same for every address."""
+    (blocked), not risky, and the same for every address; a 4xx to EHLO (450, or 421 and
+    the server hangs up) is a temporary failure, with the server's reply kept (a 450 was
+    a protocol_error, a 421 a connection_failed with no reply)."""
     batch = await engine.verify_many([f"alice@{domain}", f"nobody@{domain}"])
     for result in batch.results:
         assert (result.status, result.sub_status) == (Status.UNKNOWN, sub_status), result
+        assert result.smtp_response and result.smtp_response[:3] in ("554", "450", "421")
 
 
 async def test_a_refused_starttls_goes_on_in_plain_text(engine):
