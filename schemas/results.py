@@ -11,7 +11,10 @@ class VerificationResult(BaseModel):
     """One verified address (SPEC §2.2) with ``sub_status``, ``did_you_mean`` and
     ``catch_all_score`` added."""
 
-    email: str = Field(description="Address that was verified, as submitted (trimmed).")
+    email: str = Field(
+        description="Address that was verified: as submitted, trimmed, with its domain "
+        "lower-cased and IDNA-encoded (the local part kept as typed)."
+    )
     safe_to_send: bool = Field(description="True only when `status` is `valid`.")
     status: Status = Field(
         description="Overall verdict: `valid`, `invalid`, `disposable`, `catchall`, "
