@@ -366,7 +366,13 @@ class Engine:
         """One SPEC §2.2 record: the facts gathered, then the verdict on them."""
         if isinstance(item, SyntaxProblem):
             domain = raw.strip().rpartition("@")[2].strip().lower() if "@" in raw else ""
-            gathered = Facts(syntax_reason=item.reason, domain=domain)
+            # (the flags of the domain still hold: john doe@mailinator.com is disposable)
+            gathered = Facts(
+                syntax_reason=item.reason,
+                domain=domain,
+                is_disposable=bool(domain) and self.lists.is_disposable(domain),
+                is_free=bool(domain) and self.lists.is_free(domain),
+            )
             email, mx_records, suggestion = raw.strip(), [], None
         else:
             fact = facts[item.domain]

@@ -413,3 +413,15 @@ async def test_a_mail_host_behind_ten_dead_mx_targets_is_found(
     buried = await engine.verify("alice@buried.test")
     assert (buried.status, buried.sub_status) == (Status.UNKNOWN, SubStatus.DNS_ERROR)
     assert tb.host_stats("mx.alive.test").sessions == 1  # (behind.test's only)
+
+
+async def test_a_malformed_address_keeps_its_domains_flags(engine):
+    """Bad syntax decides the status (invalid), but what is known of the domain still holds
+    (SPEC §2.2: is_disposable "from a disposable email service"): both flags were false."""
+    spaced = await engine.verify("john doe@mailinator.com")
+    assert (spaced.status, spaced.sub_status) == (Status.INVALID, SubStatus.INVALID_SYNTAX)
+    assert spaced.is_disposable is True and spaced.domain == "mailinator.com"
+    dotted = await engine.verify("john..doe@gmail.com")
+    assert dotted.sub_status is SubStatus.INVALID_SYNTAX and dotted.is_free is True
+    bare = await engine.verify("no-domain@")
+    assert (bare.is_disposable, bare.is_free, bare.domain) == (False, False, "")
