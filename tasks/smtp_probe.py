@@ -172,6 +172,15 @@ class _NoSession(_Stopped):
     """No MX host of the group could be reached: the finding applies to all its work."""
 
 
+CROWDED_WAITS = (0.5, 1.0, 2.0)
+"""Seconds the last worker waits before dialling again a host that refused it for now (4xx
+banner) after giving this run a session: its count of connections may lag our QUIT."""
+
+
+class _Crowded(_NoSession):
+    """A new session was refused for now (4xx) while the run has others open: no verdict."""
+
+
 @dataclass
 class _Run:
     """Shared state of one group's run."""
@@ -183,6 +192,8 @@ class _Run:
     dead_hosts: set[str] = field(default_factory=set)
     broken: dict[str, int] = field(default_factory=dict)  # sessions lost in a row, by host
     failures: list[Finding] = field(default_factory=list)  # why hosts were dropped mid-run
+    workers: int = 0  # this run's workers still at work (opening or holding a session)
+    greeted: set[str] = field(default_factory=set)  # hosts that gave this run a session
 
 
 # Answers to a domain's first recipient in a mixed transaction that may be a refusal of
@@ -305,6 +316,7 @@ class Prober:
         sessions rather than one each plus idle ones that found the queue empty.
         """
         session: _Session | None = None
+        run.workers += 1
         try:
             while run.queue:
                 if session is not None and (session.closed or self._session_full(session)):
@@ -318,6 +330,9 @@ class Prober:
                 if session is None:
                     try:
                         session = await self._open(run)
+                    except _Crowded:  # the sessions already open carry on with the queue
+                        run.queue.extendleft(reversed(claimed))
+                        return
                     except _NoSession as failed:
                         for item in claimed + list(run.queue):
                             self._record(run, item, failed.finding)
@@ -329,6 +344,7 @@ class Prober:
                         break
                     await self._check(run, session, item)
         finally:
+            run.workers -= 1
             if session is not None:
                 await session.close()
 
@@ -525,20 +541,43 @@ class Prober:
                 if dialled >= MAX_CONNECT_ATTEMPTS:
                     raise _NoSession(_summarise(run.failures + failures))
                 dialled += 1
-                held = await self.slots.take(host.name)
-                try:
-                    smtp = await self._connect(host, address, run.result.stats)
-                except _NoSession as failed:
-                    held.release()
-                    failures.append(failed.finding)
-                    run.result.stats.connect_failures += 1
-                    continue
-                except BaseException:
-                    held.release()
-                    raise
-                return _Session(smtp, host, held)
+                session = await self._dial_host(run, host, address, failures)
+                if session is not None:
+                    return session
             run.dead_hosts.add(host.name)
         raise _NoSession(_summarise(run.failures + failures))
+
+    async def _dial_host(
+        self, run: _Run, host: MailHost, address: str, failures: list[Finding]
+    ) -> _Session | None:
+        """A session with ``host`` at ``address``, or None (the failure noted in ``failures``).
+
+        A 4xx banner ("421 too many connections") from a server that is not down — other
+        workers of this run are at it, or it gave this run a session before and still
+        counts that one, just closed — is the server's limit on connections at once: the
+        worker stops for the others to carry on (:class:`_Crowded`) or, the last one, waits
+        a moment and dials again (:data:`CROWDED_WAITS`)."""
+        for wait in (*CROWDED_WAITS, None):
+            held = await self.slots.take(host.name)
+            try:
+                smtp = await self._connect(host, address, run.result.stats)
+            except _NoSession as failed:
+                held.release()
+                run.result.stats.connect_failures += 1
+                if failed.finding.outcome is SmtpOutcome.TEMP_FAILURE:
+                    if run.workers > 1:
+                        raise _Crowded(failed.finding) from None
+                    if wait is not None and host.name in run.greeted:
+                        await asyncio.sleep(wait)
+                        continue
+                failures.append(failed.finding)
+                return None
+            except BaseException:
+                held.release()
+                raise
+            run.greeted.add(host.name)
+            return _Session(smtp, host, held)
+        return None  # (not reached: the last wait is None)
 
     async def _connect(self, host: MailHost, address: str, stats: SmtpStats) -> aiosmtplib.SMTP:
         settings = self.settings

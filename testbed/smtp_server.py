@@ -2,7 +2,8 @@
 
 The reply texts follow Postfix, because that is what the prober meets most on the internet:
 
-- banner: ``220 <host> ESMTP verimail testbed``; with ``greeting_421``:
+- banner: ``220 <host> ESMTP verimail testbed``; past ``max_connections`` open at once:
+  ``421 4.7.0 Too many concurrent connections from your IP``, then close; with ``greeting_421``:
   ``421 4.3.2 Service not available``, then close; with ``greeting_reply``: that, then close
 - ``EHLO`` / ``HELO``: the usual, or ``helo_reply`` when set
 - ``STARTTLS`` (with ``starttls``): the handshake, or ``starttls_reply`` when set
@@ -53,6 +54,7 @@ from verimail.testbed.world import HostBehaviour, HostSpec
 IDENT = "ESMTP verimail testbed"
 
 REPLY_GREETING_421 = "421 4.3.2 Service not available"
+REPLY_TOO_MANY = "421 4.7.0 Too many concurrent connections from your IP"
 REPLY_MAIL_OK = "250 2.1.0 Ok"
 REPLY_RCPT_OK = "250 2.1.5 Ok"
 REPLY_TOO_MANY = "452 4.5.3 Too many recipients"
@@ -257,8 +259,12 @@ class TestbedSMTP(SMTP):
         await super().push(status)
 
     async def _handle_client(self) -> None:
-        refusal = self.runtime.behaviour.greeting_reply
-        if self.runtime.behaviour.greeting_421 or refusal:
+        behaviour = self.runtime.behaviour
+        refusal = behaviour.greeting_reply
+        cap = behaviour.max_connections
+        if cap is not None and len(self.runtime.sessions) > cap:
+            refusal = REPLY_TOO_MANY
+        if behaviour.greeting_421 or refusal:
             await self.push(refusal or REPLY_GREETING_421)
             if self.transport is not None:
                 self.transport.close()

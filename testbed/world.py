@@ -72,6 +72,8 @@ class HostBehaviour:
       first recipient gets 550 5.7.1 (a server that will not mix domains in one message).
     - ``refuse_connections``: nothing listens (connection refused); ``greeting_421``: the
       banner is a 421 and the server closes.
+    - ``max_connections``: a connection beyond N open at once gets a 421 banner ("too many
+      connections from your IP", as Exim or Microsoft 365 answer) and is closed.
     - ``starttls`` / ``pipelining``: advertise (and do) STARTTLS with a self-signed certificate,
       advertise PIPELINING (pipelined commands are always answered in order).
     - ``greeting_reply``: a banner that refuses the session (``554 5.3.2 … not accepting
@@ -102,6 +104,7 @@ class HostBehaviour:
     one_domain_per_transaction: bool = False
     refuse_connections: bool = False
     greeting_421: bool = False
+    max_connections: int | None = None
     starttls: bool = False
     pipelining: bool = False
     smtputf8: bool = True
