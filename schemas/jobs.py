@@ -6,10 +6,19 @@ importing nothing of ours and flows can build the same payload the API returns.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+
+def percent_complete(done: int, total: int, completed: bool) -> float:
+    """``done / total`` in percent, rounded *down* to 2 decimals: 19,999 of 20,000 is
+    99.99, not 100.0 while the job is still processing."""
+    if completed or total <= 0:
+        return 100.0
+    return min(100.0, math.floor(10_000 * done / total) / 100)
 
 
 class BulkJob(BaseModel):
@@ -47,15 +56,13 @@ class BulkJob(BaseModel):
     @classmethod
     def of(cls, job: Any) -> BulkJob:
         total = job.total_emails
-        percent = 100.0 if total == 0 else round(100.0 * job.processed_emails / total, 2)
-        if job.status == "completed":
-            percent = 100.0
+        percent = percent_complete(job.processed_emails, total, job.status == "completed")
         return cls(
             job_id=job.id,
             status=job.status,  # type: ignore[arg-type]
             total_emails=total,
             processed_emails=job.processed_emails,
-            percent_complete=min(percent, 100.0),
+            percent_complete=percent,
             valid_count=job.valid_count,
             invalid_count=job.invalid_count,
             catch_all_count=job.catch_all_count,
@@ -126,13 +133,13 @@ class FinderJob(BaseModel):
     def of(cls, job: Any) -> FinderJob:
         total = job.total_emails
         done = job.processed_emails
-        percent = 100.0 if job.status == "completed" or total == 0 else 100.0 * done / total
+        percent = percent_complete(done, total, job.status == "completed")
         return cls(
             job_id=job.public_id,
             status=job.status,  # type: ignore[arg-type]
             total_rows=total,
             processed_rows=done,
-            percent_complete=round(min(percent, 100.0), 2),
+            percent_complete=percent,
             found_count=job.found_count,
             not_found_count=job.invalid_count,
             catch_all_count=job.catch_all_count,

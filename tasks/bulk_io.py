@@ -267,7 +267,9 @@ def details_csv(directory: Path, upload: Path, *, neutralise_formulas: bool = Fa
     ).sort("row")
     columns = {
         SAFE_COLUMN: ["Yes" if v else "No" for v in frame.get_column("safe_to_send").to_list()],
-        "Status": [v or "invalid" for v in frame.get_column("status").to_list()],
+        # (a row without an address has no status: counting it invalid would not match the
+        # job's counts, which leave such rows out)
+        "Status": [v or "" for v in frame.get_column("status").to_list()],
         "Reason": [v or "The cell holds no address." for v in frame.get_column("reason").to_list()],
         "Score": [
             "" if v is None else f"{v:.2f}" for v in frame.get_column("confidence_score").to_list()

@@ -80,6 +80,11 @@ async def test_upload_poll_download(settings):
         detail_rows = list(csv.reader(io.StringIO(details.content.decode("utf-8"))))
         assert detail_rows[0][-4:] == ["Safe to Send", "Status", "Reason", "Score"]
         assert detail_rows[3][-3] == "invalid"
+        # The row without an address has no status: the file's tallies are the job's.
+        assert detail_rows[5][-3:-1] == ["", "The cell holds no address."]
+        statuses = [row[-3] for row in detail_rows[1:]]
+        assert statuses.count("invalid") == done["invalid_count"]
+        assert statuses.count("valid") == done["valid_count"]
         parquet = await app.client.get(
             f"/api/bulk/{job['job_id']}/download?format=parquet", headers=customer.headers
         )
@@ -489,3 +494,15 @@ async def test_a_job_that_cannot_be_started_is_503_and_costs_nothing(settings, m
         assert total_balance(app.store, customer.account_id) == 50  # reservations refunded
         jobs = job_store.list_jobs(app.store.engine, customer.account_id)
         assert len(jobs) == 3 and {j.status for j in jobs} == {"failed"}  # none left pending
+
+
+def test_percent_complete_reaches_100_only_when_every_address_is_done():
+    """Rounded down: 19,999 of 20,000 (or 999,999 of a million) was shown as 100.0 while
+    the job was still processing."""
+    from verimail.schemas.jobs import percent_complete
+
+    assert percent_complete(19_999, 20_000, completed=False) == 99.99
+    assert percent_complete(999_999, 1_000_000, completed=False) == 99.99
+    assert percent_complete(1, 3, completed=False) == 33.33
+    assert percent_complete(20_000, 20_000, completed=False) == 100.0
+    assert percent_complete(3, 20_000, completed=True) == 100.0  # (completed with refunds)
