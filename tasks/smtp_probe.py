@@ -397,10 +397,11 @@ class Prober:
         self._record(run, item, finding)
 
     def _hung_up(self, session: _Session) -> None:
-        """The server ended the session (421 or a disconnect) after some rejections: open
-        fresh sessions on this host before that many from now on, so it never has to."""
+        """The server ended the session (421 or a disconnect) after some rejections: it
+        hangs up at (or right after) that many, so from now on sessions on this host end one
+        rejection before, and it never has to (ending *at* that many raced its hang-up)."""
         if session.rejections:
-            self._rejection_limit[session.host.name] = session.rejections
+            self._rejection_limit[session.host.name] = max(1, session.rejections - 1)
 
     @staticmethod
     def _broken(run: _Run, host: str, finding: Finding) -> None:

@@ -448,3 +448,31 @@ async def test_a_server_that_takes_two_connections_at_once_still_answers_every_a
     assert [r.status for r in batch.results] == [Status.VALID] * 40
     stats = tb.host_stats("mx.crowd.test")
     assert stats.peak_concurrent >= 3  # (some were refused: the case this is about)
+
+
+async def test_a_host_that_hangs_up_after_n_rejections_is_not_made_to_again(
+    testbed_factory, tmp_path, testbed_settings
+):
+    """Learnt from the first hang-up, sessions end one rejection before the server's limit:
+    a second batch on the same engine is never hung up on (sessions ended at the limit
+    itself and raced the server's hang-up, which won 12 times in 13)."""
+    tb = testbed_factory(
+        World.of(
+            [
+                HostSpec(
+                    "mx.rej.test", HostBehaviour(mailboxes={"ok"}, disconnect_after_rejections=5)
+                )
+            ],
+            [DomainSpec("rej.test", mx=[(10, "mx.rej.test")])],
+        )
+    )
+    engine = Engine(testbed_settings(tb, tmp_path, smtp_max_sessions_per_host=1))
+    first = await engine.verify_many([f"nobody{i}@rej.test" for i in range(30)])
+    assert {r.status for r in first.results} == {Status.INVALID}
+    assert tb.wait_until(lambda t: t.host_stats("mx.rej.test").active == 0, timeout=10)
+    taught = tb.host_stats("mx.rej.test").hangups
+    assert taught >= 1
+    second = await engine.verify_many([f"nobody{i}@rej.test" for i in range(30, 60)])
+    assert {r.status for r in second.results} == {Status.INVALID}
+    assert tb.wait_until(lambda t: t.host_stats("mx.rej.test").active == 0, timeout=10)
+    assert tb.host_stats("mx.rej.test").hangups == taught
