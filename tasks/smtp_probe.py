@@ -177,6 +177,21 @@ CROWDED_WAITS = (0.5, 1.0, 2.0)
 banner) after giving this run a session: its count of connections may lag our QUIT."""
 
 
+class _Learned(dict):  # type: ignore[type-arg]
+    """What the prober learnt of hosts (recipient and rejection limits, no mixing), kept
+    for the :data:`LEARNED_HOSTS` hosts learnt of last: a process that meets millions of
+    hosts over time must not keep an entry for each of them."""
+
+    def __setitem__(self, key: object, value: object) -> None:
+        self.pop(key, None)  # (re-learnt: now the newest)
+        super().__setitem__(key, value)
+        if len(self) > LEARNED_HOSTS:
+            del self[next(iter(self))]
+
+
+LEARNED_HOSTS = 50_000
+
+
 class _Crowded(_NoSession):
     """A new session was refused for now (4xx) while the run has others open: no verdict."""
 
@@ -250,9 +265,9 @@ class Prober:
             settings.smtp_max_sessions_total,
             settings.redis_url,
         )
-        self._rcpt_limit: dict[str, int] = {}  # learned from 452
-        self._rejection_limit: dict[str, int] = {}  # learned from disconnects
-        self._one_domain_hosts: set[str] = set()  # learned: will not mix domains per message
+        self._rcpt_limit: dict[str, int] = _Learned()  # learned from 452
+        self._rejection_limit: dict[str, int] = _Learned()  # learned from disconnects
+        self._one_domain_hosts: dict[str, bool] = _Learned()  # will not mix domains per message
 
     def allowed_hosts(self, hosts: tuple[MailHost, ...]) -> tuple[MailHost, ...]:
         """The hosts with at least one address we may connect to (addresses filtered)."""
@@ -465,7 +480,7 @@ class Prober:
             code, message = await self._send_rcpt(session, item, stats)
             suspect = code not in (421, 452) and classify_rcpt(code, message) in _MIX_SUSPECT
             if joins and suspect:
-                self._one_domain_hosts.add(session.host.name)
+                self._one_domain_hosts[session.host.name] = True
                 refused = await self._mail_from(session, stats)
                 if refused is not None:
                     raise _sender_refused(*refused, session.host.name)

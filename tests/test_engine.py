@@ -476,3 +476,18 @@ async def test_a_host_that_hangs_up_after_n_rejections_is_not_made_to_again(
     assert {r.status for r in second.results} == {Status.INVALID}
     assert tb.wait_until(lambda t: t.host_stats("mx.rej.test").active == 0, timeout=10)
     assert tb.host_stats("mx.rej.test").hangups == taught
+
+
+def test_what_the_prober_learns_of_hosts_is_bounded(monkeypatch):
+    """Recipient and rejection limits and "no mixing" are kept for the hosts learnt of
+    last, not for every host a long-lived process ever met (they were never pruned)."""
+    from verimail.tasks import smtp_probe
+
+    monkeypatch.setattr(smtp_probe, "LEARNED_HOSTS", 3)
+    learned = smtp_probe._Learned()
+    for name in ("a", "b", "c", "d"):
+        learned[name] = 1
+    assert list(learned) == ["b", "c", "d"]
+    learned["b"] = 2  # learnt again: now the newest, so "c" is the oldest
+    learned["e"] = 1
+    assert list(learned) == ["d", "b", "e"]
