@@ -168,6 +168,10 @@ def _too_many_recipients(code: int, message: str, earlier: int) -> bool:
     return enhanced is None or enhanced == (4, 5, 3) or "too many" in message.lower()
 
 
+class _AskAgain(_Stopped):
+    """The recipient must be asked again, in a later session (it was not answered here)."""
+
+
 class _NoSession(_Stopped):
     """No MX host of the group could be reached: the finding applies to all its work."""
 
@@ -380,6 +384,9 @@ class Prober:
         except _NotAsked as refused:
             self._record(run, item, refused.finding)
             return
+        except _AskAgain:  # in a transaction of its own, in the next session
+            run.queue.appendleft(item)
+            return
         except _SessionLost as lost:
             if lost.finding.outcome is SmtpOutcome.CONNECTION_FAILED:
                 self._hung_up(session)
@@ -400,7 +407,9 @@ class Prober:
             return
         run.broken[host] = 0  # it answered: whatever broke before was not the host itself
         if _too_many_recipients(code, message, session.rcpts - 1):
-            self._rcpt_limit[host] = max(1, session.tx_rcpts)
+            # The recipients accepted in this transaction; none (a transaction just begun
+            # again) means the limit is the connection's: the recipients it took before.
+            self._rcpt_limit[host] = max(1, session.tx_rcpts or session.rcpts - 1)
             await session.close()
             self._retry(run, item, Finding(SmtpOutcome.TEMP_FAILURE, one_line(code, message), host))
             return
@@ -481,6 +490,8 @@ class Prober:
             suspect = code not in (421, 452) and classify_rcpt(code, message) in _MIX_SUSPECT
             if joins and suspect:
                 self._one_domain_hosts[session.host.name] = True
+                if self._session_full(session):  # (asking again here would pass the cap)
+                    raise _AskAgain(Finding(SmtpOutcome.NOT_ATTEMPTED, "", session.host.name))
                 refused = await self._mail_from(session, stats)
                 if refused is not None:
                     raise _sender_refused(*refused, session.host.name)

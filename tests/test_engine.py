@@ -491,3 +491,37 @@ def test_what_the_prober_learns_of_hosts_is_bounded(monkeypatch):
     learned["b"] = 2  # learnt again: now the newest, so "c" is the oldest
     learned["e"] = 1
     assert list(learned) == ["d", "b", "e"]
+
+
+async def test_a_recipient_asked_again_unmixed_keeps_to_the_session_cap(
+    testbed_factory, tmp_path, testbed_settings
+):
+    """A host that refuses to mix domains in one message and takes 5 recipients per
+    connection: the recipient asked again in a transaction of its own made a session's
+    sixth RCPT, whose 452 taught the prober a limit of 1 for good (a second batch then paid
+    a session per recipient). Now no session passes 5 RCPTs, nothing learns 1."""
+    boxes = {"a1", "a2", "a3"} | {f"b{i}" for i in range(20)}
+    strict = HostBehaviour(
+        mailboxes=boxes, one_domain_per_transaction=True, max_rcpts_per_session=5
+    )
+    tb = testbed_factory(
+        World.of(
+            [HostSpec("mx.strict.test", strict)],
+            [
+                DomainSpec("a.test", mx=[(10, "mx.strict.test")]),
+                DomainSpec("b.test", mx=[(10, "mx.strict.test")]),
+            ],
+        )
+    )
+    settings = testbed_settings(
+        tb, tmp_path, smtp_max_sessions_per_host=1, smtp_rcpts_per_session=5
+    )
+    engine = Engine(settings)
+    first = ["a1@a.test", "a2@a.test", "a3@a.test"] + [f"b{i}@b.test" for i in range(20)]
+    assert {r.status for r in (await engine.verify_many(first)).results} == {Status.VALID}
+    assert engine.prober._rcpt_limit.get("mx.strict.test", 5) >= 4
+    before = tb.host_stats("mx.strict.test").sessions
+    again = [f"b{i}@b.test" for i in range(20)]
+    assert {r.status for r in (await engine.verify_many(again)).results} == {Status.VALID}
+    # 20 recipients and one probe at <= 5 per session: 5 sessions, not 21.
+    assert tb.host_stats("mx.strict.test").sessions - before <= 6
