@@ -156,10 +156,16 @@ class _RedisLeases:
         key, member = self.key(host), uuid.uuid4().hex
         pause = POLL_FIRST
         while not self.down:
+            asking = asyncio.ensure_future(
+                asyncio.to_thread(self._acquire, keys=[key], args=[cap, LEASE_SECONDS, member])
+            )
             try:
-                taken = await asyncio.to_thread(
-                    self._acquire, keys=[key], args=[cap, LEASE_SECONDS, member]
-                )
+                taken = await asyncio.shield(asking)
+            except asyncio.CancelledError:
+                # The script runs on in its thread and may still add the lease: give it
+                # back once it has, or the slot stays taken for LEASE_SECONDS everywhere.
+                asking.add_done_callback(lambda done: self._drop_if_taken(done, host, member))
+                raise
             except Exception as exc:
                 self._failed(exc)
                 return None
@@ -169,6 +175,10 @@ class _RedisLeases:
             await asyncio.sleep(pause * random.uniform(0.5, 1.0))
             pause = pause if urgent else min(pause * 2, POLL_MAX)
         return None
+
+    def _drop_if_taken(self, asking: asyncio.Future[object], host: str, member: str) -> None:
+        if not asking.cancelled() and asking.exception() is None and asking.result():
+            self.give_back(host, member)
 
     def _hold(self, key: str, member: str) -> None:
         with self._held_lock:

@@ -151,6 +151,46 @@ async def test_redis_leases_cap_a_host_across_holders_and_expire() -> None:
 
 
 @pytest.mark.redis
+async def test_a_take_cancelled_while_redis_answers_leaves_no_lease() -> None:
+    """The acquire script runs in a thread, which a cancelled take cannot stop: it still
+    added the lease, which nobody held, renewed or gave back, and the slot stayed taken
+    for a minute in every process. Now a lease taken that late is given back. (The script
+    is slowed down so that the cancel lands while it runs.)"""
+    slots = HostSlots(2, 100, REDIS_URL, prefix=f"verimail-test-{uuid.uuid4().hex}")
+    leases = slots.leases
+    assert leases is not None
+    started, finished = threading.Event(), threading.Event()
+    real_acquire = leases._acquire
+
+    def slow_acquire(**kwargs):
+        started.set()
+        time.sleep(0.3)
+        try:
+            return real_acquire(**kwargs)
+        finally:
+            finished.set()
+
+    leases._acquire = slow_acquire
+    host = f"mx.{uuid.uuid4().hex}.test"
+    key = leases.key(host)
+    try:
+        taking = asyncio.create_task(leases.take(host, 2))
+        assert await asyncio.to_thread(started.wait, 10)
+        taking.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await taking
+        assert await asyncio.to_thread(finished.wait, 10)  # the script did add its lease
+        deadline = time.monotonic() + 10
+        while leases._client.zcard(key):  # (added by the script, then given back)
+            assert time.monotonic() < deadline, "the cancelled take's lease was left in Redis"
+            await asyncio.sleep(0.02)
+    finally:
+        leases._acquire = real_acquire
+        leases._client.delete(key)
+        slots.close()
+
+
+@pytest.mark.redis
 async def test_leases_are_renewed_while_the_event_loop_is_busy(monkeypatch) -> None:
     """A lease is renewed from a thread, not the session's event loop: a loop held by CPU
     work for longer than a lease lives (here 0.3 s leases, held 1 s) keeps its sessions'
