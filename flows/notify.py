@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import timedelta
 
 from verimail.config import Settings
 from verimail.flows.context import store_for
@@ -31,10 +32,20 @@ async def notify_job(settings: Settings, job_id: int) -> Delivery | None:
         return None
 
 
+def webhook_lease(settings: Settings) -> timedelta:
+    """How long a delivery may take (3 attempts, their back-off) and a margin: a claim on
+    a job's webhook older than this is a process that died delivering it."""
+    return timedelta(seconds=3 * settings.webhook_timeout + 60)
+
+
 async def _notify(settings: Settings, job_id: int) -> Delivery | None:
-    job = await asyncio.to_thread(job_store.get_job_any, store_for(settings).engine, job_id)
+    engine = store_for(settings).engine
+    job = await asyncio.to_thread(job_store.get_job_any, engine, job_id)
     if job is None or not job.webhook_url or not job.finished:
         return None
+    lease = webhook_lease(settings)
+    if not await asyncio.to_thread(job_store.claim_webhook, engine, job_id, lease):
+        return None  # delivered already, or being delivered by another process
     model = FinderJob if job.kind == "finder_csv" else BulkJob
     payload = model.of(job).model_dump(mode="json")
     secret = str((job.options or {}).get("webhook_secret", ""))
@@ -47,7 +58,18 @@ async def _notify(settings: Settings, job_id: int) -> Delivery | None:
     )
     if not delivery.delivered:
         log.warning("webhook of job %s not delivered: %s", job_id, delivery.detail)
+    await asyncio.to_thread(job_store.webhook_done, engine, job_id)
     return delivery
+
+
+def deliver_owed_webhooks(settings: Settings) -> list[int]:
+    """Deliver (from worker threads) the webhooks of finished jobs that no delivery has
+    ended: the process that finished them died before or while it delivered. At least
+    once: a process that died right after a delivery makes it twice."""
+    owed = job_store.owed_webhooks(store_for(settings).engine, webhook_lease(settings))
+    for job_id in owed:
+        notify_job_soon(settings, job_id)
+    return owed
 
 
 def notify_job_soon(settings: Settings, job_id: int) -> Future[Delivery | None]:

@@ -15,7 +15,7 @@ from datetime import timedelta
 
 from verimail.config import Settings
 from verimail.flows.context import store_for
-from verimail.flows.notify import notify_job_soon
+from verimail.flows.notify import deliver_owed_webhooks, notify_job_soon
 from verimail.flows.runner import JobRunner
 from verimail.store import jobs as job_store
 
@@ -61,6 +61,7 @@ def recover_stale_jobs(settings: Settings, runner: JobRunner) -> list[tuple[int,
         ):
             notify_job_soon(settings, job.id)
         handled.append((job.id, "failed"))
+    handled += [(job_id, "webhook") for job_id in deliver_owed_webhooks(settings)]
     return handled
 
 

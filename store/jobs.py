@@ -165,6 +165,8 @@ def create_job(
     if reserve < 0 or total < 0:
         raise ValueError("total and reserve must be >= 0")
     now = now or utcnow()
+    if webhook_url:  # (its delivery is owed once the job finishes: see the webhook outbox)
+        options = {**(options or {}), "webhook_owed": True}
     try:
         with write_tx(engine) as conn:
             lock_account(conn, account_id)  # serialise with other credit movements first
@@ -632,3 +634,72 @@ def claim_for_resume(
             .values(heartbeat_at=now, options=json.dumps(options))
         )
     return attempt
+
+
+# --- webhook outbox ---------------------------------------------------------------------------
+# A finished job's webhook is owed until a delivery ends (delivered, or given up after its
+# retries): ``options["webhook_done"]``. Whoever delivers first claims it for a while
+# (``options["webhook_claimed_at"]``), so the run that finished the job and the reaper that
+# catches what a crash left owed do not both POST.
+
+WEBHOOK_OWED_FOR = timedelta(days=1)
+"""A webhook still owed this long after its job finished is no longer tried."""
+
+
+def claim_webhook(
+    engine: Engine, job_id: int, lease: timedelta, *, now: datetime | None = None
+) -> bool:
+    """Take the delivery of a finished job's webhook for ``lease``: False when there is none
+    to deliver, it was done, or another process holds a lease that has not run out."""
+    now = now or utcnow()
+    with write_tx(engine) as conn:
+        job = _lock_job(conn, job_id)
+        if job is None or job.status not in TERMINAL_STATUSES or not job.webhook_url:
+            return False
+        options = json.loads(job.options) if job.options else {}
+        if options.get("webhook_done"):
+            return False
+        claimed = options.get("webhook_claimed_at")
+        if claimed and datetime.fromisoformat(claimed) + lease > now:
+            return False
+        options["webhook_claimed_at"] = now.isoformat()
+        conn.execute(update(jobs).where(jobs.c.id == job_id).values(options=json.dumps(options)))
+    return True
+
+
+def webhook_done(engine: Engine, job_id: int, *, now: datetime | None = None) -> None:
+    """The job's webhook delivery ended (delivered, or given up after its retries)."""
+    with write_tx(engine) as conn:
+        job = _lock_job(conn, job_id)
+        if job is None:
+            return
+        options = json.loads(job.options) if job.options else {}
+        options["webhook_done"] = (now or utcnow()).isoformat()
+        conn.execute(update(jobs).where(jobs.c.id == job_id).values(options=json.dumps(options)))
+
+
+def owed_webhooks(engine: Engine, lease: timedelta, *, now: datetime | None = None) -> list[int]:
+    """Finished jobs (within :data:`WEBHOOK_OWED_FOR`) whose webhook no delivery has ended
+    and no lease holds: a process died between finishing the job and its delivery."""
+    now = now or utcnow()
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(jobs.c.id, jobs.c.options)
+            .where(
+                jobs.c.webhook_url.is_not(None),
+                jobs.c.status.in_(sorted(TERMINAL_STATUSES)),
+                jobs.c.completed_at > now - WEBHOOK_OWED_FOR,
+                jobs.c.completed_at < now - lease,
+            )
+            .order_by(jobs.c.id)
+        ).all()
+    owed = []
+    for job_id, raw in rows:
+        options = json.loads(raw) if raw else {}
+        claimed = options.get("webhook_claimed_at")
+        if not options.get("webhook_owed") or options.get("webhook_done"):
+            continue  # (jobs made before the outbox carry no "webhook_owed")
+        if claimed and datetime.fromisoformat(claimed) + lease > now:
+            continue
+        owed.append(job_id)
+    return owed

@@ -20,12 +20,16 @@ from api_helpers import (
     running_app,
     total_balance,
 )
+from sqlalchemy import update
 
+from verimail.config import using_settings
 from verimail.flows.context import forget, store_for
+from verimail.flows.notify import notify_job
 from verimail.flows.recovery import recover_stale_jobs
 from verimail.store import accounts
 from verimail.store import jobs as job_store
 from verimail.store.db import utcnow
+from verimail.store.tables import jobs
 from verimail.tasks.webhook import deliver, sign
 
 LOOPBACK = [ipaddress.ip_network("127.0.0.0/8")]
@@ -187,6 +191,57 @@ def test_a_job_the_reaper_fails_posts_its_final_state(
             "s3cret", int(headers["X-Verimail-Timestamp"]), body
         )
         assert recover_stale_jobs(settings, NoRunner()) == []  # nothing more to tell
+    finally:
+        forget(settings)
+
+
+def test_a_webhook_owed_by_a_process_that_died_is_delivered_by_the_reaper(
+    testbed_factory, testbed_settings, tmp_path, receiver
+):
+    """The run completes its job, then its process dies before it delivers the webhook
+    (here: no delivery at all). Once the delivery's lease has passed, any process's reaper
+    delivers it, once; a webhook its run delivered is never sent again."""
+    tb = testbed_factory(api_world())
+    settings = testbed_settings(tb, tmp_path, webhook_allow_networks=["127.0.0.0/8"])
+    store = store_for(settings)
+
+    class NoRunner:
+        def submit(self, kind: str, job_id: int, attempt: int | None = None) -> None:
+            raise AssertionError("nothing to resume")
+
+    def finished_long_ago(secret: str) -> int:
+        job = job_store.create_job(
+            store.engine, account.id, "bulk_csv", 1, reserve=1, webhook_url=receiver.url,
+            options={"webhook_secret": secret},
+        )  # fmt: skip
+        assert job is not None and job_store.mark_processing(store.engine, job.id)
+        assert job_store.mark_completed(store.engine, job.id, {"valid_count": 1}, "/r.csv", 1)
+        with store.engine.begin() as conn:  # (it finished ten minutes ago)
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job.id)
+                .values(completed_at=utcnow() - timedelta(minutes=10))
+            )
+        return job.id
+
+    try:
+        account = accounts.create_account(store.engine, settings, plan="enterprise")
+        delivered = finished_long_ago("one")
+        with using_settings(settings):
+            assert asyncio.run(notify_job(settings, delivered)).delivered  # its run did it
+        orphan = finished_long_ago("two")
+        assert recover_stale_jobs(settings, NoRunner()) == [(orphan, "webhook")]
+        deadline = time.monotonic() + 30
+        while len(receiver.requests) < 2:
+            assert time.monotonic() < deadline, "the owed webhook did not arrive"
+            time.sleep(0.02)
+        headers, body = receiver.requests[1]
+        assert json.loads(body)["job_id"] == orphan
+        assert headers["X-Verimail-Signature"] == sign(
+            "two", int(headers["X-Verimail-Timestamp"]), body
+        )
+        assert recover_stale_jobs(settings, NoRunner()) == []  # delivered: owed no more
+        assert len(receiver.requests) == 2
     finally:
         forget(settings)
 
