@@ -176,9 +176,10 @@ class _NoSession(_Stopped):
     """No MX host of the group could be reached: the finding applies to all its work."""
 
 
-CROWDED_WAITS = (0.5, 1.0, 2.0)
-"""Seconds the last worker waits before dialling again a host that refused it for now (4xx
-banner) after giving this run a session: its count of connections may lag our QUIT."""
+CROWDED_WAITS = (0.5, 1.0, 2.0, 4.0, 8.0)
+"""Seconds the last worker of a run waits before dialling again a host that refused it for
+now while it is not down (it gave this run a session, or sessions of other runs hold it):
+other runs' sessions end, and a server's count of connections may lag our QUIT."""
 
 
 class _Learned(dict):  # type: ignore[type-arg]
@@ -194,6 +195,11 @@ class _Learned(dict):  # type: ignore[type-arg]
 
 
 LEARNED_HOSTS = 50_000
+
+
+# How a server at its limit of connections at once turns one more away: a 421 banner, or
+# closing the connection before (or while) it sends one.
+_REFUSED_FOR_NOW = (SmtpOutcome.TEMP_FAILURE, SmtpOutcome.CONNECTION_FAILED)
 
 
 class _Crowded(_NoSession):
@@ -407,9 +413,7 @@ class Prober:
             return
         run.broken[host] = 0  # it answered: whatever broke before was not the host itself
         if _too_many_recipients(code, message, session.rcpts - 1):
-            # The recipients accepted in this transaction; none (a transaction just begun
-            # again) means the limit is the connection's: the recipients it took before.
-            self._rcpt_limit[host] = max(1, session.tx_rcpts or session.rcpts - 1)
+            self._learn_rcpt_limit(session)
             await session.close()
             self._retry(run, item, Finding(SmtpOutcome.TEMP_FAILURE, one_line(code, message), host))
             return
@@ -419,6 +423,13 @@ class Prober:
         if outcome in (SmtpOutcome.GREYLISTED, SmtpOutcome.TEMP_FAILURE):
             run.retry_later.append(item)
         self._record(run, item, finding)
+
+    def _learn_rcpt_limit(self, session: _Session) -> None:
+        """A 452 "too many recipients": the host takes the recipients accepted in this
+        transaction; none (a transaction just begun again) means the limit is the
+        connection's, the recipients it took before."""
+        learned = session.tx_rcpts or session.rcpts - 1
+        self._rcpt_limit[session.host.name] = max(1, learned)
 
     def _hung_up(self, session: _Session) -> None:
         """The server ended the session (421 or a disconnect) after some rejections: it
@@ -579,11 +590,13 @@ class Prober:
     ) -> _Session | None:
         """A session with ``host`` at ``address``, or None (the failure noted in ``failures``).
 
-        A 4xx banner ("421 too many connections") from a server that is not down — other
-        workers of this run are at it, or it gave this run a session before and still
-        counts that one, just closed — is the server's limit on connections at once: the
-        worker stops for the others to carry on (:class:`_Crowded`) or, the last one, waits
-        a moment and dials again (:data:`CROWDED_WAITS`)."""
+        A 4xx banner ("421 too many connections"), or a connection closed before its
+        banner, from a server that is not down — other workers of this run are at it, or it
+        gave this run a session before and still counts that one, just closed, or other
+        runs' sessions hold it — is the server's limit on connections at once: the worker
+        stops for the others to carry on (:class:`_Crowded`) or, the last one, waits a
+        moment and dials again (:data:`CROWDED_WAITS`). A host that is down fails the last
+        worker as before."""
         for wait in (*CROWDED_WAITS, None):
             held = await self.slots.take(host.name)
             try:
@@ -591,10 +604,11 @@ class Prober:
             except _NoSession as failed:
                 held.release()
                 run.result.stats.connect_failures += 1
-                if failed.finding.outcome is SmtpOutcome.TEMP_FAILURE:
+                if failed.finding.outcome in _REFUSED_FOR_NOW:
                     if run.workers > 1:
                         raise _Crowded(failed.finding) from None
-                    if wait is not None and host.name in run.greeted:
+                    alive = host.name in run.greeted or self.slots.busy(host.name)
+                    if wait is not None and alive:  # (other sessions: of this run or others)
                         await asyncio.sleep(wait)
                         continue
                 failures.append(failed.finding)
@@ -813,6 +827,9 @@ class DomainSession:
                 index += 1
                 self.prober._record(run, item, refused.finding)
                 continue
+            except _AskAgain:  # (a full session: the candidate is asked in a fresh one)
+                await session.close()
+                continue
             except _SessionLost as lost:
                 if lost.finding.outcome is SmtpOutcome.CONNECTION_FAILED:
                     self.prober._hung_up(session)
@@ -825,7 +842,7 @@ class DomainSession:
                 continue
             if _too_many_recipients(code, message, session.rcpts - 1):
                 # Too many recipients for one transaction: learn the limit, ask again anew.
-                self.prober._rcpt_limit[session.host.name] = max(1, session.tx_rcpts)
+                self.prober._learn_rcpt_limit(session)
                 await session.close()
                 continue
             finding = Finding(

@@ -54,7 +54,7 @@ from verimail.testbed.world import HostBehaviour, HostSpec
 IDENT = "ESMTP verimail testbed"
 
 REPLY_GREETING_421 = "421 4.3.2 Service not available"
-REPLY_TOO_MANY = "421 4.7.0 Too many concurrent connections from your IP"
+REPLY_TOO_MANY_CONNECTIONS = "421 4.7.0 Too many concurrent connections from your IP"
 REPLY_MAIL_OK = "250 2.1.0 Ok"
 REPLY_RCPT_OK = "250 2.1.5 Ok"
 REPLY_TOO_MANY = "452 4.5.3 Too many recipients"
@@ -263,7 +263,7 @@ class TestbedSMTP(SMTP):
         refusal = behaviour.greeting_reply
         cap = behaviour.max_connections
         if cap is not None and len(self.runtime.sessions) > cap:
-            refusal = REPLY_TOO_MANY
+            refusal = REPLY_TOO_MANY_CONNECTIONS
         if behaviour.greeting_421 or refusal:
             await self.push(refusal or REPLY_GREETING_421)
             if self.transport is not None:
