@@ -67,12 +67,10 @@ async def db_retried(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     a progress write or a finder charge failed the whole job and threw its SMTP work away.
     Only for calls that are safe to repeat (progress, heartbeats, charges and refunds made
     once per reference)."""
-    for delay in (*DB_RETRY_DELAYS, None):
+    for delay in DB_RETRY_DELAYS:
         try:
             return await asyncio.to_thread(fn, *args, **kwargs)
         except (OperationalError, InterfaceError) as exc:
-            if delay is None:
-                raise
             log.warning("database call %s failed (%s); trying again", fn.__name__, exc)
             await asyncio.sleep(delay)
-    raise AssertionError("unreachable")
+    return await asyncio.to_thread(fn, *args, **kwargs)  # (the last try: its error stands)

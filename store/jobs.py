@@ -657,14 +657,19 @@ def claim_webhook(
         if job is None or job.status not in TERMINAL_STATUSES or not job.webhook_url:
             return False
         options = json.loads(job.options) if job.options else {}
-        if options.get("webhook_done"):
-            return False
-        claimed = options.get("webhook_claimed_at")
-        if claimed and datetime.fromisoformat(claimed) + lease > now:
+        if not _webhook_free(options, lease, now):
             return False
         options["webhook_claimed_at"] = now.isoformat()
         conn.execute(update(jobs).where(jobs.c.id == job_id).values(options=json.dumps(options)))
     return True
+
+
+def _webhook_free(options: dict[str, Any], lease: timedelta, now: datetime) -> bool:
+    """No delivery of the job's webhook ended, and none holds a lease that has not run out."""
+    if options.get("webhook_done"):
+        return False
+    claimed = options.get("webhook_claimed_at")
+    return not (claimed and datetime.fromisoformat(claimed) + lease > now)
 
 
 def webhook_done(engine: Engine, job_id: int, *, now: datetime | None = None) -> None:
@@ -696,10 +701,7 @@ def owed_webhooks(engine: Engine, lease: timedelta, *, now: datetime | None = No
     owed = []
     for job_id, raw in rows:
         options = json.loads(raw) if raw else {}
-        claimed = options.get("webhook_claimed_at")
-        if not options.get("webhook_owed") or options.get("webhook_done"):
-            continue  # (jobs made before the outbox carry no "webhook_owed")
-        if claimed and datetime.fromisoformat(claimed) + lease > now:
-            continue
-        owed.append(job_id)
+        # (jobs made before the outbox carry no "webhook_owed")
+        if options.get("webhook_owed") and _webhook_free(options, lease, now):
+            owed.append(job_id)
     return owed

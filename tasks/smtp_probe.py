@@ -597,7 +597,8 @@ class Prober:
         stops for the others to carry on (:class:`_Crowded`) or, the last one, waits a
         moment and dials again (:data:`CROWDED_WAITS`). A host that is down fails the last
         worker as before."""
-        for wait in (*CROWDED_WAITS, None):
+        waits = iter(CROWDED_WAITS)
+        while True:
             held = await self.slots.take(host.name)
             try:
                 smtp = await self._connect(host, address, run.result.stats)
@@ -608,7 +609,8 @@ class Prober:
                     if run.workers > 1:
                         raise _Crowded(failed.finding) from None
                     alive = host.name in run.greeted or self.slots.busy(host.name)
-                    if wait is not None and alive:  # (other sessions: of this run or others)
+                    wait = next(waits, None) if alive else None  # (sessions: this run's or others')
+                    if wait is not None:
                         await asyncio.sleep(wait)
                         continue
                 failures.append(failed.finding)
@@ -618,7 +620,6 @@ class Prober:
                 raise
             run.greeted.add(host.name)
             return _Session(smtp, host, held)
-        return None  # (not reached: the last wait is None)
 
     async def _connect(self, host: MailHost, address: str, stats: SmtpStats) -> aiosmtplib.SMTP:
         settings = self.settings
