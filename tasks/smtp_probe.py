@@ -342,6 +342,7 @@ class Prober:
         """
         session: _Session | None = None
         run.workers += 1
+        counted = True  # (until _dial_host counts this worker out as it leaves)
         try:
             while run.queue:
                 if session is not None and (session.closed or self._session_full(session)):
@@ -356,6 +357,7 @@ class Prober:
                     try:
                         session = await self._open(run)
                     except _Crowded:  # the sessions already open carry on with the queue
+                        counted = False
                         run.queue.extendleft(reversed(claimed))
                         return
                     except _NoSession as failed:
@@ -369,7 +371,8 @@ class Prober:
                         break
                     await self._check(run, session, item)
         finally:
-            run.workers -= 1
+            if counted:
+                run.workers -= 1
             if session is not None:
                 await session.close()
 
@@ -607,6 +610,9 @@ class Prober:
                 run.result.stats.connect_failures += 1
                 if failed.finding.outcome in _REFUSED_FOR_NOW:
                     if run.workers > 1:
+                        # (counted out at once: two workers refused at the same moment must
+                        # not both leave, with the queue unanswered)
+                        run.workers -= 1
                         raise _Crowded(failed.finding) from None
                     alive = host.name in run.greeted or self.slots.busy(host.name)
                     wait = next(waits, None) if alive else None  # (sessions: this run's or others')
