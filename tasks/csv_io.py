@@ -33,7 +33,6 @@ from verimail.tasks.csv_detect import (
     PersonColumns,
     UploadError,
     UploadTooLarge,
-    blank_to_null,
     bom_bytes,
     codec_errors,
     fast_data_cells,
@@ -168,7 +167,7 @@ def load_emails(path: Path | str, info: CsvInfo) -> pl.DataFrame:
             raw, info.encoding, info.has_bom, info.delimiter, info.has_header, index
         )
         if cells is not None:
-            return _email_frame(blank_to_null(cells))
+            return _email_frame(cells)
     return _load_emails_tokenized(path, info, index)
 
 
@@ -207,7 +206,16 @@ def read_emails(
 # on purpose: the regex crate's Unicode tables can be older than the ones Rust's
 # to_lowercase uses, so \p{Changes_When_Lowercased} missed letters it lower-cases.
 _EDGE = r"[\t\n\x0B\x0C\r \x80-\x{10FFFF}]"
-_NEEDS_NORMALISING = rf"^$|^{_EDGE}|{_EDGE}$|@[^@]*[A-Z\x80-\x{{10FFFF}}][^@]*$"
+_ODD_START = rf"^{_EDGE}"
+_ODD_END = rf"(?:{_EDGE}|@[^@]*[A-Z\x80-\x{{10FFFF}}][^@]*)$"
+
+
+def _needs_normalising(email: pl.Expr) -> pl.Expr:
+    """The cells above. (Two regexes: each anchored at one end is fast, where one alternation
+    anchored at both ends cost 0.004 s more per million cells.)"""
+    return (
+        (email.str.len_bytes() == 0) | email.str.contains(_ODD_START) | email.str.contains(_ODD_END)
+    )
 
 
 def _normalised(email: pl.Expr) -> pl.Expr:
@@ -235,15 +243,20 @@ def normalise_emails(df: pl.DataFrame) -> pl.DataFrame:
 
     Most cells are normalised already, so only the others are worked on and put in place:
     the column shares the rest with ``email``. (Rewriting every cell cost more in fresh
-    memory than in work: 0.2 s per million rows, against ~0.03 s for this.)"""
+    memory than in work: 0.2 s per million rows, against ~0.03 s for this.) One query finds
+    the cells and normalises them: a second one gathering them by position cost 0.01 s more
+    per million rows."""
     email = pl.col("email")
-    # (lazy: Polars splits the regex over both cores, which an eager select does not)
-    todo = df.lazy().select(pl.arg_where(email.str.contains(_NEEDS_NORMALISING))).collect()
-    todo = todo.to_series()
+    todo = (
+        df.lazy()
+        .with_row_index("at")
+        .filter(_needs_normalising(email))
+        .select("at", fixed=_normalised(email))
+        .collect()
+    )
     normalised = df.get_column("email").alias("normalised")
-    if todo.len():
-        fixed = df.select(email.gather(todo)).lazy().select(_normalised(email)).collect()
-        normalised = normalised.clone().scatter(todo, fixed.to_series())
+    if todo.height:
+        normalised = normalised.rechunk().scatter(todo.get_column("at"), todo.get_column("fixed"))
     return df.with_columns(normalised)
 
 

@@ -35,14 +35,16 @@ from verimail.tasks.csv_io import load_emails, read_emails
 BOM8 = codecs.BOM_UTF8
 
 
-def _tokenizer_cells(data: bytes, delimiter: str, has_header: bool, index: int) -> list[str]:
-    """The reference: the tokenizer's cells for a UTF-8 file (BOM skipped as open_text does)."""
+def _tokenizer_cells(data: bytes, delimiter: str, has_header: bool, index: int) -> list[str | None]:
+    """The reference: the tokenizer's cells for a UTF-8 file (BOM skipped as open_text does),
+    blank ones None as load_emails holds them."""
     text = data.removeprefix(BOM8).decode("utf-8")
     stream = io.StringIO(text, newline="")
-    return list(iter_data_cell(stream, delimiter, has_header, index))
+    cells = iter_data_cell(stream, delimiter, has_header, index)
+    return [cell if cell.strip() else None for cell in cells]
 
 
-def _fast(data: bytes, delimiter: str, has_header: bool, index: int) -> list[str] | None:
+def _fast(data: bytes, delimiter: str, has_header: bool, index: int) -> list[str | None] | None:
     cells = fast_data_cells(data, "utf-8", data.startswith(BOM8), delimiter, has_header, index)
     return None if cells is None else cells.to_list()
 
