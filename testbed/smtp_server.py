@@ -229,6 +229,7 @@ class TestbedSMTP(SMTP):
         self._in_multiline = False
         self._tb_opened = False
         self._tb_closed = False
+        self._over_cap = False  # refused with REPLY_TOO_MANY_CONNECTIONS (max_connections)
 
     # ------------------------------------------------------------------ connection bookkeeping
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -236,6 +237,13 @@ class TestbedSMTP(SMTP):
         super().connection_made(transport)
         if first:
             self._tb_opened = True
+            # Counted here, in the order connections arrive, as a server's accept loop does:
+            # deciding later, in _handle_client, let a burst of connections all see each
+            # other and all be turned away.
+            cap = self.runtime.behaviour.max_connections
+            if cap is not None:
+                admitted = sum(1 for other in self.runtime.sessions if not other._over_cap)
+                self._over_cap = admitted >= cap
             self.runtime.sessions.add(self)
             self.runtime.stats.session_opened(self.runtime.name)
 
@@ -261,8 +269,7 @@ class TestbedSMTP(SMTP):
     async def _handle_client(self) -> None:
         behaviour = self.runtime.behaviour
         refusal = behaviour.greeting_reply
-        cap = behaviour.max_connections
-        if cap is not None and len(self.runtime.sessions) > cap:
+        if self._over_cap:
             refusal = REPLY_TOO_MANY_CONNECTIONS
         if behaviour.greeting_421 or refusal:
             await self.push(refusal or REPLY_GREETING_421)

@@ -73,7 +73,8 @@ class HostBehaviour:
     - ``refuse_connections``: nothing listens (connection refused); ``greeting_421``: the
       banner is a 421 and the server closes.
     - ``max_connections``: a connection beyond N open at once gets a 421 banner ("too many
-      connections from your IP", as Exim or Microsoft 365 answer) and is closed.
+      connections from your IP", as Exim or Microsoft 365 answer) and is closed. Counted as
+      connections arrive; the ones turned away do not count.
     - ``starttls`` / ``pipelining``: advertise (and do) STARTTLS with a self-signed certificate,
       advertise PIPELINING (pipelined commands are always answered in order).
     - ``greeting_reply``: a banner that refuses the session (``554 5.3.2 … not accepting

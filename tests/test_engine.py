@@ -427,6 +427,32 @@ async def test_a_malformed_address_keeps_its_domains_flags(engine):
     assert (bare.is_disposable, bare.is_free, bare.domain) == (False, False, "")
 
 
+async def test_a_server_that_takes_two_connections_at_once_still_answers_every_address(
+    testbed_factory, tmp_path, testbed_settings
+):
+    """Exim or Microsoft 365 answer a third concurrent connection from one IP with "421 too
+    many connections". Five sessions were opened at once; the refused ones wrote off every
+    queued address as unknown and dropped the host (81 of 100 mailboxes). Now the sessions
+    that were let in carry on with the queue."""
+    boxes = {f"u{i}" for i in range(40)}
+    tb = testbed_factory(
+        World.of(
+            [HostSpec("mx.crowd.test", HostBehaviour(mailboxes=boxes, max_connections=2))],
+            [DomainSpec("crowd.test", mx=[(10, "mx.crowd.test")])],
+        )
+    )
+    settings = testbed_settings(
+        tb, tmp_path, smtp_max_sessions_per_host=5, smtp_rcpts_per_session=10
+    )
+    batch = await Engine(settings).verify_many([f"u{i}@crowd.test" for i in range(40)])
+    others = [(r.email, r.sub_status, r.smtp_response) for r in batch.results]
+    assert [r.status for r in batch.results] == [Status.VALID] * 40, [
+        o for o in others if o[1] is not SubStatus.OK
+    ]
+    stats = tb.host_stats("mx.crowd.test")
+    assert stats.peak_concurrent >= 3  # (some were refused: the case this is about)
+
+
 async def test_a_host_that_hangs_up_after_n_rejections_is_not_made_to_again(
     testbed_factory, tmp_path, testbed_settings
 ):

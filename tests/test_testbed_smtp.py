@@ -167,6 +167,35 @@ def test_greeting_421(testbed_factory: MakeTestbed) -> None:
     assert data == b"421 4.3.2 Service not available\r\n"
 
 
+def _first_line(sock: socket.socket) -> bytes:
+    data = b""
+    while not data.endswith(b"\r\n") and (chunk := sock.recv(1024)):
+        data += chunk
+    return data
+
+
+def test_max_connections_admits_the_first_to_arrive(testbed_factory: MakeTestbed) -> None:
+    """A burst of four connections to a host that takes two: the first two get the banner,
+    the other two the 421, however the server's loop batches their arrival (deciding when
+    the banner was due turned all four away). The refused ones are not counted: once one
+    admitted session ends, the next connection is let in."""
+    tb = testbed_factory(one_host(max_connections=2))
+    where = (tb.address_of("mx.test.test"), tb.smtp_port)
+    socks = [socket.create_connection(where, timeout=5) for _ in range(4)]
+    try:
+        banners = [_first_line(sock) for sock in socks]
+        assert [b[:3] for b in banners] == [b"220", b"220", b"421", b"421"], banners
+        assert banners[2] == b"421 4.7.0 Too many concurrent connections from your IP\r\n"
+        for sock in socks[1:]:
+            sock.close()
+        assert tb.wait_until(lambda tb: tb.host_stats("mx.test.test").active == 1, 5)
+        with socket.create_connection(where, timeout=5) as again:
+            assert _first_line(again).startswith(b"220 ")
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 def test_reply_delay_applies_to_banner_and_every_reply(testbed_factory: MakeTestbed) -> None:
     tb = testbed_factory(one_host(mailboxes={"a"}, reply_delay=0.2))
     started = time.perf_counter()
