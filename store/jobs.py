@@ -610,6 +610,18 @@ def set_flow_run_id(engine: Engine, job_id: int, flow_run_id: str) -> bool:
     return result.rowcount == 1
 
 
+def _options_of(job: Row[Any]) -> dict[str, Any]:
+    """A locked job row's ``options``, decoded (empty when it has none)."""
+    return json.loads(job.options) if job.options else {}
+
+
+def _store_options(conn: Connection, job_id: int, options: dict[str, Any], **values: Any) -> None:
+    """Write back a job's ``options`` (read under the same lock), with any other columns."""
+    conn.execute(
+        update(jobs).where(jobs.c.id == job_id).values(options=json.dumps(options), **values)
+    )
+
+
 def claim_for_resume(
     engine: Engine, job_id: int, seen_heartbeat: datetime | None, *, now: datetime | None = None
 ) -> int | None:
@@ -625,14 +637,9 @@ def claim_for_resume(
             return None
         if job.heartbeat_at != seen_heartbeat:
             return None
-        options = json.loads(job.options) if job.options else {}
+        options = _options_of(job)
         attempt = int(options.get("attempts", 1)) + 1
-        options["attempts"] = attempt
-        conn.execute(
-            update(jobs)
-            .where(jobs.c.id == job_id)
-            .values(heartbeat_at=now, options=json.dumps(options))
-        )
+        _store_options(conn, job_id, {**options, "attempts": attempt}, heartbeat_at=now)
     return attempt
 
 
@@ -656,11 +663,10 @@ def claim_webhook(
         job = _lock_job(conn, job_id)
         if job is None or job.status not in TERMINAL_STATUSES or not job.webhook_url:
             return False
-        options = json.loads(job.options) if job.options else {}
+        options = _options_of(job)
         if not _webhook_free(options, lease, now):
             return False
-        options["webhook_claimed_at"] = now.isoformat()
-        conn.execute(update(jobs).where(jobs.c.id == job_id).values(options=json.dumps(options)))
+        _store_options(conn, job_id, {**options, "webhook_claimed_at": now.isoformat()})
     return True
 
 
@@ -678,9 +684,8 @@ def webhook_done(engine: Engine, job_id: int, *, now: datetime | None = None) ->
         job = _lock_job(conn, job_id)
         if job is None:
             return
-        options = json.loads(job.options) if job.options else {}
-        options["webhook_done"] = (now or utcnow()).isoformat()
-        conn.execute(update(jobs).where(jobs.c.id == job_id).values(options=json.dumps(options)))
+        done = (now or utcnow()).isoformat()
+        _store_options(conn, job_id, {**_options_of(job), "webhook_done": done})
 
 
 def owed_webhooks(engine: Engine, lease: timedelta, *, now: datetime | None = None) -> list[int]:
