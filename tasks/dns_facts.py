@@ -36,7 +36,7 @@ from verimail.schemas.outcomes import DomainOutcome
 MAX_MX_HOSTS = 10  # a domain with thousands of MX records gets its best ten tried
 MAX_MX_LOOKUPS = 50  # MX names looked up at most, ten at a time, while none has an address
 MIN_TTL, MAX_TTL = 5.0, 86_400.0  # a 0 TTL still serves one job; a huge one expires daily
-NEGATIVE_TTL = 60.0  # NXDOMAIN / no-data answers
+NEGATIVE_TTL = 60.0  # NXDOMAIN / no-data answers at most (their SOA may say less)
 ERROR_TTL = 0.0  # SERVFAIL and timeouts are never cached: the next call asks again
 MAX_CACHE_ENTRIES = 200_000  # (name, type) answers kept; a few hundred bytes each
 
@@ -120,10 +120,28 @@ def _make_resolver(settings: Settings) -> dns.asyncresolver.Resolver:
     else:
         resolver = dns.asyncresolver.Resolver()
     resolver.lifetime = settings.dns_timeout
-    resolver.timeout = settings.dns_timeout
+    # Each server gets its share of the budget: with the whole of it, a first server that
+    # drops queries used it all up and the next one was never asked.
+    resolver.timeout = settings.dns_timeout / max(1, len(resolver.nameservers))
     resolver.retry_servfail = False
     resolver.cache = None
     return resolver
+
+
+def _clamped(ttl: float) -> float:
+    return min(max(ttl, MIN_TTL), MAX_TTL)
+
+
+def _negative_ttl(nxdomain: dns.resolver.NXDOMAIN) -> float:
+    """How long an NXDOMAIN may be cached: the zone's SOA says (RFC 2308), at most
+    :data:`NEGATIVE_TTL`; a domain registered a moment ago is then seen soon."""
+    ttl = NEGATIVE_TTL
+    for response in nxdomain.responses().values():
+        try:
+            ttl = min(ttl, float(response.resolve_chaining().minimum_ttl))
+        except Exception:  # a malformed response keeps the default
+            continue
+    return _clamped(ttl)
 
 
 def _settled(inflight: dict[tuple, asyncio.Future], key: tuple, task: asyncio.Future) -> None:
@@ -256,17 +274,20 @@ class DomainResolver:
             answer = await self._resolver.resolve(
                 name, rdtype, raise_on_no_answer=False, search=False
             )
-        except dns.resolver.NXDOMAIN:
-            return _Lookup("nxdomain", detail="The domain does not exist (NXDOMAIN)."), NEGATIVE_TTL
+        except dns.resolver.NXDOMAIN as nxdomain:
+            missing = _Lookup("nxdomain", detail="The domain does not exist (NXDOMAIN).")
+            return missing, _negative_ttl(nxdomain)
         except dns.resolver.NoNameservers:
             return _Lookup("error", detail="The domain's nameservers failed (SERVFAIL)."), ERROR_TTL
         except dns.exception.Timeout:
             return _Lookup("error", detail="The DNS lookup timed out."), ERROR_TTL
         except dns.exception.DNSException as exc:
             return _Lookup("error", detail=f"The DNS lookup failed: {type(exc).__name__}."), 0.0
+        # (the smallest TTL along the CNAME chain; for no data, the zone's SOA: RFC 2308)
+        ttl = float(answer.chaining_result.minimum_ttl)
         if answer.rrset is None:
-            return _Lookup("nodata"), NEGATIVE_TTL
-        ttl = min(max(float(answer.rrset.ttl), MIN_TTL), MAX_TTL)
+            return _Lookup("nodata"), _clamped(min(ttl, NEGATIVE_TTL))
+        ttl = _clamped(ttl)
         if rdtype == "MX":
             records = tuple(
                 (int(r.preference), r.exchange.to_text(omit_final_dot=True).lower())
