@@ -8,10 +8,13 @@ Ranking rules:
 
 * The base table ``PATTERNS`` is applied to the full normalised name, in table order.
 * Name variants (``VARIANTS``: first given name only, last name without particles or one half
-  of a double-barrelled name, hyphens kept, initials, German umlauts spelled out, ...) come
-  after the whole base table, *pattern-major*: ``first.last`` for every variant, then ``first``
-  for every variant, and so on, because a popular pattern on a variant name beats an obscure
-  pattern on the plain name.
+  of a double-barrelled name, hyphens kept, initials, German umlauts spelled out, ...) are
+  tried *pattern-major*: ``first.last`` for every variant, then ``first`` for every variant,
+  and so on, because a popular pattern on a variant name beats an obscure pattern on the
+  plain name. ``first.last`` on the variants comes right after the base table's first
+  :data:`EARLY` patterns, the other variant patterns after the whole base table: the finder
+  probes only its first few candidates (8 by default), and with every variant behind the
+  15 base patterns "Jürgen Müller" never reached ``juergen.mueller``.
 * A local part is kept at its first (best) rank; later duplicates are dropped. Locals over 64
   characters (RFC 5321) and role locals (``is_role``) are never returned.
 * ``Candidate.rank`` is the 0-based position in the returned list.
@@ -249,19 +252,29 @@ def _variant_names(parts: NameParts, first: str, last: str) -> dict[str, _Name]:
     return names
 
 
+EARLY = 3
+"""Base patterns (``first.last``, ``first``, ``flast``) ranked before any variant name."""
+
+
 def _raw_candidates(parts: NameParts, umlaut: NameParts | None) -> Iterator[tuple[str, str]]:
     """Yield (pattern name, local) in rank order, duplicates and all."""
     base = _name(parts.first, parts.last)
-    for name, build in PATTERNS:
-        yield name, build(base)
-
     variants = _variant_names(parts, parts.first, parts.last)
     if umlaut is not None and (umlaut.first, umlaut.last) != (parts.first, parts.last):
         variants["umlaut"] = _name(umlaut.first, umlaut.last)
-    for name, build in PATTERNS:
-        for tag, wanted in VARIANTS:
-            if tag in variants and name in wanted:
-                yield f"{name}[{tag}]", build(variants[tag])
+
+    def on_variants(patterns: tuple[tuple[str, Pattern], ...]) -> Iterator[tuple[str, str]]:
+        for name, build in patterns:
+            for tag, wanted in VARIANTS:
+                if tag in variants and name in wanted:
+                    yield f"{name}[{tag}]", build(variants[tag])
+
+    for name, build in PATTERNS[:EARLY]:
+        yield name, build(base)
+    yield from on_variants(PATTERNS[:1])
+    for name, build in PATTERNS[EARLY:]:
+        yield name, build(base)
+    yield from on_variants(PATTERNS[1:])
 
 
 def candidate_addresses(

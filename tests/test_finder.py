@@ -459,3 +459,28 @@ def test_cli_find_refuses_a_bad_domain(tb: Testbed, tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "IP address" in done.stderr
     assert tb.total_stats().sessions == 0
+
+
+VARIANT_MAILBOXES = [
+    ("Jürgen", "Müller", "juergen.mueller"),  # umlauts spelled out
+    ("José", "García Márquez", "jose.garcia"),  # first of two surnames
+    ("Ludwig", "van der Berg", "ludwig.berg"),  # particles dropped
+    ("Jean-Luc", "Picard", "jean-luc.picard"),  # hyphen kept
+    ("Mary Ann", "Smith", "mary.smith"),  # first of two given names
+]
+
+
+@pytest.mark.parametrize(("first", "last", "mailbox"), VARIANT_MAILBOXES)
+async def test_a_variant_of_the_name_is_found_within_the_default_probes(
+    testbed_factory, tmp_path, testbed_settings, first, last, mailbox
+):
+    """Every variant ranked behind the 15 base patterns, so with the default 8 probes none
+    was ever tried and these people were not_found."""
+    host = HostSpec("mx.corp.test", HostBehaviour(mailboxes={m for *_, m in VARIANT_MAILBOXES}))
+    tb = testbed_factory(World.of([host], [DomainSpec("corp.test", mx=[(10, "mx.corp.test")])]))
+    settings = testbed_settings(tb, tmp_path)
+    assert settings.finder_max_probes == Settings.model_fields["finder_max_probes"].default
+    result = await find_email(
+        Engine(settings), first, last, "corp.test", max_probes=settings.finder_max_probes
+    )
+    assert (result.status, result.email) == ("found", f"{mailbox}@corp.test")
