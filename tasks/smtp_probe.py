@@ -202,6 +202,10 @@ LEARNED_HOSTS = 50_000
 _REFUSED_FOR_NOW = (SmtpOutcome.TEMP_FAILURE, SmtpOutcome.CONNECTION_FAILED)
 
 
+# A 4xx to RCPT TO (once retries are spent): the server puts us off for now.
+_PUT_OFF = (SmtpOutcome.GREYLISTED, SmtpOutcome.TEMP_FAILURE)
+
+
 class _Crowded(_NoSession):
     """A new session was refused for now (4xx) while the run has others open: no verdict."""
 
@@ -872,6 +876,13 @@ class DomainSession:
             run.broken[session.host.name] = 0  # it answered
             _tally(session, finding.outcome)
             self.prober._record(run, item, finding)
+            if finding.outcome in _PUT_OFF:
+                # Greylisting or "try later" puts off every new recipient alike: asking the
+                # other candidates, and every later row, would only hammer a server that
+                # said to wait. They all get this answer.
+                self._failure = finding
+                findings = run.result.findings
+                return SequenceResult(self.catch_all, findings, None, stats, failure=finding)
             if item.is_probe:
                 self.catch_all = run.result.catch_all.get(domain)
                 self._probed = self.catch_all is not None  # unclear: the next row asks again

@@ -484,3 +484,25 @@ async def test_a_variant_of_the_name_is_found_within_the_default_probes(
         Engine(settings), first, last, "corp.test", max_probes=settings.finder_max_probes
     )
     assert (result.status, result.email) == ("found", f"{mailbox}@corp.test")
+
+
+async def test_a_server_that_puts_every_recipient_off_is_not_asked_again_by_later_rows(
+    testbed_factory, tmp_path, testbed_settings
+):
+    """A greylisting server answers 450 to every new recipient: a CSV job's rows at that
+    domain sent the catch-all probe and 8 candidates each (180 RCPTs for 20 people). The
+    first 4xx now answers every candidate and every later row, which say: try later."""
+    host = HostSpec("mx.grey.test", HostBehaviour(mailboxes={"john.smith"}, greylist_tries=99))
+    tb = testbed_factory(World.of([host], [DomainSpec("grey.test", mx=[(10, "mx.grey.test")])]))
+    settings = testbed_settings(tb, tmp_path)
+    engine = Engine(settings)
+    async with DomainSession(engine.prober) as session:
+        results = [
+            await find_email(
+                engine, f"Person{i}", "Smith", "grey.test", max_probes=8, session=session
+            )
+            for i in range(20)
+        ]
+    assert {r.status for r in results} == {"not_found"}
+    assert all("try again later" in r.reason for r in results), results[-1].reason
+    assert tb.host_stats("mx.grey.test").rcpt_to == 1  # the catch-all probe only
