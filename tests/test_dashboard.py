@@ -23,6 +23,7 @@ from api_helpers import RunningApp, api_world, env_for_testbed, running_app, ser
 from pydantic import SecretStr
 from typer.testing import CliRunner
 
+from verimail.api.dashboard.routes import PICKER_MAX_COLUMNS
 from verimail.api.dashboard.security import (
     LOGIN_FAILURES,
     LOGIN_FAILURES_PER_ADDRESS,
@@ -494,7 +495,13 @@ async def test_next_only_redirects_inside_the_dashboard(settings):
             ("/\\evil.example", "/dashboard"),
             ("/api/health", "/dashboard"),
             ("/dashboardx", "/dashboard"),
+            ("/dashboard/../api/health", "/dashboard"),  # a browser resolves the ".."
+            ("/dashboard/%2e%2e/docs", "/dashboard"),
+            ("/dashboard/..//evil.example", "/dashboard"),
+            ("/dashboard/keys//", "/dashboard"),
             ("/dashboard/keys", "/dashboard/keys"),
+            ("/dashboard/", "/dashboard/"),
+            ("/dashboard/jobs/7?page=2", "/dashboard/jobs/7?page=2"),
         ]:
             async with browser(app) as client:
                 response = await log_in(client, "nav@example.com", next=target)
@@ -943,6 +950,48 @@ async def test_the_picker_chooses_by_position_and_once(settings):
         done = await wait_finished(app.client, job_id_of(started))
         assert (done["status"], done["valid_count"], done["invalid_count"]) == ("completed", 2, 5)
         assert balance(app.store.engine, user.id).total == 93
+
+
+async def test_one_upload_waits_per_account_and_a_wide_one_lists_its_first_columns(settings):
+    """Each upload whose column was not found kept its whole file for an hour, however many
+    one account posted (a way to fill the disk); and a file millions of columns wide made a
+    page of every column. Now a new waiting upload replaces the account's earlier one, and
+    the picker lists the first PICKER_MAX_COLUMNS columns and says how many there are."""
+    wide_columns = PICKER_MAX_COLUMNS + 50
+    wide = ",".join(f"c{i}" for i in range(wide_columns)) + "\n"
+    wide += "".join(",".join(f"v{r}.{i}" for i in range(wide_columns)) + "\n" for r in range(3))
+    pending_root = Path(settings.data_dir) / "uploads" / "pending"
+    async with running_app(settings) as app:
+        make_user(app, "many@example.com")
+        other = make_user(app, "other@example.com")
+        await logged_in(app.client, "many@example.com")
+        async with browser(app) as them:
+            await logged_in(them, "other@example.com")
+            theirs = await upload(them, PICK, "theirs.csv")
+            assert theirs.status_code == 200
+        tokens = []
+        for n in range(3):
+            asked = await upload(app.client, PICK, f"odd{n}.csv")
+            assert asked.status_code == 200
+            tokens.append(re.search(r'name="upload" value="([^"]+)"', asked.text).group(1))
+        waiting = sorted(p.name for p in pending_root.iterdir())
+        assert len(waiting) == 2  # the last of the three, and the other account's
+        assert sum(name.startswith(f"a{other.id}x") for name in waiting) == 1
+        csrf = csrf_of((await app.client.get("/dashboard/upload")).text)
+        old = await app.client.post(
+            "/dashboard/upload/column",
+            data={"csrf_token": csrf, "upload": tokens[0], "email_column": "#1"},
+        )
+        assert old.status_code == 410 and "upload the file again" in old.text
+
+        shown = await upload(app.client, wide, "wide.csv")
+        assert shown.status_code == 200
+        options = re.findall(r'<option value="([^"]*)">', shown.text)
+        assert options == [f"#{i + 1}" for i in range(PICKER_MAX_COLUMNS)]
+        assert f"The file has {wide_columns} columns" in shown.text
+        assert f"v0.{PICKER_MAX_COLUMNS - 1}<" in shown.text
+        assert f"v0.{PICKER_MAX_COLUMNS}<" not in shown.text
+        assert len(list(pending_root.iterdir())) == 2
 
 
 async def test_odd_page_numbers_and_key_names_are_answered(settings):

@@ -106,6 +106,9 @@ PENDING_DIR = "pending"
 PENDING_MAX_AGE = 3600
 """Seconds an upload waiting for its email column is kept (then it is swept away)."""
 PREVIEW_ROWS = 5
+PICKER_MAX_COLUMNS = 200
+"""Columns the picker lists and previews: a file 2 million columns wide made a 130 MB page
+and took 2 GB of memory to build it."""
 
 NOTICES = {
     "signed_up": "Thanks! If this address was not registered yet, its account is ready with "
@@ -516,16 +519,35 @@ def _sweep_pending(root: Path) -> None:
                 shutil.rmtree(folder, ignore_errors=True)
 
 
-def _preview(path: Path, max_rows: int) -> tuple[tuple[str, ...], list[list[str]]]:
-    """The columns and the first rows, to help choose the email column."""
+def _preview(path: Path, max_rows: int) -> tuple[tuple[str, ...], list[list[str]], int]:
+    """The first columns (at most PICKER_MAX_COLUMNS), the first rows' cells under them, and
+    how many columns the file has, to help choose the email column."""
     info = inspect_csv(path, max_rows=max_rows, need_email=False)
     rows: list[list[str]] = []
     with open_info(path, info) as stream:
         for fields in iter_data_records(stream, info.delimiter, info.has_header):
-            rows.append([(cell if len(cell) <= 60 else cell[:59] + "…") for cell in fields])
+            shown = fields[:PICKER_MAX_COLUMNS]
+            rows.append([(cell if len(cell) <= 60 else cell[:59] + "…") for cell in shown])
             if len(rows) >= PREVIEW_ROWS:
                 break
-    return info.columns, rows
+    return info.columns[:PICKER_MAX_COLUMNS], rows, len(info.columns)
+
+
+def _pending_prefix(account_id: int) -> str:
+    """How an account's waiting upload is named in ``pending/`` (letters and digits only)."""
+    return f"a{account_id}x"
+
+
+def _forget_pending(root: Path, account_id: int) -> None:
+    """Remove the account's uploads still waiting for a column, unless one is being used.
+
+    One upload waits per account: each kept its whole file for an hour, so a script posting
+    undetectable files could fill the disk (about 500 MB a minute per account)."""
+    if not root.is_dir():
+        return
+    for folder in root.glob(_pending_prefix(account_id) + "*"):
+        if not (folder / ".claimed").exists():
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @router.get("/upload")
@@ -574,12 +596,12 @@ async def _start_job(
         )
     except UploadError as exc:
         try:
-            columns, rows = await to_thread.run_sync(_preview, path, settings.upload_max_rows)
+            preview = await to_thread.run_sync(_preview, path, settings.upload_max_rows)
         except UploadError:
             shutil.rmtree(folder, ignore_errors=True)
             return await _upload_refused(request, account, store, 422, exc.detail)
         return await _column_picker(
-            request, account, store, folder, filename, columns, rows, exc.detail, column
+            request, account, store, folder, filename, preview, exc.detail, column
         )
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
@@ -618,18 +640,21 @@ async def _column_picker(
     store: StoreDep,
     folder: Path,
     filename: str | None,
-    columns: tuple[str, ...],
-    rows: list[list[str]],
+    preview: tuple[tuple[str, ...], list[list[str]], int],
     why: str,
     chosen: str | None,
 ) -> Response:
-    """Keep the file (in ``pending/``) and ask which column holds the addresses.
+    """Keep the file (in ``pending/``, replacing the account's earlier waiting upload) and
+    ask which column holds the addresses.
 
     A first upload without a detectable column is a normal step (200, no error shown
     beyond the question); a column the person chose and that does not work is a 422.
     """
+    columns, rows, width = preview
     if folder.parent.name != PENDING_DIR:
-        pending = _pending_root(request) / folder.name
+        root = _pending_root(request)
+        await to_thread.run_sync(_forget_pending, root, account.id)
+        pending = root / (_pending_prefix(account.id) + folder.name)
         pending.parent.mkdir(parents=True, exist_ok=True)
         os.replace(folder, pending)
         folder = pending
@@ -643,7 +668,13 @@ async def _column_picker(
         store,
         200 if chosen is None else 422,
         None if undetected else why,
-        picker={"token": token, "columns": columns, "rows": rows, "filename": filename},
+        picker={
+            "token": token,
+            "columns": columns,
+            "rows": rows,
+            "filename": filename,
+            "width": width,
+        },
     )
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import anyio
 from anyio import to_thread
@@ -125,6 +125,11 @@ def safe_next(target: str | None) -> str:
     if parts.scheme or parts.netloc or not target.startswith("/"):
         return PREFIX
     if parts.path != PREFIX and not parts.path.startswith(PREFIX + "/"):
+        return PREFIX
+    # A browser resolves dot segments (also percent-encoded) before it asks: "/dashboard/.."
+    # leaves the dashboard, and "/dashboard/..//host" becomes a path starting "//".
+    segments = unquote(parts.path).split("/")[1:]
+    if any(segment in (".", "..", "") for segment in segments[:-1]) or segments[-1] in (".", ".."):
         return PREFIX
     return target
 
