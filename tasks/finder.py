@@ -116,7 +116,7 @@ def normalise_finder_domain(raw: str) -> str:
     about what it is: the syntax module decides, so the finder accepts exactly the domains
     the verifier accepts.
     """
-    text = raw.strip() if isinstance(raw, str) else ""
+    text = raw.translate(_INVISIBLE).strip() if isinstance(raw, str) else ""
     if not text:
         raise FinderInputError(
             "The domain is empty; give a company domain such as example.com.", "domain"
@@ -133,12 +133,28 @@ def normalise_finder_domain(raw: str) -> str:
     if text.count(":") == 1:
         text = _PORT.sub("", text)
     text = text.rstrip(".")
-    if text.lower().startswith("www.") and "." in text[4:]:
+    # (every "www.": normalising twice must give the same domain, as the API and a CSV row
+    # both normalise what they are given)
+    while text.lower().startswith("www.") and "." in text[4:]:
         text = text[4:]
     parsed = parse_address(f"x@{text}")
     if isinstance(parsed, SyntaxProblem):
         raise FinderInputError(_domain_reason(parsed.reason), "domain")
     return parsed.domain
+
+
+# Invisible characters a domain copied from a web page carries (names drop them too).
+_INVISIBLE = str.maketrans("", "", "\u200b\u2060\ufeff")
+_ADDRESS_WORDING = (
+    ("The part after the @", "The domain"),
+    ("immediately after the @", "at its start"),
+    ("after the @", "in the domain"),
+    ("An email address", "A domain"),
+    ("an email address", "a domain"),
+    ("The email address", "The domain"),
+    ("the email address", "the domain"),
+    ("The address", "The domain"),
+)
 
 
 def _domain_reason(reason: str) -> str:
@@ -147,15 +163,24 @@ def _domain_reason(reason: str) -> str:
         return "The domain is empty; give a company domain such as example.com."
     if reason.startswith("The address is longer"):
         return "The domain is too long."
-    return reason.replace("The address", "The domain", 1)
+    for said, meant in _ADDRESS_WORDING:
+        reason = reason.replace(said, meant)
+    return reason
 
 
 NameField = Literal["first_name", "last_name"]
 
 
+NAME_MAX_LENGTH = 100
+
+
 def check_name_part(text: str, field: NameField) -> None:
-    """``FinderInputError`` when one half of the name has nothing an address could use
-    (e.g. only punctuation); the API validates each field with this."""
+    """``FinderInputError`` when one half of the name is too long or has nothing an address
+    could use (e.g. only punctuation); the API and a finder job's rows both check with this."""
+    if len(text) > NAME_MAX_LENGTH:
+        raise FinderInputError(
+            f"The {field.replace('_', ' ')} is longer than {NAME_MAX_LENGTH} characters.", field
+        )
     first, last = (text, "x") if field == "first_name" else ("x", text)
     if normalise_name(first, last) is None:
         raise FinderInputError(

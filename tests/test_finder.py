@@ -16,6 +16,7 @@ from verimail.tasks.engine import Engine
 from verimail.tasks.finder import (
     CATCH_ALL_FACTOR,
     FinderInputError,
+    check_names,
     find_email,
     normalise_finder_domain,
 )
@@ -421,10 +422,41 @@ async def test_bad_input_raises_finder_input_error_before_any_network(
         ("www.example.com", "example.com"),
         ("mail.example.com", "mail.example.com"),
         ("bücher.de", "xn--bcher-kva.de"),
+        ("www.www.example.com", "example.com"),  # normalising twice gives the same domain
+        ("example.com\u200b", "example.com"),  # an invisible space pasted with it
     ],
 )
 def test_domain_normalisation(raw: str, expected: str) -> None:
     assert normalise_finder_domain(raw) == expected
+    assert normalise_finder_domain(expected) == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "detail"),
+    [
+        ("-acme.test", "A domain cannot have a hyphen at its start."),
+        ("acme-.test", "A domain cannot have a period and a hyphen next to each other."),
+        ("xn--zz.test", "The domain is not valid IDNA (Invalid A-label)."),
+    ],
+)
+def test_a_bad_domain_is_explained_as_a_domain(raw: str, detail: str) -> None:
+    """The syntax module's sentences are about addresses and their "@"; the caller gave a
+    domain, and was told about "an email address" and an "@" it never typed."""
+    with pytest.raises(FinderInputError) as caught:
+        normalise_finder_domain(raw)
+    assert caught.value.detail == detail
+
+
+def test_a_name_is_too_long_the_same_way_for_a_lookup_and_a_job_row() -> None:
+    """Only the API's model limited names to 100 characters: a CSV row with a longer one
+    was looked up and charged, where the same request got a 422."""
+    check_names("J" * 100, "Smith")
+    with pytest.raises(FinderInputError) as caught:
+        check_names("J" * 101, "Smith")
+    assert (caught.value.field, caught.value.detail) == (
+        "first_name",
+        "The first name is longer than 100 characters.",
+    )
 
 
 # --- the command line ------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from verimail.config import Settings
 from verimail.store.accounts import Account
 from verimail.store.credits import balance
 from verimail.tasks.finder import (
+    NAME_MAX_LENGTH,
     FinderInputError,
     FinderResult,
     NameField,
@@ -49,7 +50,6 @@ from verimail.tasks.host_slots import urgent
 router = APIRouter(tags=["email finder"])
 
 FINDER_DISABLED = "The Email Finder is not enabled for this account."
-NAME_MAX_LENGTH = 100
 DOMAIN_MAX_LENGTH = 300  # a pasted URL is trimmed to its host, so allow some slack
 
 
