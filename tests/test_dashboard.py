@@ -21,8 +21,10 @@ import httpx
 import pytest
 from api_helpers import RunningApp, api_world, env_for_testbed, running_app, serve_processes
 from pydantic import SecretStr
+from sqlalchemy.exc import OperationalError
 from typer.testing import CliRunner
 
+from verimail.api.dashboard import routes as dashboard_routes
 from verimail.api.dashboard.routes import PICKER_MAX_COLUMNS
 from verimail.api.dashboard.security import (
     LOGIN_FAILURES,
@@ -1150,3 +1152,26 @@ async def test_a_finder_job_shows_as_one_and_downloads(settings):
         assert rows[1][3:5] == ["alice@acme.test", "found"]
         listing = (await app.client.get("/dashboard/jobs")).text
         assert "found <span" in listing
+
+
+async def test_a_database_blip_after_a_charged_check_still_shows_its_result(settings, monkeypatch):
+    """The balance under the result was read after the charge was final: when that read
+    failed, the page said "nothing was charged" while the credit stayed spent and the
+    result was lost. Now the result is shown, without the balance."""
+    async with running_app(settings) as app:
+        user = make_user(app, "blip@example.com", credits=5)
+        await logged_in(app.client, "blip@example.com")
+        csrf = csrf_of((await app.client.get("/dashboard/verify")).text)
+
+        def database_gone(*args: object) -> None:
+            raise OperationalError("SELECT", {}, Exception("server closed the connection"))
+
+        monkeypatch.setattr(dashboard_routes, "balance", database_gone)
+        shown = await app.client.post(
+            "/dashboard/verify", data={"csrf_token": csrf, "email": "alice@acme.test"}
+        )
+        monkeypatch.undo()
+        assert shown.status_code == 200, shown.text
+        assert "nothing was charged" not in shown.text and "alice@acme.test" in shown.text
+        assert "credits left" not in shown.text
+        assert balance(app.store.engine, user.id).total == 4

@@ -25,7 +25,7 @@ from email_validator import EmailNotValidError, validate_email
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from verimail.api.billing import charged
 from verimail.api.dashboard.security import (
@@ -52,6 +52,7 @@ from verimail.api.dashboard.web import (
     client_address,
     dashboard_state,
     error_page,
+    log,
     plan_limits,
     redirect,
     render,
@@ -403,7 +404,10 @@ async def verify_one(
             status_code=exc.status_code,
             headers=exc.headers,
         )
-    context["balance"] = await to_thread.run_sync(balance, store.engine, account.id)
+    try:
+        context["balance"] = await to_thread.run_sync(balance, store.engine, account.id)
+    except SQLAlchemyError as exc:  # charged and done: show the result, not "nothing charged"
+        log.warning("balance unavailable after a dashboard verification: %s", exc)
     return render(request, "verify.html", context, account=account)
 
 
