@@ -79,8 +79,7 @@ class _Billing:
         self.job = job
         self.price = price
         self.exhausted = False
-        self.used = 0
-        self.paid_rows: set[int] = set()
+        self.paid: dict[int, int] = {}  # row -> what its find was charged (this run or before)
         self.lock = asyncio.Lock()
 
     def _reference(self, row: int) -> str:
@@ -95,19 +94,23 @@ class _Billing:
         spent = await asyncio.to_thread(
             charges_under, self.store.engine, self.job.account_id, self._prefix
         )
-        self.paid_rows = {int(reference.removeprefix(self._prefix)) for reference in spent}
-        self.used = sum(spent.values())
+        self.paid = {int(ref.removeprefix(self._prefix)): amount for ref, amount in spent.items()}
+
+    @property
+    def used(self) -> int:
+        """Credits the job's finds cost so far (the ledger's charges under its rows)."""
+        return sum(self.paid.values())
 
     def skips(self, row: int) -> bool:
         """Out of credits, and this row was not paid for before."""
-        return self.exhausted and row not in self.paid_rows
+        return self.exhausted and row not in self.paid
 
     async def pay(self, row: int, email: str) -> bool:
         """Charge the find on ``row`` (once, whichever run reports it); False when the
         account is out of credits. Raises :class:`Superseded` when a later run has the job
         (checked in the charge's own transaction)."""
         async with self.lock:
-            if row in self.paid_rows:
+            if row in self.paid:
                 return True
             if self.exhausted:
                 return False
@@ -124,16 +127,15 @@ class _Billing:
             if outcome == "short":
                 self.exhausted = True
                 return False
-            if outcome == "charged":
-                self.used += self.price
-            self.paid_rows.add(row)
+            # ("already": a charge of this run whose commit a retried call did not see)
+            self.paid[row] = self.price
             return True
 
     async def unpay(self, row: int) -> None:
         """This run did not find the row an earlier run paid for (its runner died after
         the charge): a find is charged only when one is reported, so give the charge back."""
         async with self.lock:
-            if row not in self.paid_rows:
+            if row not in self.paid:
                 return
             given = await db_retried(
                 job_store.refund_for_run,
@@ -145,8 +147,7 @@ class _Billing:
             )
             if given == "superseded":
                 raise Superseded(f"job {self.job.id}: run {self.job.attempt} lost it")
-            self.used -= given
-            self.paid_rows.discard(row)
+            del self.paid[row]  # (given back now, or by a retried call that committed)
 
 
 class _Progress:

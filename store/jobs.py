@@ -556,8 +556,9 @@ def mark_failed(
             wanted = unsettled if refund is None else refund
         refunded = _refund_in(conn, job, wanted, "refund of a failed job", now)
         # (A finder job reserves nothing: its finds come back as ledger refunds under their
-        # own references, and its credits_used drops by them.)
-        finds = _refund_finds_in(conn, job, now) if job.kind == "finder_csv" else 0
+        # own references, and its credits_used drops to 0.)
+        if job.kind == "finder_csv":
+            _refund_finds_in(conn, job, now)
         total_refunded = job.credits_refunded + refunded
         conn.execute(
             update(jobs)
@@ -566,9 +567,10 @@ def mark_failed(
                 status="failed",
                 failed_reason=reason,
                 credits_refunded=total_refunded,
-                credits_used=max(
-                    job.credits_reserved - total_refunded, job.credits_used - finds, 0
-                ),
+                # (its last flushed count could still hold a find a run had given back)
+                credits_used=0
+                if job.kind == "finder_csv"
+                else max(job.credits_reserved - total_refunded, 0),
                 completed_at=now,
                 heartbeat_at=now,
             )

@@ -87,3 +87,36 @@ def test_a_finder_run_rides_out_a_failed_charge(world_settings, tmp_path, monkey
     assert after.status == "completed", after.failed_reason
     assert after.credits_used == 2
     assert credits.balance(store.engine, account.id).total == 100 - 2
+
+
+def test_a_find_charged_before_its_connection_dropped_is_counted_once(
+    world_settings, tmp_path, monkeypatch
+):
+    """The charge's COMMIT went through but its answer was lost: the call made again finds
+    the row paid ("already"). The run did not count it, and the job reported fewer
+    credits_used than the account was charged."""
+    store = store_for(world_settings)
+    settings = world_settings.model_copy(update={"signup_credits": 100})
+    account = accounts.create_account(store.engine, settings, plan="enterprise")
+    upload = tmp_path / "people.csv"
+    upload.write_text("first_name,last_name,domain\nAnn,Lee,acme.test\nBob,Stone,acme.test\n")
+    job = job_store.create_job(
+        store.engine, account.id, "finder_csv", 2, reserve=0, upload_path=str(upload)
+    )
+    real = job_store.charge_for_run
+    calls: list[str] = []
+
+    def committed_then_lost(*args, **kwargs):
+        outcome = real(*args, **kwargs)
+        calls.append(outcome)
+        if len(calls) == 1:
+            raise OperationalError("COMMIT", {}, Exception("server closed the connection"))
+        return outcome
+
+    monkeypatch.setattr(job_store, "charge_for_run", committed_then_lost)
+    _run(world_settings, "finder", job.id)
+    after = job_store.get_job_any(store.engine, job.id)
+    assert calls[:2] == ["charged", "already"]
+    assert after.status == "completed", after.failed_reason
+    assert credits.balance(store.engine, account.id).total == 100 - 2
+    assert after.credits_used == 2

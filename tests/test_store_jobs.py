@@ -328,6 +328,27 @@ def test_a_failed_finder_job_gives_back_its_finds(store: Store, account_id: int)
     assert _refund_rows(store, job.id) == 0  # (the reservation refunds: none, it has none)
 
 
+def test_a_failed_finder_job_uses_nothing_whatever_its_last_progress_said(
+    store: Store, account_id: int
+) -> None:
+    """A run gave a find back, then died before its progress flush: the job's last
+    credits_used still held that find. Failing the job gives every find back, so the job
+    has used nothing; it reported 10."""
+    job = jb.create_job(store.engine, account_id, "finder_csv", 2, reserve=0)
+    assert job is not None and jb.mark_processing(store.engine, job.id)
+    run = jb.get_job_any(store.engine, job.id)
+    assert run is not None
+    before = cr.balance(store.engine, account_id).total
+    row = jb.finder_row_reference(job.id, 0)
+    assert jb.charge_for_run(store.engine, run, 10, reference=row) == "charged"
+    jb.update_progress(store.engine, job.id, 1, credits_used=10, attempt=run.attempt)
+    assert jb.refund_for_run(store.engine, run, reference=row, reason="not found") == 10
+    assert jb.mark_failed(store.engine, job.id, "the runner died", 0)
+    failed = jb.get_job_any(store.engine, job.id)
+    assert failed is not None and failed.credits_used == 0
+    assert cr.balance(store.engine, account_id).total == before
+
+
 def test_only_the_run_that_has_a_finder_job_pays_or_refunds(store: Store, account_id: int) -> None:
     """A finder run charges each find under its row, and gives back a charge it no longer
     finds; once recovery resumed the job as run 2, run 1 can do neither (the check is in
