@@ -44,6 +44,19 @@ def _run(settings, kind: str, job_id: int) -> None:
         forget(settings)
 
 
+def _finder_job(settings, tmp_path):
+    """(store, account with 100 credits, a finder job for two people who both exist)."""
+    store = store_for(settings)
+    funded = settings.model_copy(update={"signup_credits": 100})
+    account = accounts.create_account(store.engine, funded, plan="enterprise")
+    upload = tmp_path / "people.csv"
+    upload.write_text("first_name,last_name,domain\nAnn,Lee,acme.test\nBob,Stone,acme.test\n")
+    job = job_store.create_job(
+        store.engine, account.id, "finder_csv", 2, reserve=0, upload_path=str(upload)
+    )
+    return store, account, job
+
+
 @pytest.fixture
 def world_settings(testbed_factory, testbed_settings, tmp_path):
     tb = testbed_factory(
@@ -72,14 +85,7 @@ def test_a_bulk_run_rides_out_a_failed_progress_write(world_settings, tmp_path, 
 
 
 def test_a_finder_run_rides_out_a_failed_charge(world_settings, tmp_path, monkeypatch):
-    store = store_for(world_settings)
-    settings = world_settings.model_copy(update={"signup_credits": 100})
-    account = accounts.create_account(store.engine, settings, plan="enterprise")
-    upload = tmp_path / "people.csv"
-    upload.write_text("first_name,last_name,domain\nAnn,Lee,acme.test\nBob,Stone,acme.test\n")
-    job = job_store.create_job(
-        store.engine, account.id, "finder_csv", 2, reserve=0, upload_path=str(upload)
-    )
+    store, account, job = _finder_job(world_settings, tmp_path)
     calls = _fails_once(monkeypatch, "charge_for_run", 2)  # (the second find's charge)
     _run(world_settings, "finder", job.id)
     after = job_store.get_job_any(store.engine, job.id)
@@ -95,14 +101,7 @@ def test_a_find_charged_before_its_connection_dropped_is_counted_once(
     """The charge's COMMIT went through but its answer was lost: the call made again finds
     the row paid ("already"). The run did not count it, and the job reported fewer
     credits_used than the account was charged."""
-    store = store_for(world_settings)
-    settings = world_settings.model_copy(update={"signup_credits": 100})
-    account = accounts.create_account(store.engine, settings, plan="enterprise")
-    upload = tmp_path / "people.csv"
-    upload.write_text("first_name,last_name,domain\nAnn,Lee,acme.test\nBob,Stone,acme.test\n")
-    job = job_store.create_job(
-        store.engine, account.id, "finder_csv", 2, reserve=0, upload_path=str(upload)
-    )
+    store, account, job = _finder_job(world_settings, tmp_path)
     real = job_store.charge_for_run
     calls: list[str] = []
 
