@@ -66,8 +66,9 @@ FinderStatus = Literal["found", "not_found", "catch_all"]
 CATCH_ALL_FACTOR = 0.6
 """Scales the rank prior of an unverifiable guess, keeping it at or below 0.6."""
 
-# Answers that settle a candidate: the server looked at the mailbox and said no.
-_SETTLED = frozenset({SmtpOutcome.NO_MAILBOX, SmtpOutcome.MAILBOX_FULL, SmtpOutcome.REJECTED_OTHER})
+# Answers that settle a candidate: the server looked at the mailbox and said no. (A full
+# mailbox is there: the lookup stops at it and answers with it.)
+_SETTLED = frozenset({SmtpOutcome.NO_MAILBOX, SmtpOutcome.REJECTED_OTHER})
 
 _SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 _PORT = re.compile(r":\d{1,5}$")
@@ -331,9 +332,33 @@ async def find_email(
 def _accepted(
     lookup: _Lookup, sequence: SequenceResult, candidate: Candidate, tried: list[str]
 ) -> FinderResult:
-    """An accepted candidate: verified only when the server refused the random address."""
+    """An accepted candidate: verified only when the server refused the random address. A
+    full mailbox is there too: found, as risky as the verifier calls it."""
     domain = lookup.domain
     finding = sequence.findings[candidate.email]
+    others = [e for e in tried if e != candidate.email]
+    if finding.outcome is SmtpOutcome.MAILBOX_FULL:
+        full = decide(
+            Facts(
+                domain_outcome=DomainOutcome.OK,
+                smtp_outcome=finding.outcome,
+                smtp_response=finding.reply,
+                local=candidate.local,
+                domain=domain,
+            )
+        )
+        return lookup.answer(
+            "found",
+            f"The mail server for {domain} says the mailbox {candidate.email} exists "
+            f"(pattern {candidate.pattern}, candidate {candidate.rank + 1} by likelihood), "
+            "but it is full: mail to it bounces until it is emptied.",
+            email=candidate.email,
+            pattern=candidate.pattern,
+            confidence=round(pattern_confidence(candidate.rank) * full.confidence_score, 2),
+            alternatives=others,
+            verification_status=full.status,
+            smtp_response=finding.reply,
+        )
     verdict = decide(
         Facts(
             domain_outcome=DomainOutcome.OK,
@@ -344,7 +369,6 @@ def _accepted(
             domain=domain,
         )
     )
-    others = [e for e in tried if e != candidate.email]
     if verdict.status is Status.VALID:
         return lookup.answer(
             "found",

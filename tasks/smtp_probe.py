@@ -202,6 +202,8 @@ LEARNED_HOSTS = 50_000
 _REFUSED_FOR_NOW = (SmtpOutcome.TEMP_FAILURE, SmtpOutcome.CONNECTION_FAILED)
 
 
+# RCPT TO answers that say the mailbox is there: the finder stops at the first.
+_MAILBOX_EXISTS = (SmtpOutcome.ACCEPTED, SmtpOutcome.MAILBOX_FULL)
 # A 4xx to RCPT TO (once retries are spent): the server puts us off for now.
 _PUT_OFF = (SmtpOutcome.GREYLISTED, SmtpOutcome.TEMP_FAILURE)
 
@@ -733,7 +735,7 @@ class SequenceResult:
 
     catch_all: bool | None
     findings: dict[str, Finding]  # candidate -> finding, only those actually tried
-    accepted: str | None  # the first accepted candidate
+    accepted: str | None  # the first candidate whose mailbox exists (accepted, or full)
     stats: SmtpStats
     failure: Finding | None = None  # set when no session could be had at all
 
@@ -799,7 +801,8 @@ class DomainSession:
         *,
         check_catch_all: bool = True,
     ) -> SequenceResult:
-        """Try ``candidates`` in order; stop at the first accepted one.
+        """Try ``candidates`` in order; stop at the first whose mailbox exists (accepted,
+        or full: "552 5.2.2" names a mailbox that is there).
 
         The catch-all probe goes first, once per session's domain; on a catch-all domain
         no candidate is sent at all, because there an accepted candidate proves nothing.
@@ -888,7 +891,7 @@ class DomainSession:
                 self._probed = self.catch_all is not None  # unclear: the next row asks again
                 if self.catch_all:
                     break
-            elif finding.outcome is SmtpOutcome.ACCEPTED:
+            elif finding.outcome in _MAILBOX_EXISTS:
                 accepted = item.rcpt
                 break
         return SequenceResult(self.catch_all, run.result.findings, accepted, stats)

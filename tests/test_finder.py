@@ -538,3 +538,21 @@ async def test_a_server_that_puts_every_recipient_off_is_not_asked_again_by_late
     assert {r.status for r in results} == {"not_found"}
     assert all("try again later" in r.reason for r in results), results[-1].reason
     assert tb.host_stats("mx.grey.test").rcpt_to == 1  # the catch-all probe only
+
+
+async def test_a_full_mailbox_is_the_persons_address(testbed_factory, tmp_path, testbed_settings):
+    """552 5.2.2 says the mailbox is there, only full. It was counted as a refusal: the
+    lookup went on and answered jsmith (perhaps someone else), or said every address was
+    refused. Now it stops at the full mailbox and answers it, as risky as the verifier
+    calls it, and a full mailbox after the made-up address was refused is charged."""
+    hosts = [
+        HostSpec("mx.full.test", HostBehaviour(full_mailboxes={"john.smith"}, mailboxes={"jsmith"}))
+    ]
+    tb = testbed_factory(World.of(hosts, [DomainSpec("full.test", mx=[(10, "mx.full.test")])]))
+    result = await find_email(
+        Engine(testbed_settings(tb, tmp_path)), "John", "Smith", "full.test", max_probes=8
+    )
+    assert (result.status, result.email) == ("found", "john.smith@full.test")
+    assert result.verification_status == "risky" and "full" in result.reason
+    assert 0 < result.confidence < pattern_confidence(0)
+    assert "jsmith@full.test" not in tb.host_stats("mx.full.test").rcpts
