@@ -337,16 +337,18 @@ def _accepted(
     domain = lookup.domain
     finding = sequence.findings[candidate.email]
     others = [e for e in tried if e != candidate.email]
-    if finding.outcome is SmtpOutcome.MAILBOX_FULL:
-        full = decide(
-            Facts(
-                domain_outcome=DomainOutcome.OK,
-                smtp_outcome=finding.outcome,
-                smtp_response=finding.reply,
-                local=candidate.local,
-                domain=domain,
-            )
+    verdict = decide(
+        Facts(
+            domain_outcome=DomainOutcome.OK,
+            smtp_outcome=finding.outcome,  # (accepted, or a full mailbox)
+            smtp_response=finding.reply,
+            is_catch_all=sequence.catch_all,
+            local=candidate.local,
+            domain=domain,
         )
+    )
+    confidence = round(pattern_confidence(candidate.rank) * verdict.confidence_score, 2)
+    if finding.outcome is SmtpOutcome.MAILBOX_FULL:
         return lookup.answer(
             "found",
             f"The mail server for {domain} says the mailbox {candidate.email} exists "
@@ -354,21 +356,11 @@ def _accepted(
             "but it is full: mail to it bounces until it is emptied.",
             email=candidate.email,
             pattern=candidate.pattern,
-            confidence=round(pattern_confidence(candidate.rank) * full.confidence_score, 2),
+            confidence=confidence,
             alternatives=others,
-            verification_status=full.status,
+            verification_status=verdict.status,
             smtp_response=finding.reply,
         )
-    verdict = decide(
-        Facts(
-            domain_outcome=DomainOutcome.OK,
-            smtp_outcome=SmtpOutcome.ACCEPTED,
-            smtp_response=finding.reply,
-            is_catch_all=sequence.catch_all,
-            local=candidate.local,
-            domain=domain,
-        )
-    )
     if verdict.status is Status.VALID:
         return lookup.answer(
             "found",
@@ -377,7 +369,7 @@ def _accepted(
             f"{candidate.pattern}, candidate {candidate.rank + 1} by likelihood).",
             email=candidate.email,
             pattern=candidate.pattern,
-            confidence=round(pattern_confidence(candidate.rank) * verdict.confidence_score, 2),
+            confidence=confidence,
             alternatives=others,
             verification_status=verdict.status,
             smtp_response=finding.reply,
