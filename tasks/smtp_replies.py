@@ -5,6 +5,7 @@ The table (DESIGN.md "Reply codes → outcome"), first matching row wins:
 | reply | outcome | why |
 |---|---|---|
 | 2xx | accepted | the server will take mail for the mailbox |
+| 550 5.4.1 "Recipient address rejected: Access denied" | no_mailbox | Microsoft 365: no such box |
 | 5xx with 5.7.x, 5.1.7/5.1.8, sender or block-list text (no 5.1.x) | blocked | refused *us* |
 | 552, or 5.2.2 (452 4.2.2 too) | mailbox_full | exists, but mail would bounce now (risky) |
 | 550/551/553 with 5.1.x, or unknown-user text | no_mailbox | the mailbox does not exist |
@@ -52,6 +53,11 @@ _UNKNOWN_USER_TEXT = re.compile(
 # ("Recipient address rejected: User unknown" / ": Access denied"): a mailbox that does not
 # exist only when nothing in the text says the refusal is about us.
 _REJECTED_TEXT = re.compile(r"recipient (address )?rejected|address rejected", re.IGNORECASE)
+# Exchange Online refuses a recipient its tenant has no object for (directory-based edge
+# blocking) with "550 5.4.1 Recipient address rejected: Access denied. AS(201806281)". Read
+# as "blocked", every unknown address there was unknown and, the catch-all probe unclear,
+# every real one only likely valid. ("5.4.1 Relay access denied" is about the domain.)
+_NO_SUCH_RECIPIENT_365 = re.compile(r"recipient address rejected: access denied", re.I)
 _GREYLIST_TEXT = re.compile(r"grey ?list|gray ?list|try (again )?later|4\.7\.1|4\.2\.0", re.I)
 
 
@@ -73,6 +79,8 @@ def classify_rcpt(code: int, message: str) -> SmtpOutcome:
     if 200 <= code < 300:
         return SmtpOutcome.ACCEPTED
     if 500 <= code < 600:
+        if code == 550 and enhanced == (5, 4, 1) and _NO_SUCH_RECIPIENT_365.search(message):
+            return SmtpOutcome.NO_MAILBOX
         if (
             (enhanced and enhanced[0] == 5 and enhanced[1] == 7)
             or (enhanced and enhanced[1:] in ((1, 7), (1, 8)))  # bad sender mailbox/system

@@ -16,7 +16,7 @@ The reply texts follow Postfix, because that is what the prober meets most on th
   ``450 4.2.0 Greylisted, try again later``;
   in ``full_mailboxes``: ``552 5.2.2 Mailbox full``;
   in ``mailboxes`` or ``accept_all``: ``250 2.1.5 Ok``;
-  else ``550 5.1.1 <addr>: Recipient address rejected: User unknown``
+  else ``unknown_reply``, or ``550 5.1.1 <addr>: Recipient address rejected: User unknown``
 - the Nth rejection with N = ``disconnect_after_rejections``: the rejection, then at once
   ``421 4.7.0 <host> Error: too many errors`` and close (Postfix at its hard error limit)
 - ``DATA``: ``554 5.5.1 DATA not allowed on the testbed`` (counted)
@@ -133,7 +133,7 @@ class HostRuntime:
             return REPLY_FULL
         if b.accept_all or b.has_mailbox(address):
             return REPLY_RCPT_OK
-        return REPLY_UNKNOWN.format(addr=address)
+        return b.unknown_reply or REPLY_UNKNOWN.format(addr=address)
 
     async def start(self, sock: Any) -> None:
         """Serve on an already bound listening socket (the testbed picks the address)."""

@@ -88,6 +88,9 @@ class HostBehaviour:
       as Postfix's ``reject_unknown_sender_domain`` answers).
     - ``rcpt_replies``: local parts or full addresses (case-insensitive) → the reply to their
       ``RCPT TO``, before every rule but the recipient limit (``452 4.2.2 … over quota``).
+    - ``unknown_reply``: the reply to a recipient that is no mailbox, instead of Postfix's
+      ``550 5.1.1 … User unknown`` (Microsoft 365 says ``550 5.4.1 Recipient address
+      rejected: Access denied``).
     - ``hostile``: a server that breaks the protocol on purpose (see ``HOSTILE_MODES``), for
       the hardening tests; ``hostile_bytes`` caps what a streaming mode sends (the
       banner's size for ``huge_banner``) and ``hostile_interval`` paces its lines.
@@ -114,6 +117,7 @@ class HostBehaviour:
     starttls_reply: str | None = None
     mail_from_reply: str | None = None
     rcpt_replies: dict[str, str] = field(default_factory=dict)
+    unknown_reply: str | None = None
     hostile: str | None = None
     hostile_bytes: int = 10 * 1024 * 1024
     hostile_interval: float = 0.0

@@ -528,3 +528,23 @@ async def test_a_recipient_asked_again_unmixed_keeps_to_the_session_cap(
     assert {r.status for r in (await engine.verify_many(again)).results} == {Status.VALID}
     # 20 recipients and one probe at <= 5 per session: 5 sessions, not 21.
     assert tb.host_stats("mx.strict.test").sessions - before <= 6
+
+
+DBEB = "550 5.4.1 Recipient address rejected: Access denied. AS(201806281) [x.prod.outlook.com]"
+
+
+async def test_microsoft_365_refusing_an_unknown_recipient_is_read_as_no_such_mailbox(
+    testbed_factory, tmp_path, testbed_settings
+):
+    """Exchange Online refuses a recipient its tenant does not have with 550 5.4.1 "Access
+    denied". Read as "we were blocked", the unknown address was unknown, and the catch-all
+    probe unclear made the real one only likely_valid (0.75)."""
+    host = HostSpec("mx.m365.test", HostBehaviour(mailboxes={"alice"}, unknown_reply=DBEB))
+    tb = testbed_factory(World.of([host], [DomainSpec("m365.test", mx=[(10, "mx.m365.test")])]))
+    batch = await Engine(testbed_settings(tb, tmp_path)).verify_many(
+        ["alice@m365.test", "nobody@m365.test"]
+    )
+    real, unknown = batch.results
+    assert (real.status, real.sub_status) == (Status.VALID, SubStatus.OK)
+    assert (unknown.status, unknown.sub_status) == (Status.INVALID, SubStatus.MAILBOX_NOT_FOUND)
+    assert unknown.smtp_response.startswith("550 5.4.1")

@@ -35,6 +35,15 @@ REPLIES: list[tuple[int, str, SmtpOutcome]] = [
     ),
     (554, "5.7.1 Client host rejected: listed at a block list", SmtpOutcome.BLOCKED),
     (550, "5.7.1 Relay access denied", SmtpOutcome.BLOCKED),
+    # Microsoft 365 (directory-based edge blocking): the tenant has no such recipient.
+    (
+        550,
+        "5.4.1 Recipient address rejected: Access denied. AS(201806281) "
+        "[BN1NAM02FT022.eop-nam02.prod.protection.outlook.com]",
+        SmtpOutcome.NO_MAILBOX,
+    ),
+    (550, "5.4.1 Relay Access Denied", SmtpOutcome.BLOCKED),  # the domain, not the box
+    (554, "5.7.1 <x@y>: Recipient address rejected: Access denied", SmtpOutcome.BLOCKED),
     (553, "5.3.0 Some other refusal", SmtpOutcome.REJECTED_OTHER),
     (450, "4.2.0 Greylisted, try again later", SmtpOutcome.GREYLISTED),
     (451, "4.3.0 Temporary lookup failure", SmtpOutcome.GREYLISTED),
