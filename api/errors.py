@@ -204,7 +204,9 @@ def describe_issue(error: dict[str, Any]) -> str:
     if kind == "too_short":
         return f"{where}: at least {_plural(ctx.get('min_length', 0), noun)}"
     msg = str(error.get("msg", "invalid value"))
-    return f"{where}: {msg[:1].lower()}{msg[1:]}"
+    if msg[1:2].islower():  # "Field required" -> "field required"; "URL scheme …" stays
+        msg = msg[:1].lower() + msg[1:]
+    return f"{where}: {msg}"
 
 
 def _issues(errors: Sequence[Any]) -> list[dict[str, Any]]:
@@ -271,11 +273,10 @@ async def _on_http_exception(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     if exc.status_code == 400 and exc.detail == UNREADABLE_BODY:
         # Undocumented, and the same fault as invalid JSON: answer it as the 422 that is.
-        issue = {"type": "json_invalid", "loc": ["body"], "msg": "body is not UTF-8 JSON"}
-        return JSONResponse(
-            {"detail": "request body is not valid JSON (it must be UTF-8)", "errors": [issue]},
-            status_code=422,
-        )
+        # (not UTF-8, or nested too deeply for the parser)
+        issue = {"type": "json_invalid", "loc": ["body"], "msg": "body could not be read as JSON"}
+        detail = "request body could not be read as JSON (it must be UTF-8, not nested too deeply)"
+        return JSONResponse({"detail": detail, "errors": [issue]}, status_code=422)
     return error_response(exc.status_code, _http_detail(request, exc), exc.headers)
 
 

@@ -18,6 +18,7 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import re
 import socket
 import time
 from collections.abc import Iterable
@@ -61,23 +62,39 @@ def _target(url: str, allow: list[IPNetwork]) -> tuple[SplitResult, str, int]:
     """(the URL's parts, its host as sent on the wire, its port), or WebhookRefused. A name
     in another script is sent in IDNA form (``bücher.example`` is ``xn--bcher-kva.example``):
     an HTTP ``Host`` header is ASCII."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(url)
+        hostname = parts.hostname
+    except ValueError:  # "http://[::1", or a host that NFKC-normalises into "/" or "@"
+        raise WebhookRefused("webhook_url is not a valid URL.") from None
+    if parts.scheme not in ("http", "https") or not hostname:
         raise WebhookRefused("webhook_url must be an http:// or https:// URL with a host.")
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        port = parts.port
     except ValueError:
-        raise WebhookRefused("webhook_url has an invalid port (1 to 65535).") from None
-    host = parts.hostname
+        port = 0
+    if port is None:
+        port = 443 if parts.scheme == "https" else 80
+    elif not 1 <= port <= 65535:  # (port 0 was sent to the scheme's port)
+        raise WebhookRefused("webhook_url has an invalid port (1 to 65535).")
+    host = hostname
     if not host.isascii():
         try:
             host = idna.encode(host, uts46=True).decode("ascii")
         except idna.IDNAError:
             raise WebhookRefused(f"webhook_url's host {host!r} is not a valid name.") from None
     literal = _ip_literal(host)
+    if literal is None and not _HOST_NAME.fullmatch(host):
+        raise WebhookRefused(f"webhook_url's host {hostname!r} is not a valid name.")
     if literal is not None and not smtp_address_allowed(literal, allow):
         raise WebhookRefused("webhook_url points at a private or reserved address.")
     return parts, host, port
+
+
+# A DNS name as a URL may carry it: labels of letters, digits, "-" and "_" (as resolvers
+# take them), 1 to 63 characters, not starting or ending with "-"; a trailing dot allowed.
+_LABEL = r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)"
+_HOST_NAME = re.compile(rf"(?=.{{1,253}}\.?$)({_LABEL}\.)*{_LABEL}\.?")
 
 
 def _ip_literal(host: str) -> str | None:
@@ -89,7 +106,7 @@ def _ip_literal(host: str) -> str | None:
         pass
     try:
         return socket.inet_ntoa(socket.inet_aton(host))  # (inet_aton never asks DNS)
-    except OSError:
+    except (OSError, ValueError):  # (ValueError: a NUL in the name)
         return None
 
 

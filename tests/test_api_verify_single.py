@@ -183,6 +183,14 @@ async def test_402_when_out_of_credits_charges_and_verifies_nothing(
             "request body is not valid JSON",
         ),
         ({"content": b""}, "request body required"),
+        (
+            {"content": b'{"email": "\xff"}', "headers": {"content-type": "application/json"}},
+            "request body could not be read as JSON (it must be UTF-8",
+        ),
+        (  # (valid UTF-8 JSON, too deep for the parser: it was blamed on the encoding)
+            {"content": b"[" * 100_000, "headers": {"content-type": "application/json"}},
+            "request body could not be read as JSON (it must be UTF-8, not nested too deeply)",
+        ),
     ],
 )
 async def test_invalid_bodies_get_a_readable_422(

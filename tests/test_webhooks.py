@@ -325,6 +325,12 @@ async def test_idn_host_is_sent_in_idna_form(receiver, monkeypatch):
         ("http://93.184.216.34:99999/hook", "invalid port"),
         ("http://93.184.216.34:0x50/hook", "invalid port"),
         ("http://a\u200db.example/hook", "not a valid name"),  # (a zero-width joiner)
+        ("http://93.184.216.34:0/hook", "invalid port"),  # (was sent to port 80)
+        ("http://a..b.example/hook", "not a valid name"),
+        ("http://exa mple.com/hook", "not a valid name"),
+        ("http://[::1/hook", "not a valid URL"),  # (these three were 500s)
+        ("http://a\x00b.example/hook", "not a valid name"),
+        ("http://\u2100.example/hook", "not a valid URL"),  # (℀ normalises to "a/c")
     ],
 )
 async def test_a_webhook_url_that_could_never_be_called_is_422_at_creation(
@@ -344,3 +350,19 @@ async def test_a_webhook_url_that_could_never_be_called_is_422_at_creation(
         )
         assert detail in assert_error_body(response, 422), url
         assert total_balance(app.store, customer.account_id) == 5
+
+
+async def test_a_webhook_url_refused_by_the_json_model_reads_as_written(
+    testbed_factory, testbed_settings, tmp_path
+):
+    """Pydantic's message was lower-cased at its first letter: "uRL scheme should be …"."""
+    tb = testbed_factory(api_world())
+    async with running_app(testbed_settings(tb, tmp_path)) as app:
+        customer = app.customer(credits=5)
+        response = await app.client.post(
+            "/api/verify/bulk",
+            headers=customer.headers,
+            json={"emails": ["alice@acme.test"], "webhook_url": "ftp://hooks.example/x"},
+        )
+        detail = assert_error_body(response, 422)
+        assert detail.startswith("webhook_url: URL scheme should be"), detail
