@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -167,6 +168,25 @@ class LocalRunner:
         # ("FATAL: exception not rethrown", seen with `verimail demo --once`): let it end.
         if self._warm_up is not None:
             self._warm_up.join(WARM_UP_JOIN_SECONDS)
+        _stop_embedded_prefect()
+
+
+def _stop_embedded_prefect() -> None:
+    """Stop the Prefect server this process started for itself (no ``PREFECT_API_URL``).
+
+    Prefect stops it from an ``atexit`` hook, which never runs when the process ends on
+    SIGTERM (uvicorn re-raises the signal after its shutdown): every restart of ``verimail
+    serve`` left one more server process running. A server named by ``PREFECT_API_URL``
+    (a Prefect server of the deployment, a test harness) is not this process's to stop."""
+    if "prefect" not in sys.modules:
+        return  # (no job ran and no warm-up: no server was started)
+    from prefect.settings import PREFECT_API_URL
+
+    if PREFECT_API_URL.value():
+        return
+    from prefect.server.api.server import SubprocessASGIServer
+
+    SubprocessASGIServer().stop()
 
 
 def _attempt_of(settings: Settings, job_id: int) -> int | None:
