@@ -42,6 +42,16 @@ def serve_command(
     from verimail.api.app import create_app
 
     settings = get_settings()
+    if settings.runner == "deployment":
+        from prefect.settings import PREFECT_API_URL
+
+        if not PREFECT_API_URL.value():  # (Prefect would start a throwaway server of its own)
+            typer.echo(
+                "VERIMAIL_RUNNER=deployment needs the Prefect server the workers use: set "
+                "PREFECT_API_URL (e.g. http://prefect.internal:4200/api).",
+                err=True,
+            )
+            raise typer.Exit(2)
     uvicorn.run(
         create_app(settings),
         host=host or settings.api_host,

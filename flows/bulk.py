@@ -26,8 +26,8 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import get_run_context
 
 from verimail.config import Settings, current_settings
-from verimail.flows.context import db_retried, engine_for, store_for
-from verimail.flows.failures import customer_reason
+from verimail.flows.context import db_retried, engine_for, no_such_job, store_for
+from verimail.flows.failures import customer_reason, ends_the_process
 from verimail.flows.heartbeat import (
     Superseded,
     as_owner,
@@ -176,7 +176,7 @@ async def bulk_verify(
         )
     job = await _db(job_store.get_job_any, store.engine, job_id)
     if job is None:
-        raise ValueError(f"no job {job_id}")
+        raise no_such_job(store, job_id)
     if job.finished:
         return {"job_id": job.id, "status": job.status}
     if started_late(job, attempt):
@@ -188,6 +188,8 @@ async def bulk_verify(
     except Superseded:  # a later run has the job: it is not this run's to fail
         return superseded_outcome(job)
     except BaseException as exc:
+        if ends_the_process(exc):  # (not the job's failure: the reaper resumes it)
+            raise
         await _db(
             job_store.mark_failed,
             store.engine,

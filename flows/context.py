@@ -74,3 +74,13 @@ async def db_retried(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
             log.warning("database call %s failed (%s); trying again", fn.__name__, exc)
             await asyncio.sleep(delay)
     return await asyncio.to_thread(fn, *args, **kwargs)  # (the last try: its error stands)
+
+
+def no_such_job(store: Store, job_id: int) -> ValueError:
+    """The error of a run whose job is not in its database: name the database, because the
+    usual cause is a worker without the API's ``VERIMAIL_DATABASE_URL``."""
+    where = store.engine.url.render_as_string(hide_password=True)
+    return ValueError(
+        f"no job {job_id} in {where}: every API process and worker must use the same "
+        "VERIMAIL_DATABASE_URL"
+    )

@@ -9,6 +9,7 @@ traceback. An upload problem (``UploadError``) is the customer's to fix and is s
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 
@@ -31,3 +32,17 @@ def customer_reason(job_id: int, opening: str, error: BaseException | None) -> s
         f"{opening} because of an internal error (reference {reference}); the operator's "
         "logs have the details."
     )
+
+
+def ends_the_process(error: BaseException) -> bool:
+    """The run is being stopped from outside: a signal (Prefect raises ``TerminationSignal``
+    in a flow-run process), Ctrl-C, a ``SystemExit`` such as Rich's on a broken stdout when
+    the worker that piped it died, or the cancellation the event loop hands every task
+    when one of those escapes another task. Not the job's failure: the run stops beating,
+    and the reaper resumes the job on a live runner (or fails it, out of runs, with the
+    refund). (A run a later run superseded is stopped by ``as_owner``, as ``Superseded``.)"""
+    if isinstance(error, SystemExit | KeyboardInterrupt | asyncio.CancelledError):
+        return True
+    from prefect.exceptions import ExternalSignal  # (imported only by flows, when it matters)
+
+    return isinstance(error, ExternalSignal)

@@ -36,8 +36,8 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from verimail.config import Settings, current_settings
-from verimail.flows.context import db_retried, engine_for, store_for
-from verimail.flows.failures import customer_reason
+from verimail.flows.context import db_retried, engine_for, no_such_job, store_for
+from verimail.flows.failures import customer_reason, ends_the_process
 from verimail.flows.heartbeat import (
     Superseded,
     as_owner,
@@ -293,7 +293,7 @@ async def find_emails(job_id: int, attempt: int | None = None) -> dict[str, Any]
     store = store_for(settings)
     job = await asyncio.to_thread(job_store.get_job_any, store.engine, job_id)
     if job is None:
-        raise ValueError(f"no job {job_id}")
+        raise no_such_job(store, job_id)
     if job.finished:
         return {"job_id": job.id, "status": job.status}
     if started_late(job, attempt):
@@ -309,6 +309,8 @@ async def find_emails(job_id: int, attempt: int | None = None) -> dict[str, Any]
     except Superseded:  # a later run has the job (and pays only for rows not paid before)
         return superseded_outcome(job)
     except BaseException as exc:
+        if ends_the_process(exc):  # (not the job's failure: the reaper resumes it)
+            raise
         with contextlib.suppress(Exception):
             await progress.flush()
         await asyncio.to_thread(

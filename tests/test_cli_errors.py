@@ -56,6 +56,11 @@ def test_deploy_needs_a_reachable_prefect_server(tmp_path):
     unset = _verimail(["deploy"], env)
     assert unset.returncode == 2 and "Traceback" not in unset.stderr
     assert "set PREFECT_API_URL" in " ".join(unset.stderr.split())
+    # An API process on the deployment runner started, said it was healthy, and answered
+    # every job with a 503 (its runs went to a throwaway Prefect server of its own).
+    serve = _verimail(["serve", "--port", "1"], {**env, "VERIMAIL_RUNNER": "deployment"})
+    assert serve.returncode == 2 and "Traceback" not in serve.stderr
+    assert "VERIMAIL_RUNNER=deployment needs" in " ".join(serve.stderr.split())
     env["PREFECT_API_URL"] = "http://127.0.0.1:9/api"  # (nothing listens on port 9)
     down = _verimail(["deploy"], env)
     assert down.returncode == 1 and "Traceback" not in down.stderr

@@ -12,6 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from hardening_helpers import take_for_dead
+from prefect.exceptions import TerminationSignal
 from sqlalchemy.exc import OperationalError
 
 from verimail.config import using_settings
@@ -19,6 +20,7 @@ from verimail.flows import bulk as bulk_module
 from verimail.flows import heartbeat as heartbeat_module
 from verimail.flows.bulk import bulk_verify, chunk_groups
 from verimail.flows.context import forget, store_for
+from verimail.flows.failures import ends_the_process
 from verimail.flows.recovery import recover_stale_jobs
 from verimail.flows.runner import LocalRunner
 from verimail.schemas.results import VerificationResult
@@ -108,6 +110,49 @@ def test_bulk_flow_verifies_and_writes_results(setup):
     assert frame.height == 7
     history = list((settings.data_dir / "history").rglob("*.parquet"))
     assert [p.name for p in history] == [f"bulk-{job.id}.parquet"]  # (one file per job)
+
+
+def test_a_run_whose_process_is_stopped_leaves_the_job_to_the_reaper(setup, monkeypatch):
+    """A flow-run process whose worker was killed dies on its next log line (Rich turns the
+    broken pipe into SystemExit). That failed the job with a refund on its first run, and
+    a signal to the process (TerminationSignal) did the same; the job is the reaper's to
+    resume. (A TerminationSignal through Prefect's engine re-sends SIGTERM to this very
+    process, so only the SystemExit goes through a run here.)"""
+    for stop in (TerminationSignal(15), KeyboardInterrupt(), asyncio.CancelledError()):
+        assert ends_the_process(stop)
+    assert not ends_the_process(OSError()) and not ends_the_process(RuntimeError())
+    _, settings, store, account = setup
+    job = _job_for(settings, store, account, UPLOAD, reserve=6)
+
+    def stopped(*args, **kwargs):
+        raise SystemExit(1)
+
+    monkeypatch.setattr(bulk_module, "read_job_input", stopped)
+    before = credits.balance(store.engine, account.id).total
+    with using_settings(settings), pytest.raises(SystemExit):
+        asyncio.run(bulk_verify(job_id=job.id))
+    left = job_store.get_job_any(store.engine, job.id)
+    assert (left.status, left.credits_refunded, left.failed_reason) == ("processing", 0, None)
+    assert credits.balance(store.engine, account.id).total == before
+    monkeypatch.undo()
+    # Its beats stopped with the run: once quiet long enough, the reaper resumes it.
+    job_store.heartbeat(store.engine, job.id, now=utcnow() - timedelta(minutes=5))
+    recorder = _Recorder()
+    assert recover_stale_jobs(settings, recorder) == [(job.id, "resumed")]
+    assert recorder.submitted == [("bulk", job.id, 2)]
+
+
+class _Recorder:
+    """A runner that notes what it was asked to run."""
+
+    def __init__(self) -> None:
+        self.submitted: list[tuple[str, int, int | None]] = []
+
+    def submit(self, kind: str, job_id: int, attempt: int | None = None) -> None:
+        self.submitted.append((kind, job_id, attempt))
+
+    def shutdown(self) -> None:
+        return None
 
 
 def test_failed_run_refunds_what_it_did_not_verify(setup):
@@ -657,3 +702,14 @@ def test_a_run_that_waited_in_the_queue_while_its_job_was_resumed_does_not_start
         0,
     )
     assert "zed@busy.test" not in tb.host_stats("mx.busy.test").rcpts  # B never probed
+
+
+def test_a_run_for_a_job_its_database_lacks_names_that_database(setup):
+    """A worker without the API's VERIMAIL_DATABASE_URL looked in a SQLite file of its own
+    and said only "no job 7"."""
+    _, settings, store, _ = setup
+    with using_settings(settings), pytest.raises(ValueError) as caught:
+        asyncio.run(bulk_verify(job_id=987654))
+    message = str(caught.value)
+    assert message.startswith("no job 987654 in ") and "VERIMAIL_DATABASE_URL" in message
+    assert store.engine.url.database in message
