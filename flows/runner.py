@@ -256,9 +256,16 @@ class DeploymentRunner:
             return []
         try:
             states = _flow_run_states(list(waiting.values()))
-        except Exception as exc:  # Prefect unreachable: let the reaper judge by heartbeats
-            log.warning("could not read flow run states from Prefect: %s", exc)
-            return []
+        except Exception as exc:
+            # Prefect unreachable: which runs still wait cannot be told, and a run resumed now
+            # could not be submitted either (the job would fail with its refund). Hold them
+            # all until Prefect answers; a run that died meanwhile is resumed after that.
+            log.warning(
+                "could not read flow run states from Prefect (%s): holding %d job(s)",
+                exc,
+                len(waiting),
+            )
+            return sorted(waiting)
         now = datetime.now(UTC)
         held = []
         for job_id, run_id in waiting.items():

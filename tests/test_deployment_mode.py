@@ -18,6 +18,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from api_helpers import (
     api_world,
@@ -29,6 +30,7 @@ from api_helpers import (
 )
 from hardening_helpers import assert_ledger_exact
 
+from verimail.flows import runner as runner_module
 from verimail.store import jobs as job_store
 from verimail.store.credits import balance
 from verimail.store.testing import temporary_database_url
@@ -196,10 +198,14 @@ async def test_a_killed_worker_s_job_completes_on_another_worker(
             assert balance(app.store.engine, customer.account_id).total == credits - rows
 
 
-async def test_a_queued_job_is_held_and_a_dead_run_is_resumed(testbed_settings, tmp_path):
+async def test_a_queued_job_is_held_and_a_dead_run_is_resumed(
+    testbed_settings, tmp_path, monkeypatch
+):
     """No worker at all: the job's flow run waits in the pool (Scheduled), which is queued,
-    not dead, however old its heartbeat — the reaper leaves it alone. Once Prefect shows
-    the run Running with a silent heartbeat (its worker died), the reaper resumes it."""
+    not dead, however old its heartbeat — the reaper leaves it alone, also while Prefect
+    cannot be asked (it took the job for dead, failed to resubmit it and failed it). Once
+    Prefect shows the run Running with a silent heartbeat (its worker died), the reaper
+    resumes it."""
     from prefect.client.orchestration import get_client
     from prefect.states import Running
 
@@ -231,6 +237,16 @@ async def test_a_queued_job_is_held_and_a_dead_run_is_resumed(testbed_settings, 
             assert await asyncio.to_thread(recover_stale_jobs, settings, runner) == []
             queued = job_store.get_job_any(store.engine, job.id)
             assert queued.status == "pending" and (queued.options or {}).get("attempts", 1) == 1
+
+            def prefect_down(run_ids: list) -> dict:
+                raise httpx.ConnectError("All connection attempts failed")
+
+            with monkeypatch.context() as outage:
+                outage.setattr(runner_module, "_flow_run_states", prefect_down)
+                silence()
+                assert await asyncio.to_thread(recover_stale_jobs, settings, runner) == []
+            held = job_store.get_job_any(store.engine, job.id)
+            assert held.status == "pending" and (held.options or {}).get("attempts", 1) == 1
 
             async with get_client() as client:
                 await client.set_flow_run_state(run_id, Running(), force=True)
