@@ -28,10 +28,23 @@ def customer_reason(job_id: int, opening: str, error: BaseException | None) -> s
         return f"{opening}: {error.detail}"[:MAX_REASON]
     reference = secrets.token_hex(4)
     log.error("job %s: %s (reference %s)", job_id, opening, reference, exc_info=error)
+    _to_run_log("job %s: %s (reference %s)", job_id, opening, reference)
     return (
         f"{opening} because of an internal error (reference {reference}); the operator's "
         "logs have the details."
     )
+
+
+def _to_run_log(message: str, *args: object) -> None:
+    """Also into the flow run's log in Prefect, where an operator using the Prefect UI looks
+    (the ``verimail.flows`` logger reaches the worker's own output only); nothing outside
+    a run."""
+    try:
+        from prefect.logging import get_run_logger
+
+        get_run_logger().error(message, *args)
+    except Exception:  # (no run here, or Prefect's logging unavailable)
+        return
 
 
 def ends_the_process(error: BaseException) -> bool:

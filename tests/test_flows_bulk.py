@@ -6,6 +6,7 @@ import asyncio
 import csv
 import gc
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -713,3 +714,28 @@ def test_a_run_for_a_job_its_database_lacks_names_that_database(setup):
     message = str(caught.value)
     assert message.startswith("no job 987654 in ") and "VERIMAIL_DATABASE_URL" in message
     assert store.engine.url.database in message
+
+
+def test_a_failed_runs_reference_is_in_its_prefect_run_log(setup):
+    """The reference a failed job shows its customer was logged only to the process's own
+    output: an operator using the Prefect UI could not find it."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    _, settings, store, account = setup
+    job = _job_for(settings, store, account, UPLOAD, reserve=6)
+    Path(job.upload_path).unlink()  # the run cannot read its upload: it fails
+    with using_settings(settings), pytest.raises(FileNotFoundError):
+        asyncio.run(bulk_verify(job_id=job.id))
+    failed = job_store.get_job_any(store.engine, job.id)
+    reference = failed.failed_reason.split("(reference ")[1].split(")")[0]
+
+    async def logged() -> list[str]:
+        flow_run = LogFilter(flow_run_id=LogFilterFlowRunId(any_=[failed.flow_run_id]))
+        async with get_client() as client:
+            return [entry.message for entry in await client.read_logs(log_filter=flow_run)]
+
+    deadline = time.monotonic() + 30
+    while not any(reference in message for message in asyncio.run(logged())):
+        assert time.monotonic() < deadline, "the reference never reached the run's log"
+        time.sleep(0.2)
