@@ -25,7 +25,7 @@ from uuid import UUID
 
 from verimail.config import Settings, using_settings
 from verimail.flows.context import store_for
-from verimail.flows.failures import customer_reason
+from verimail.flows.failures import customer_reason, ends_the_process
 from verimail.flows.heartbeat import was_superseded
 from verimail.flows.notify import notify_job_soon
 from verimail.store import jobs as job_store
@@ -148,8 +148,10 @@ class LocalRunner:
             error = exc
             log.warning("job %s (%s) ended with %r", job_id, kind, exc)
         finally:
-            # A superseded run leaves the job open on purpose: a later run has it.
-            if not was_superseded(outcome):
+            # A superseded run leaves the job open on purpose: a later run has it; so does a
+            # run stopped from outside (the reaper resumes the job: see ends_the_process).
+            stopped = error is not None and ends_the_process(error)
+            if not was_superseded(outcome) and not stopped:
                 _fail_if_unfinished(self.settings, job_id, error, attempt)
             with self._lock:
                 self._jobs.discard(job_id)

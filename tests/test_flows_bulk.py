@@ -739,3 +739,23 @@ def test_a_failed_runs_reference_is_in_its_prefect_run_log(setup):
     while not any(reference in message for message in asyncio.run(logged())):
         assert time.monotonic() < deadline, "the reference never reached the run's log"
         time.sleep(0.2)
+
+
+def test_the_local_runner_leaves_a_stopped_run_to_the_reaper_too(setup, monkeypatch):
+    """The local runner settles a run that ended without finishing its job; a run stopped
+    from outside (here the SystemExit of a broken stdout) is the reaper's to resume."""
+    _, settings, store, account = setup
+    job = _job_for(settings, store, account, UPLOAD, reserve=6)
+
+    def stopped(*args, **kwargs):
+        raise SystemExit(1)
+
+    monkeypatch.setattr(bulk_module, "read_job_input", stopped)
+    runner = LocalRunner(settings)
+    try:
+        runner.submit("bulk", job.id)
+        runner.wait(timeout=120)
+    finally:
+        runner.shutdown()
+    left = job_store.get_job_any(store.engine, job.id)
+    assert (left.status, left.credits_refunded, left.failed_reason) == ("processing", 0, None)
