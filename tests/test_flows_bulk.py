@@ -180,15 +180,20 @@ def test_failed_run_refunds_what_it_did_not_verify(setup):
     assert reason == "The job stopped: The file is empty."
 
 
-def test_local_runner_runs_job_in_background(setup):
-    _, settings, store, account = setup
-    job = _job_for(settings, store, account, "email\nalice@acme.test\nzed@acme.test\n", reserve=2)
+def _run_locally(settings, job_id: int) -> None:
+    """Run the job's bulk flow on a local runner, to its end."""
     runner = LocalRunner(settings)
     try:
-        runner.submit("bulk", job.id)
+        runner.submit("bulk", job_id)
         runner.wait(timeout=120)
     finally:
         runner.shutdown()
+
+
+def test_local_runner_runs_job_in_background(setup):
+    _, settings, store, account = setup
+    job = _job_for(settings, store, account, "email\nalice@acme.test\nzed@acme.test\n", reserve=2)
+    _run_locally(settings, job.id)
     done = job_store.get_job_any(store.engine, job.id)
     assert done.status == "completed"
     assert (done.valid_count, done.invalid_count) == (1, 1)
@@ -751,11 +756,6 @@ def test_the_local_runner_leaves_a_stopped_run_to_the_reaper_too(setup, monkeypa
         raise SystemExit(1)
 
     monkeypatch.setattr(bulk_module, "read_job_input", stopped)
-    runner = LocalRunner(settings)
-    try:
-        runner.submit("bulk", job.id)
-        runner.wait(timeout=120)
-    finally:
-        runner.shutdown()
+    _run_locally(settings, job.id)
     left = job_store.get_job_any(store.engine, job.id)
     assert (left.status, left.credits_refunded, left.failed_reason) == ("processing", 0, None)
