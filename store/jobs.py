@@ -366,7 +366,7 @@ def run_owns(job: Row[Any], attempt: int | None) -> bool:
     settling a run that never started), always allowed."""
     if attempt is None:
         return True
-    return _attempts(json.loads(job.options) if job.options else None) == attempt
+    return _attempts(_options_of(job)) == attempt
 
 
 def heartbeat(engine: Engine, job_id: int, *, now: datetime | None = None) -> bool:
@@ -706,9 +706,9 @@ def owed_webhooks(engine: Engine, lease: timedelta, *, now: datetime | None = No
             .order_by(jobs.c.id)
         ).all()
     owed = []
-    for job_id, raw in rows:
-        options = json.loads(raw) if raw else {}
+    for row in rows:
+        options = _options_of(row)
         # (jobs made before the outbox carry no "webhook_owed")
         if options.get("webhook_owed") and _webhook_free(options, lease, now):
-            owed.append(job_id)
+            owed.append(row.id)
     return owed

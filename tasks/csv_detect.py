@@ -935,9 +935,10 @@ def inspect_csv_cells(
     else:
         if cells.len() > max_rows:
             raise _too_many_rows(max_rows)
-        row_count, email_count = cells.len(), 0
-        cells = cells if email_index is not None else None
-        if cells is not None:
+        row_count = cells.len()
+        if email_index is None:
+            cells, email_count = None, 0
+        else:
             email_count = row_count - cells.null_count()
     if row_count == 0:
         raise UploadError(

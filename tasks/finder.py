@@ -347,41 +347,36 @@ def _accepted(
             domain=domain,
         )
     )
-    confidence = round(pattern_confidence(candidate.rank) * verdict.confidence_score, 2)
+    where = f"pattern {candidate.pattern}, candidate {candidate.rank + 1} by likelihood"
     if finding.outcome is SmtpOutcome.MAILBOX_FULL:
-        return lookup.answer(
-            "found",
+        reason = (
             f"The mail server for {domain} says the mailbox {candidate.email} exists "
-            f"(pattern {candidate.pattern}, candidate {candidate.rank + 1} by likelihood), "
-            "but it is full: mail to it bounces until it is emptied.",
-            email=candidate.email,
-            pattern=candidate.pattern,
-            confidence=confidence,
-            alternatives=others,
-            verification_status=verdict.status,
-            smtp_response=finding.reply,
+            f"({where}), but it is full: mail to it bounces until it is emptied."
         )
-    if verdict.status is Status.VALID:
-        return lookup.answer(
-            "found",
+    elif verdict.status is Status.VALID:
+        reason = (
             f"The mail server for {domain} confirmed that {candidate.email} exists and "
-            f"refused a made-up address, so it does not accept everything (pattern "
-            f"{candidate.pattern}, candidate {candidate.rank + 1} by likelihood).",
+            f"refused a made-up address, so it does not accept everything ({where})."
+        )
+    else:
+        return lookup.answer(
+            "catch_all",
+            f"The mail server for {domain} accepted {candidate.email}, but gave no clear "
+            "answer for a made-up address, so it may accept any address; the address is a "
+            "plausible guess, not verified.",
             email=candidate.email,
             pattern=candidate.pattern,
-            confidence=confidence,
+            confidence=_guess_confidence(candidate),
             alternatives=others,
             verification_status=verdict.status,
             smtp_response=finding.reply,
         )
     return lookup.answer(
-        "catch_all",
-        f"The mail server for {domain} accepted {candidate.email}, but gave no clear answer "
-        "for a made-up address, so it may accept any address; the address is a plausible "
-        "guess, not verified.",
+        "found",
+        reason,
         email=candidate.email,
         pattern=candidate.pattern,
-        confidence=_guess_confidence(candidate),
+        confidence=round(pattern_confidence(candidate.rank) * verdict.confidence_score, 2),
         alternatives=others,
         verification_status=verdict.status,
         smtp_response=finding.reply,
