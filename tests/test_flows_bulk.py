@@ -255,7 +255,11 @@ def test_csv_module_reads_results(setup):
 def test_run_started_from_the_ui_creates_its_job_and_progress_artifact(setup, tmp_path):
     """A data team triggers bulk-verify with a file path and an account: the API sees it."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        ArtifactFilterKey,
+    )
 
     _, settings, store, account = setup
     upload = tmp_path / "from-ui.csv"
@@ -271,7 +275,12 @@ def test_run_started_from_the_ui_creates_its_job_and_progress_artifact(setup, tm
     async def progress() -> list:
         async with get_client() as client:
             return await client.read_artifacts(
-                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[f"bulk-job-{job.id}"]))
+                # (this run's: other tests' databases have a job with this id too, and the
+                # Prefect server is the session's)
+                artifact_filter=ArtifactFilter(
+                    key=ArtifactFilterKey(any_=[f"bulk-job-{job.id}"]),
+                    flow_run_id=ArtifactFilterFlowRunId(any_=[job.flow_run_id]),
+                )
             )
 
     artifacts = asyncio.run(progress())
