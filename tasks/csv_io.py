@@ -47,6 +47,7 @@ from verimail.tasks.csv_detect import (
     open_info,
     read_whole,
     resolve_column,
+    starts_oddly,
 )
 
 __all__ = [
@@ -206,16 +207,14 @@ def read_emails(
 # on purpose: the regex crate's Unicode tables can be older than the ones Rust's
 # to_lowercase uses, so \p{Changes_When_Lowercased} missed letters it lower-cases.
 _EDGE = r"[\t\n\x0B\x0C\r \x80-\x{10FFFF}]"
-_ODD_START = rf"^{_EDGE}"
 _ODD_END = rf"(?:{_EDGE}|@[^@]*[A-Z\x80-\x{{10FFFF}}][^@]*)$"
 
 
 def _needs_normalising(email: pl.Expr) -> pl.Expr:
-    """The cells above. (Two regexes: each anchored at one end is fast, where one alternation
-    anchored at both ends cost 0.004 s more per million cells.)"""
-    return (
-        (email.str.len_bytes() == 0) | email.str.contains(_ODD_START) | email.str.contains(_ODD_END)
-    )
+    """The cells above, and a few more that normalising leaves as they are (a control
+    character first): the start is a comparison (:func:`starts_oddly`, 0.0012 s per million
+    cells against 0.0057 s for a regex), the end a regex anchored there."""
+    return starts_oddly(email) | email.str.contains(_ODD_END)
 
 
 def _normalised(email: pl.Expr) -> pl.Expr:

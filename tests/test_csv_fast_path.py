@@ -29,6 +29,7 @@ from verimail.tasks.csv_detect import (
     fast_data_cells,
     inspect_csv,
     iter_data_cell,
+    space_only,
 )
 from verimail.tasks.csv_io import load_emails, read_emails
 
@@ -138,6 +139,19 @@ def test_tricky_files_fall_back(name: str) -> None:
 
 def test_python_whitespace_is_the_blank_rule() -> None:
     assert set(PY_SPACES) == {chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()}
+
+
+def test_space_only_is_pythons_blank_rule_for_every_start() -> None:
+    """space_only runs its regex only on cells whose first character could be a space: every
+    BMP character (and a spread beyond) first, alone, doubled and before a letter, must give
+    ``not cell.strip()``."""
+    chars = [chr(c) for c in (*range(0x10000), *range(0x10000, 0x110000, 97))]
+    chars = [c for c in chars if not 0xD800 <= ord(c) <= 0xDFFF]
+    cells = [None, "", *chars, *(c * 2 for c in chars), *(c + "a" for c in chars)]
+    cells += [" \u3000\t", "\xa0a", "\x1c\x1d\x1e\x1f", "a "]
+    got = pl.Series(cells, dtype=pl.String).to_frame("c").select(space_only(pl.col("c")))
+    want = [cell is None or not cell.strip() for cell in cells]
+    assert got.to_series().to_list() == want
 
 
 def test_other_encodings_are_not_taken() -> None:
