@@ -220,8 +220,8 @@ def refuse_fast_path() -> None:
 
     real = csv_detect.fast_data_cells
 
-    def refused(*args: Any) -> None:
-        real(*args)
+    def refused(*args: Any, **kwargs: Any) -> None:
+        real(*args, **kwargs)
 
     csv_detect.fast_data_cells = csv_io.fast_data_cells = refused  # type: ignore[assignment]
 

@@ -166,6 +166,20 @@ def test_a_file_holding_every_spare_byte_is_not_taken() -> None:
     assert _fast(data, ",", True, 1) is None
 
 
+def test_a_file_holding_the_first_spare_byte_is_still_taken() -> None:
+    """The first spare byte is tried without looking for it: a file that holds it (in a cell,
+    or twice in one line) is refused by the line checks, then read with another byte."""
+    first = csv_detect._FREE_BYTES[0].encode()
+    for data, index in (
+        (b"name,email\nAn" + first + b"n,ann@x.org\nBob,bob@y.org\n", 1),
+        (b"name,email\r\n" + first * 2 + b',ann@x.org\r\n"B' + first + b'ob",bob@y.org\r\n', 1),
+        (b"email\na@x.org" + first + b"\n", 0),
+    ):
+        got = _fast(data, ",", True, index)
+        assert got is not None, data
+        assert got == _tokenizer_cells(data, ",", True, index)
+
+
 def test_a_quoted_line_over_the_field_limit_is_not_taken() -> None:
     limit = csv.field_size_limit()
     data = b'email,note\na@x.org,"' + b"x" * limit + b'"\nb@y.org,short\n'
@@ -251,8 +265,8 @@ def _outcome_without_fast_path(
     path: Path, column: str | None, monkeypatch: pytest.MonkeyPatch, max_rows: int = 1000
 ) -> tuple:
     with monkeypatch.context() as patch:
-        patch.setattr(csv_detect, "fast_data_cells", lambda *args: None)
-        patch.setattr(csv_io, "fast_data_cells", lambda *args: None)
+        patch.setattr(csv_detect, "fast_data_cells", lambda *args, **kwargs: None)
+        patch.setattr(csv_io, "fast_data_cells", lambda *args, **kwargs: None)
         return _outcome(path, column, max_rows)
 
 
@@ -288,8 +302,8 @@ def test_a_crm_export_is_read_once_by_the_fast_path(
     calls: list[bool] = []
     real = csv_detect.fast_data_cells
 
-    def spy(*args: object) -> pl.Series | None:
-        cells = real(*args)  # type: ignore[arg-type]
+    def spy(*args: object, **kwargs: object) -> pl.Series | None:
+        cells = real(*args, **kwargs)  # type: ignore[arg-type]
         calls.append(cells is not None)
         return cells
 
