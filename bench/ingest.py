@@ -94,6 +94,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         found = runs[impl]["counts"]
         if found["unique_addresses"] != truth["unique_addresses"]:
             raise RuntimeError(f"{impl} found {found} but the file holds {truth}")
+        if found != base["counts"]:  # rows, addresses, domains, the column: all alike
+            raise RuntimeError(f"{impl} found {found} but the csv module {base['counts']}")
 
     ingest = Table(
         f"CSV ingest: {args.rows:,} rows × 6 columns, {size_mb:,.0f} MB "

@@ -87,16 +87,17 @@ def group_by_domain(uniques: Any) -> Any:
 
     Grouped on the domain strings: with 20,000 domains the table is small (a checked 64-bit
     hash of the domain measured slower: 0.157 s against 0.143 s, medians of 5 fresh
-    processes). The domain is first taken after the *first* "@", a slice of each address
-    (0.028 s against 0.053 s for splitting every address at each "@"); that is the last "@"
-    unless some address holds two, and then some group's key holds an "@" too. Only that
-    case, checked on the 20,000 keys, groups again on the split."""
+    processes). The key is first the address's last characters, as many as it has bytes after
+    its first "@" (``find`` counts bytes, ``tail`` characters; 0.010 s against 0.053 s for
+    splitting every address at each "@"). That is the domain when the address holds one "@"
+    and its domain is ASCII; otherwise the key reaches back to an "@". Only that case,
+    checked on the 20,000 keys, groups again on the split."""
     import polars as pl
 
     address = pl.col("normalised")
-    after_first = address.str.slice(address.str.find("@", literal=True) + 1).fill_null("")
+    after_at = address.str.len_bytes() - address.str.find("@", literal=True) - 1
     frame = uniques.to_frame().lazy()
-    groups = by_key(frame, after_first)
+    groups = by_key(frame, address.str.tail(after_at).fill_null(""))
     if groups.get_column("domain").str.contains("@", literal=True).any():
         after_last = pl.when(address.str.contains("@", literal=True)).then(
             address.str.split("@").list.last()

@@ -128,11 +128,13 @@ print(json.dumps(dict(zip(groups["domain"].to_list(), groups["normalised"].to_li
     [
         ["a@x.example", "b@y.example", "c@x.example", "no-at-sign", "d@"],
         ["a@x.example", '"odd@local"@y.example', "b@y.example", "c@@x.example"],
+        ["zoë@x.example", "ann@x.example", "jo@dömäin.example", "ünï@dömäin.example", "ö@"],
     ],
 )
 def test_ingest_groups_like_the_csv_module(addresses):
     """The bench's Polars group-by puts each address under what follows its last "@" (the
-    csv side's rpartition), in first-seen order: also with two "@" in one address."""
+    csv side's rpartition), in first-seen order: also with two "@" in one address, and with
+    characters of more than one byte before or after the "@"."""
     expected: dict[str, list[str]] = {}
     for address in addresses:
         _local, at, domain = address.rpartition("@")
