@@ -579,9 +579,10 @@ def fast_data_cells(
     first_line = data[: data.find(b"\n")] if b"\n" in data else data
     if first_line.count(delimiter.encode()) >= FAST_MAX_COLUMNS:
         return None  # Polars' cost grows with the width of the first line
-    # The first spare byte is tried without a search: a file holding it splits some line in
-    # two, which the line checks refuse (its bytes no longer add up), and then a byte the
-    # file does not hold is looked for (one search of the bytes saved for nearly every file).
+    # The first spare byte is tried without a search: in a file holding it some line has two
+    # fields, which Polars refuses (the line read is not told to truncate; a test pins
+    # this), and then a byte the file does not hold is looked for (one search of the bytes
+    # saved for nearly every file).
     cells = _checked_read(data, _FREE_BYTES[0], has_bom, delimiter, index)
     if cells is None and _FREE_BYTES[0].encode() in data:
         free = next((c for c in _FREE_BYTES if c.encode() not in data), None)

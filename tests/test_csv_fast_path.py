@@ -168,16 +168,30 @@ def test_a_file_holding_every_spare_byte_is_not_taken() -> None:
 
 def test_a_file_holding_the_first_spare_byte_is_still_taken() -> None:
     """The first spare byte is tried without looking for it: a file that holds it (in a cell,
-    or twice in one line) is refused by the line checks, then read with another byte."""
+    twice in one line, in the first line) is refused by the line checks, then read with
+    another byte."""
     first = csv_detect._FREE_BYTES[0].encode()
     for data, index in (
         (b"name,email\nAn" + first + b"n,ann@x.org\nBob,bob@y.org\n", 1),
         (b"name,email\r\n" + first * 2 + b',ann@x.org\r\n"B' + first + b'ob",bob@y.org\r\n', 1),
         (b"email\na@x.org" + first + b"\n", 0),
+        (b"na" + first + b"me,email\nAnn,ann@x.org\nBob,bob@y.org\n", 1),  # in the first line
     ):
         got = _fast(data, ",", True, index)
         assert got is not None, data
         assert got == _tokenizer_cells(data, ",", True, index)
+
+
+def test_the_line_read_refuses_a_line_split_by_its_separator() -> None:
+    """What trying the first spare byte unsearched relies on: Polars refuses (it does not
+    truncate) a line the separator splits, in the first line or a later one. Were it to drop
+    the rest of such a line, those bytes could offset a CR kept inside another line."""
+    first = csv_detect._FREE_BYTES[0]
+    for data in (
+        b"email\na@x.org" + first.encode() + b"bb\nc\r@y\r.org\n",
+        b"em" + first.encode() + b"ail\na@x.org\n",
+    ):
+        assert csv_detect._polars_read(data, first, ",", 0) is None
 
 
 def test_a_quoted_line_over_the_field_limit_is_not_taken() -> None:
