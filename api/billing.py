@@ -6,9 +6,11 @@ exactly 20 charges and 30 refusals, whatever the number of API processes. Verify
 and charging after would let all 50 verify and then overdraw or silently give work away.
 
 The price of charging first is that a failure afterwards must give the credits back;
-:func:`charged` does that for *any* exception in its body (and for a cancelled request),
-so the 500 handler's "nothing was charged" is always true. Build the response inside the
-``async with`` block, so nothing that can fail runs after the charge is kept.
+:func:`charged` does that for *any* exception in its body (and for a cancelled request:
+a server stopping; uvicorn does not cancel a request whose client hangs up, so that work is
+finished and charged), so the 500 handler's "nothing was charged" is always true. Build
+the response inside the ``async with`` block, so nothing that can fail runs after the
+charge is kept.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ async def charged(
     try:
         yield
     except BaseException:
-        # Shielded: a cancelled request (client gone, server stopping) still gets its refund.
+        # Shielded: a cancelled request (a server stopping) still gets its refund.
         with anyio.CancelScope(shield=True):
             try:
                 await to_thread.run_sync(
