@@ -78,3 +78,36 @@ def main() -> None:
         for line in settings_problems(exc):
             err.print(f"  {line}", markup=False, highlight=False)
         raise SystemExit(2) from None
+    except Exception as exc:
+        problem = database_problem(exc)
+        if problem is None:
+            raise
+        line, code = problem
+        Console(stderr=True).print(f"error: {line}", markup=False, highlight=False)
+        raise SystemExit(code) from None
+
+
+def database_problem(exc: BaseException) -> tuple[str, int] | None:
+    """(one line, exit code) for a database that cannot be used, else None: a URL SQLAlchemy
+    cannot read is a usage error (2), a database that does not answer a failure (1). Either
+    was a traceback of some 400 lines from every command that opens the store."""
+    import sys
+
+    if "sqlalchemy" not in sys.modules:
+        return None
+    from sqlalchemy import exc as sa_exc
+    from sqlalchemy.engine import make_url
+
+    from verimail.config import get_settings
+
+    try:
+        url = make_url(get_settings().database_url).render_as_string(hide_password=True)
+    except Exception:
+        url = "VERIMAIL_DATABASE_URL"
+    if isinstance(exc, sa_exc.ArgumentError):
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return f"VERIMAIL_DATABASE_URL {url!r} cannot be used: {first}", 2
+    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated is False:
+        cause = str(exc.orig).strip().splitlines() if exc.orig is not None else []
+        return f"cannot use the database {url}: {cause[0] if cause else exc}", 1
+    return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
@@ -10,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from verimail.config import get_settings
 
@@ -34,6 +36,13 @@ def _cli_account(store, settings):  # type: ignore[no-untyped-def]
     return account
 
 
+def _quiet_prefect() -> None:
+    """Prefect's INFO lines (each task started, finished) would bury the progress bar and
+    the results; its warnings still show. Before Prefect is imported: it reads this then.
+    A ``PREFECT_LOGGING_LEVEL`` the user set is kept."""
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+
 def _run_here(settings, store, kind: str, job_id: int, total: int):  # type: ignore[no-untyped-def]
     """Run a job's flow in this process with a progress bar; the finished job row."""
     from verimail.flows.runner import LocalRunner
@@ -54,7 +63,7 @@ def _run_here(settings, store, kind: str, job_id: int, total: int):  # type: ign
     runner.wait()
     runner.shutdown()
     if current.status != "completed":
-        console.print(f"[red]job {job_id} failed:[/] {current.failed_reason}")
+        console.print(Text.assemble((f"job {job_id} failed: ", "red"), current.failed_reason or ""))
         raise typer.Exit(1)
     return current
 
@@ -81,6 +90,7 @@ def bulk_command(
     The job is booked to an operator account (``cli@verimail.localhost``, enterprise plan)
     that is granted exactly the credits the file needs, so the ledger stays complete.
     """
+    _quiet_prefect()
     from verimail.flows.context import store_for
     from verimail.store import credits
     from verimail.store import jobs as job_store
@@ -119,7 +129,7 @@ def bulk_command(
     for name in ("valid", "invalid", "catch_all", "disposable", "unknown", "risky"):
         table.add_row(name, str(getattr(current, f"{name}_count")))
     Console().print(table)
-    console.print(f"results: {target}")
+    console.print(Text(f"results: {target}"))
 
 
 def find_command(
@@ -147,6 +157,7 @@ def find_command(
 
         find_one(first_name, last_name, domain, as_json=as_json, max_probes=max_probes)
         return
+    _quiet_prefect()
     from verimail.flows.context import store_for
     from verimail.flows.finder import read_finder_upload
     from verimail.store import credits
@@ -207,9 +218,9 @@ def history_query(
     if not columns:
         console.print("(no result)")
         return
-    table = Table(*columns)
+    table = Table(*(Text(name) for name in columns))  # (Text: data, never markup or emoji)
     for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
+        table.add_row(*(Text("" if v is None else str(v)) for v in row))
     Console().print(table)
     if more:
         console.print(f"(more rows: raise --limit, or add LIMIT/OFFSET, to see past {limit})")

@@ -188,7 +188,26 @@ def _stop_embedded_prefect() -> None:
         return
     from prefect.server.api.server import SubprocessASGIServer
 
+    _send_pending_logs()
     SubprocessASGIServer().stop()
+
+
+LOG_DRAIN_SECONDS = 10.0  # the most a stop waits to hand Prefect its last log lines
+
+
+def _send_pending_logs() -> None:
+    """Send the runs' last log lines to the server before it stops. Left queued, Prefect's
+    log worker sends them at exit, to a server that is gone, retrying for a minute before
+    it prints "Error logging to API" (`verimail bulk` hung that long after its results).
+    On a thread of its own: Prefect drains synchronously only outside an event loop, and a
+    stop may come from one (uvicorn's shutdown)."""
+    from prefect.logging.handlers import APILogWorker
+
+    drain = threading.Thread(
+        target=APILogWorker.drain_all, kwargs={"timeout": LOG_DRAIN_SECONDS}, daemon=True
+    )
+    drain.start()
+    drain.join(LOG_DRAIN_SECONDS + 1)
 
 
 def _attempt_of(settings: Settings, job_id: int) -> int | None:

@@ -25,6 +25,7 @@ import typer
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 from sqlalchemy.exc import IntegrityError
 
 from verimail.config import get_settings
@@ -64,7 +65,7 @@ def _check_key_name(name: str) -> None:
 
 
 def _fail(message: str) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {message}", highlight=False)
+    err_console.print(Text.assemble(("error: ", "red"), message), highlight=False)
     return typer.Exit(code=1)
 
 
@@ -142,10 +143,11 @@ def accounts_list(
             for a in acc.list_accounts(store.engine, limit, offset)
         ]
     table = Table("id", "email", "plan", "finder", "admin", "prepaid", "allowance left", "created")
+    table.columns[1].overflow = "fold"  # (an address is shown whole, over lines if need be)
     for account, bal in rows:
         table.add_row(
             str(account.id),
-            account.email or "—",
+            Text(account.email or "—"),  # (Text: stored input is not markup)
             account.plan,
             "on" if account.finder_enabled else "off",
             "yes" if account.is_admin else "",
@@ -209,10 +211,11 @@ def keys_list(account: AccountOpt) -> None:
             raise _fail(f"no account {account}")
         keys = acc.list_keys(store.engine, account)
     table = Table("id", "name", "prefix", "created", "last used", "status")
+    table.columns[1].overflow = "fold"
     for key in keys:
         table.add_row(
             str(key.id),
-            key.name,
+            Text(key.name),
             f"{key.prefix}…",
             _when(key.created_at),
             _when(key.last_used_at),
@@ -275,6 +278,8 @@ def credits_show(
         f"({bal.prepaid} prepaid; allowance {allowance})."
     )
     table = Table("id", "when", "delta", "kind", "source", "balance", "reference", "reason")
+    for column in table.columns[6:]:
+        column.overflow = "fold"
     for e in entries:
         table.add_row(
             str(e.id),
@@ -283,7 +288,7 @@ def credits_show(
             e.kind,
             e.source,
             str(e.balance_after),
-            e.reference or "",
-            e.reason,
+            Text(e.reference or ""),
+            Text(e.reason),
         )
     console.print(table)

@@ -12,6 +12,7 @@ import sys
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from verimail.config import get_settings
 from verimail.tasks.engine import Engine
@@ -43,13 +44,14 @@ def _print(result: FinderResult) -> None:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column(overflow="fold")
-    table.add_row("status", f"[{style}]{result.status}[/]")
-    table.add_row("email", result.email or "—")
+    # Text, not markup: a name, an address or a server's reply may hold "[/]" or ":x:".
+    table.add_row("status", Text(result.status, style=style))
+    table.add_row("email", Text(result.email or "—"))
     table.add_row("confidence", f"{result.confidence:.2f}")
     if result.pattern:
-        table.add_row("pattern", result.pattern)
+        table.add_row("pattern", Text(result.pattern))
     if result.alternatives:
-        table.add_row("tried", "\n".join(result.alternatives))
-    table.add_row("reason", result.reason)
+        table.add_row("tried", Text("\n".join(result.alternatives)))
+    table.add_row("reason", Text(result.reason))
     table.add_row("time", f"{result.elapsed_ms} ms")
     Console().print(table)

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from verimail.config import get_settings
 from verimail.tasks.engine import BatchResult, Engine
@@ -73,7 +74,9 @@ def _print_table(outcome: BatchResult) -> None:
     table = Table("email", "status", "score", "reason", show_lines=False)
     for r in outcome.results:
         style = STATUS_STYLE.get(r.status.value, "")
+        # Text, not markup: an address or a server's reply may hold "[/]" or ":x:".
         table.add_row(
-            r.email, f"[{style}]{r.status.value}[/]", f"{r.confidence_score:.2f}", r.reason
-        )
+            Text(r.email), Text(r.status.value, style=style), f"{r.confidence_score:.2f}",
+            Text(r.reason),
+        )  # fmt: skip
     Console().print(table)

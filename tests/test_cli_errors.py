@@ -67,3 +67,17 @@ def test_deploy_needs_a_reachable_prefect_server(tmp_path):
     assert "Could not register the deployments at PREFECT_API_URL=http://127.0.0.1:9/api" in (
         " ".join(down.stderr.split())
     )
+
+
+def test_a_database_that_cannot_be_used_is_one_line(tmp_path):
+    """A database that does not answer, or a URL SQLAlchemy cannot read, is one line naming
+    it (the password hidden), not a traceback of some 400 lines."""
+    down = "postgresql+psycopg://u:secret@127.0.0.1:1/db"
+    for url, code, expected in ((down, 1, "127.0.0.1:1/db"), ("foo://", 2, "'foo://'")):
+        env = clean_env({"VERIMAIL_DATA_DIR": str(tmp_path), "VERIMAIL_DATABASE_URL": url})
+        for args in (["accounts", "list"], ["credits", "show", "--account", "1"]):
+            out = _verimail(args, env)
+            text = " ".join(out.stderr.split())
+            assert out.returncode == code, out.stderr
+            assert "Traceback" not in out.stderr and text.startswith("error: "), text
+            assert expected in text and "secret" not in text

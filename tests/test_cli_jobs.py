@@ -89,3 +89,30 @@ def test_bulk_find_and_history_commands(testbed_factory, tmp_path):
     assert lost.returncode == 2 and "does not" in lost.stderr, lost.stderr
     runs = _run(["history", "query", "SELECT count(DISTINCT job_id) AS runs FROM history"], env)
     assert runs.returncode == 0 and re.search(r"│ 1 +│", runs.stdout), runs.stdout  # no new job
+
+
+def test_bulk_on_its_own_prefect_server_ends_cleanly(testbed_factory, tmp_path):
+    """With no PREFECT_API_URL the command starts a Prefect server of its own and stops it
+    after the run. The runs' last log lines are sent first: left queued, Prefect sent them at
+    exit to the stopped server, retrying for up to a minute (the command hung after its
+    results), then printed "Error logging to API". Prefect's INFO lines are not shown."""
+    tb = testbed_factory(_world())
+    env = clean_env(
+        {
+            **env_for_testbed(tb),
+            "VERIMAIL_DATA_DIR": str(tmp_path / "data"),
+            "PREFECT_HOME": str(tmp_path / "prefect"),
+        }
+    )
+    for name in ("PREFECT_API_URL", "PREFECT_LOGGING_LEVEL", "PREFECT_SERVER_ALLOW_EPHEMERAL_MODE"):
+        env.pop(name, None)
+    people = tmp_path / "list.csv"
+    people.write_text("email\nalice@acme.test\nnobody@acme.test\n")
+    quiet = _run(["bulk", str(people)], env)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "| INFO" not in quiet.stderr and "results:" in quiet.stderr, quiet.stderr
+    # With Prefect's INFO lines asked for, there are log lines left to send at the end.
+    chatty = _run(["bulk", str(people)], {**env, "PREFECT_LOGGING_LEVEL": "INFO"})
+    assert chatty.returncode == 0, chatty.stderr
+    assert "| INFO" in chatty.stderr and "results:" in chatty.stderr
+    assert "Error logging to API" not in chatty.stdout + chatty.stderr

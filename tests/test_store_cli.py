@@ -116,6 +116,20 @@ def test_accounts_set_and_credits(database_url: str) -> None:
     assert zero.exit_code != 0
 
 
+def test_stored_text_is_shown_as_typed_never_as_markup(database_url: str) -> None:
+    """An email, a key name or a ledger reason holding Rich markup or an emoji code is
+    printed as stored: it crashed ``accounts list`` (``[/]``: a closing tag with nothing to
+    close) or was changed (``:x:`` became an emoji, ``[bold]`` vanished)."""
+    run("accounts", "create", "--email", "a[/]b@x.test", "--key-name", "[bold]k:x:")
+    run("credits", "grant", "--account", "1", "5", "--reason", "[/x] ok :x: [red]r")
+    listed = run("accounts", "list")
+    assert "a[/]b@x.t" in listed and "❌" not in listed  # (folded at 80 columns)
+    keys = run("keys", "list", "--account", "1")
+    assert "[bold]k:x:" in keys
+    ledger = run("credits", "show", "--account", "1")
+    assert "[/x]" in ledger and ":x:" in ledger and "[red]r" in ledger and "❌" not in ledger
+
+
 @pytest.mark.parametrize(
     "args",
     [

@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from verimail.api.dashboard.security import hash_password_sync, password_problem
 from verimail.config import get_settings
@@ -39,7 +40,7 @@ def set_password_command(
     """Set the dashboard password of an account (it needs an email to log in with)."""
     problem = password_problem(password)
     if problem is not None:
-        err_console.print(f"[red]error:[/red] {problem}", highlight=False)
+        err_console.print(Text.assemble(("error: ", "red"), problem), highlight=False)
         raise typer.Exit(code=1)
     store = init_store(get_settings())
     try:
@@ -57,4 +58,4 @@ def set_password_command(
         acc.set_password_hash(store.engine, account_id, hash_password_sync(password))
     finally:
         store.close()
-    console.print(f"Account {account_id} ({account.email}) can now log in to the dashboard.")
+    console.print(Text(f"Account {account_id} ({account.email}) can now log in to the dashboard."))
