@@ -61,7 +61,8 @@ class Settings(BaseSettings):
     # --- DNS -----------------------------------------------------------------------
     dns_nameservers: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Nameservers as `host[:port]`, comma-separated; empty: system resolver.",
+        description="Nameservers as `address[:port]` (IPv6 `[address]:port`), comma-separated; "
+        "empty: system resolver.",
     )
     dns_timeout: float = Field(3.0, gt=0, description="Seconds per DNS query (all tries).")
 
@@ -197,18 +198,37 @@ class Settings(BaseSettings):
 
     def nameserver_addresses(self) -> list[tuple[str, int]]:
         """``dns_nameservers`` as (host, port) pairs; IPv6 may be written ``[::1]:53``."""
-        result: list[tuple[str, int]] = []
-        for item in self.dns_nameservers:
-            if item.startswith("["):
-                host, _, rest = item[1:].partition("]")
-                port = int(rest[1:]) if rest.startswith(":") else 53
-            elif item.count(":") == 1:
-                host, port_text = item.split(":")
-                port = int(port_text)
-            else:
-                host, port = item, 53
-            result.append((host, port))
-        return result
+        return [_nameserver(item) for item in self.dns_nameservers]
+
+    @field_validator("dns_nameservers")
+    @classmethod
+    def _nameservers_readable(cls, value: list[str]) -> list[str]:
+        """Refused when read, naming the entry: a bad port was a ValueError traceback at the
+        first lookup, or an OverflowError per query and every address ``unknown``."""
+        for item in value:
+            _nameserver(item)
+        return value
+
+
+def _nameserver(item: str) -> tuple[str, int]:
+    """``host[:port]`` (``[v6]:port``) as an IP address and a port 1-65535; ValueError
+    naming the entry otherwise (dnspython takes addresses, not names)."""
+    host, port_text = item.strip(), "53"
+    if host.startswith("["):
+        host, _, rest = host[1:].partition("]")
+        if rest:
+            if not rest.startswith(":"):
+                raise ValueError(f"nameserver {item!r}: write [address]:port")
+            port_text = rest[1:]
+    elif host.count(":") == 1:
+        host, port_text = host.split(":")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        raise ValueError(f"nameserver {item!r}: {host!r} is not an IP address") from None
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ValueError(f"nameserver {item!r}: the port must be a number 1-65535") from None
+    return host, int(port_text)
 
 
 @lru_cache(maxsize=1)

@@ -32,8 +32,8 @@ from verimail.store.accounts import (
 )
 from verimail.store.credits import balance, grant
 from verimail.store.db import Store, init_store
-from verimail.testbed.cli import DEFAULT_WORLD
-from verimail.testbed.server import Testbed
+from verimail.testbed.cli import DEFAULT_WORLD, DnsPortOption, SmtpPortOption
+from verimail.testbed.server import Testbed, TestbedError
 from verimail.testbed.world import load_world
 
 DEMO_EMAIL = "demo@verimail.localhost"
@@ -239,7 +239,9 @@ async def _serve_and_show(
 
 
 def demo_command(
-    port: int = typer.Option(8000, "--port", help="Port of the API (on 127.0.0.1)."),
+    port: int = typer.Option(
+        8000, "--port", min=1, max=65535, help="Port of the API (on 127.0.0.1)."
+    ),
     once: bool = typer.Option(
         False, "--once", "--no-serve", help="Exit after showing the requests."
     ),
@@ -247,6 +249,8 @@ def demo_command(
         Path(".verimail/demo"), "--data-dir", help="Where the demo keeps its database."
     ),
     bulk: bool = typer.Option(True, "--bulk/--no-bulk", help="Also show a bulk CSV job."),
+    smtp_port: SmtpPortOption = None,
+    dns_port: DnsPortOption = None,
 ) -> None:
     """Start the mail testbed and the API, show three verifications, keep serving."""
     # Prefect's per-task INFO lines would bury the demo's own output.
@@ -258,7 +262,15 @@ def demo_command(
         raise typer.Exit(2)
     data_dir = data_dir.resolve()
     world = load_world(DEFAULT_WORLD)
-    with Testbed(world) as tb:
+    testbed = Testbed(world, smtp_port=smtp_port, dns_port=dns_port)
+    try:
+        testbed.start()
+    except TestbedError as exc:
+        console.print(
+            f"cannot start the mail testbed: {exc} (--dns-port, --smtp-port)", markup=False
+        )
+        raise typer.Exit(1) from None
+    with testbed as tb:
         ns_ip, ns_port = tb.nameserver
         console.print(
             f"[bold]Testbed[/bold] {DEFAULT_WORLD.name}: DNS {ns_ip}:{ns_port}, "

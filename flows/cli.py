@@ -204,7 +204,7 @@ def find_command(
 @history_app.command("query")
 def history_query(
     sql: str = typer.Argument(..., help="SQL over the views history, latest, changes."),
-    limit: int = typer.Option(50, help="Rows to print at most."),
+    limit: int = typer.Option(50, min=1, help="Rows to print at most."),
 ) -> None:
     """Run DuckDB SQL over the history, e.g. ``SELECT status, count(*) FROM latest GROUP BY 1``."""
     import duckdb

@@ -10,6 +10,7 @@ import signal
 import threading
 from pathlib import Path
 from types import FrameType
+from typing import Annotated
 
 import typer
 import yaml
@@ -17,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 import verimail
-from verimail.testbed.server import Testbed
+from verimail.testbed.server import Testbed, TestbedError
 from verimail.testbed.world import HostBehaviour, HostSpec, World, load_world
 
 app = typer.Typer(
@@ -29,6 +30,18 @@ app = typer.Typer(
 WORLDS_DIR = Path(verimail.__file__).parent / "data" / "worlds"
 DEFAULT_WORLD = WORLDS_DIR / "demo.yaml"
 READY_LINE = "testbed ready: nameserver={ns} smtp_port={port}"
+
+# The testbed's ports, as `testbed up` and `demo` take them.
+SmtpPortOption = Annotated[
+    int | None,
+    typer.Option(
+        "--smtp-port", min=1, max=65535, help="SMTP port of every host (25 as root, else 2525)."
+    ),
+]
+DnsPortOption = Annotated[
+    int | None,
+    typer.Option("--dns-port", min=1, max=65535, help="DNS port (53 as root, else 5353)."),
+]
 
 
 def resolve_world_path(world: Path | None) -> Path:
@@ -118,12 +131,8 @@ def up(
     world: Path | None = typer.Option(
         None, "--world", help="World YAML file or a shipped world's name (default: demo)."
     ),
-    smtp_port: int | None = typer.Option(
-        None, "--smtp-port", help="SMTP port of every host (default 25 as root, else 2525)."
-    ),
-    dns_port: int | None = typer.Option(
-        None, "--dns-port", help="DNS port (default 53 as root, else 5353)."
-    ),
+    smtp_port: SmtpPortOption = None,
+    dns_port: DnsPortOption = None,
 ) -> None:
     """Start the testbed and serve until Ctrl-C."""
     path = resolve_world_path(world)
@@ -139,8 +148,14 @@ def up(
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    testbed = Testbed(loaded, smtp_port=smtp_port, dns_port=dns_port)
     try:
-        with Testbed(loaded, smtp_port=smtp_port, dns_port=dns_port) as tb:
+        testbed.start()
+    except TestbedError as exc:
+        console.print(f"cannot start the testbed: {exc} (--dns-port, --smtp-port)", markup=False)
+        raise typer.Exit(1) from None
+    try:
+        with testbed as tb:
             ns_ip, ns_port = tb.nameserver
             console.print(f"[bold]World[/bold] {path}")
             console.print(f"[bold]Nameserver[/bold] {ns_ip} port {ns_port} (UDP and TCP)")

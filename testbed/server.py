@@ -157,7 +157,9 @@ class Testbed:
         self._thread = None
 
     def __enter__(self) -> Testbed:
-        return self.start()
+        """Start it (a testbed started already, to report a failure apart, is used as is);
+        leaving the block stops it."""
+        return self if self._thread is not None else self.start()
 
     def __exit__(
         self,
@@ -203,7 +205,11 @@ class Testbed:
                     raise
                 last_error = error
                 await self._stop_async()
-        raise TestbedError(f"no free 127.x.y.0/24 block found: {last_error}")
+        raise TestbedError(
+            f"no loopback block (127.x.y.0/24) has DNS port {self._dns_port} and SMTP port "
+            f"{self._smtp_port} free ({last_error}); a program listening on 0.0.0.0 at one of "
+            "them holds it on every loopback address, so choose other ports"
+        )
 
     async def _bring_up(self) -> None:
         ns = self._block_ip(self._base, DNS_OCTET)

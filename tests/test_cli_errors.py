@@ -81,3 +81,38 @@ def test_a_database_that_cannot_be_used_is_one_line(tmp_path):
             assert out.returncode == code, out.stderr
             assert "Traceback" not in out.stderr and text.startswith("error: "), text
             assert expected in text and "secret" not in text
+
+
+def test_ports_out_of_range_are_usage_errors(tmp_path):
+    env = clean_env({"VERIMAIL_DATA_DIR": str(tmp_path)})
+    for args in (
+        ["demo", "--port", "70000"],
+        ["demo", "--port", "0"],
+        ["demo", "--dns-port", "-1"],
+        ["testbed", "up", "--smtp-port", "70000"],
+        ["testbed", "up", "--dns-port", "0"],
+        ["history", "query", "SELECT 1", "--limit", "-1"],
+    ):
+        out = _verimail(args, env)
+        assert out.returncode == 2, (args, out.stderr)
+        assert "Traceback" not in out.stderr and "Invalid value" in out.stderr, args
+
+
+def test_a_testbed_port_held_on_every_address_is_one_line(tmp_path):
+    """A program on 0.0.0.0 at the DNS port (as avahi holds 5353, the port a non-root user
+    gets) takes it on every loopback address: the testbed says so and which options choose
+    others, where it printed a traceback."""
+    import socket
+
+    holder = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind(("0.0.0.0", 0))
+    port = holder.getsockname()[1]
+    try:
+        env = clean_env({"VERIMAIL_DATA_DIR": str(tmp_path)})
+        out = _verimail(["testbed", "up", "--dns-port", str(port), "--smtp-port", "2799"], env)
+    finally:
+        holder.close()
+    text = " ".join((out.stdout + out.stderr).split())
+    assert out.returncode == 1 and "Traceback" not in text, text
+    assert f"DNS port {port}" in text and "--dns-port" in text

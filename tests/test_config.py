@@ -28,6 +28,27 @@ def test_lists_from_environment(monkeypatch, tmp_path):
     assert settings.database_url == f"sqlite:///{tmp_path / 'verimail.db'}"
 
 
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        ("127.0.0.1:abc", "the port must be a number 1-65535"),
+        ("127.0.0.1:99999", "the port must be a number 1-65535"),
+        ("127.0.0.1:0", "the port must be a number 1-65535"),
+        ("dns.example:53", "'dns.example' is not an IP address"),
+        ("[::1]x", "write [address]:port"),
+    ],
+)
+def test_a_nameserver_that_cannot_be_used_is_refused_when_read(tmp_path, entry, problem):
+    """A bad port was a traceback at the first lookup (or a failed send per query, and every
+    address "unknown"); a name is not a nameserver dnspython can use."""
+    with pytest.raises(ValidationError, match=re.escape(problem)) as caught:
+        Settings(data_dir=tmp_path, dns_nameservers=["127.0.0.2", entry])
+    assert repr(entry) in str(caught.value)
+    assert Settings(data_dir=tmp_path, dns_nameservers=["2001:db8::1"]).nameserver_addresses() == [
+        ("2001:db8::1", 53)
+    ]
+
+
 @pytest.mark.parametrize("blanket", ["0.0.0.0/0", "::/0"])
 def test_blanket_allow_is_refused(blanket):
     with pytest.raises(ValidationError, match="every address"):
