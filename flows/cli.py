@@ -102,7 +102,10 @@ def bulk_command(
     try:
         job_input = read_job_input(file, column, settings.upload_max_rows)
     except UploadError as exc:
-        raise typer.BadParameter(exc.detail, param_hint="FILE") from exc
+        # The API's words name its form field; here the option is --column.
+        detail = exc.detail.replace("email_column", "--column")
+        hint = "--column" if column is not None and "--column" in detail else "FILE"
+        raise typer.BadParameter(detail, param_hint=hint) from exc
     count = job_input.address_rows
     store = store_for(settings)
     account = _cli_account(store, settings)

@@ -33,6 +33,14 @@ def read_address_file(path: Path) -> list[str]:
     return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
 
 
+def looks_like_csv(lines: list[str]) -> bool:
+    """Most of the first lines hold a comma, semicolon or tab (which an address list does not):
+    each line would be checked whole and come back invalid, the file "verified"."""
+    sample = lines[:20]
+    split = [line for line in sample if any(d in line for d in (",", ";", "\t"))]
+    return len(split) * 2 > len(sample)
+
+
 def verify_command(
     addresses: list[str] = typer.Argument(None, help="Addresses to verify."),
     file: Path | None = typer.Option(None, "--file", "-f", help="File of addresses, one a line."),
@@ -44,7 +52,16 @@ def verify_command(
     if file is not None:
         if not file.is_file():
             raise typer.BadParameter(f"{file} is not a file", param_hint="--file")
-        todo += read_address_file(file)
+        listed = read_address_file(file)
+        if not listed:
+            raise typer.BadParameter(f"{file} holds no addresses", param_hint="--file")
+        if looks_like_csv(listed):
+            raise typer.BadParameter(
+                f"{file} looks like a CSV file (its lines hold several fields); "
+                "`verimail bulk FILE` verifies its email column",
+                param_hint="--file",
+            )
+        todo += listed
     if not todo:
         raise typer.BadParameter("give at least one address or --file")
     err = Console(stderr=True)

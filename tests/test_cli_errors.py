@@ -116,3 +116,33 @@ def test_a_testbed_port_held_on_every_address_is_one_line(tmp_path):
     text = " ".join((out.stdout + out.stderr).split())
     assert out.returncode == 1 and "Traceback" not in text, text
     assert f"DNS port {port}" in text and "--dns-port" in text
+
+
+def test_verify_file_that_is_empty_or_a_csv_is_refused(tmp_path):
+    """An empty --file said "give at least one address or --file" though one was given; a
+    CSV had each line checked whole ("alice,alice@x.test" invalid) with exit 0."""
+    env = clean_env({"VERIMAIL_DATA_DIR": str(tmp_path)})
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n# only a comment\n")
+    table = tmp_path / "people.csv"
+    table.write_text("name,email\nalice,alice@x.test\nbob,bob@x.test\n")
+    for path, expected in ((empty, "holds no addresses"), (table, "verimail bulk FILE")):
+        out = _verimail(["verify", "--file", str(path)], env)
+        text = " ".join(out.stderr.split())
+        assert out.returncode == 2 and expected in text and "Traceback" not in text, text
+
+
+def test_bulk_names_its_own_option_not_the_apis_field(tmp_path):
+    env = clean_env({"VERIMAIL_DATA_DIR": str(tmp_path)})
+    nomail = tmp_path / "nomail.csv"
+    nomail.write_text("name,phone\nann,123\n")
+    listed = tmp_path / "list.csv"
+    listed.write_text("email\nann@x.test\n")
+    for args, hint in (
+        (["bulk", str(nomail)], "FILE"),
+        (["bulk", str(listed), "--column", "nope"], "--column"),
+    ):
+        out = _verimail(args, env)
+        text = " ".join(out.stderr.split())
+        assert out.returncode == 2 and "email_column" not in text, text
+        assert "--column" in text and f"Invalid value for {hint}" in text, text
