@@ -21,9 +21,15 @@ class LogLevel(StrEnum):
 
 
 def serve_command(
-    host: str | None = typer.Option(None, "--host", help="Address to bind (default: API_HOST)."),
+    host: str | None = typer.Option(
+        None, "--host", help="Address to bind (default: VERIMAIL_API_HOST, else 127.0.0.1)."
+    ),
     port: int | None = typer.Option(
-        None, "--port", min=1, max=65535, help="Port to bind (default: API_PORT)."
+        None,
+        "--port",
+        min=1,
+        max=65535,
+        help="Port to bind (default: VERIMAIL_API_PORT, else 8000).",
     ),
     log_level: LogLevel = typer.Option(
         LogLevel.info, "--log-level", case_sensitive=False, help="uvicorn log level."

@@ -87,7 +87,7 @@ def bulk_command(
 ) -> None:
     """Verify a CSV with the bulk-verify flow, here and now, with a progress bar.
 
-    The job is booked to an operator account (``cli@verimail.localhost``, enterprise plan)
+    The job is booked to an operator account (cli@verimail.localhost, enterprise plan)
     that is granted exactly the credits the file needs, so the ledger stays complete.
     """
     _quiet_prefect()
@@ -148,8 +148,8 @@ def find_command(
 ) -> None:
     """Find a person's email address at a company domain (never a role inbox).
 
-    ``verimail find FIRST LAST DOMAIN`` looks one person up with the engine directly;
-    ``verimail find --file people.csv`` runs the find-emails flow on a CSV here.
+    "verimail find FIRST LAST DOMAIN" looks one person up with the engine directly;
+    "verimail find --file people.csv" runs the find-emails flow on a CSV here.
     """
     if file is None:
         if not (first_name and last_name and domain):
@@ -209,7 +209,7 @@ def history_query(
     sql: str = typer.Argument(..., help="SQL over the views history, latest, changes."),
     limit: int = typer.Option(50, min=1, help="Rows to print at most."),
 ) -> None:
-    """Run DuckDB SQL over the history, e.g. ``SELECT status, count(*) FROM latest GROUP BY 1``."""
+    """Run DuckDB SQL over the history, e.g. "SELECT status, count(*) FROM latest GROUP BY 1"."""
     import duckdb
 
     from verimail.tasks.history import query_rows
@@ -230,7 +230,9 @@ def history_query(
 
 
 def deploy_command(
-    pool: str | None = typer.Option(None, help="Work pool (default: setting)."),
+    pool: str | None = typer.Option(
+        None, help="Work pool (default: VERIMAIL_PREFECT_WORK_POOL, else 'verimail')."
+    ),
 ) -> None:
     """Register the three deployments (bulk-verify, find-emails, reverify-stored)."""
     import httpx
