@@ -13,6 +13,8 @@ import logging
 import threading
 from datetime import timedelta
 
+from sqlalchemy.exc import OperationalError
+
 from verimail.config import Settings
 from verimail.flows.context import store_for
 from verimail.flows.notify import deliver_owed_webhooks, notify_job_soon
@@ -80,9 +82,21 @@ class Reaper:
 
     def _loop(self) -> None:
         interval = max(self.settings.job_stale_after / 4, 0.5)
+        down = False  # the database did not answer the last sweep
         while not self._stop.is_set():
             try:
                 recover_stale_jobs(self.settings, self.runner)
+                if down:
+                    log.warning("job recovery sweep: the database answers again")
+                down = False
+            except OperationalError as exc:
+                # A database that is down: one line a sweep (the traceback, ~40 frames
+                # every few seconds, said nothing more), and the traceback once.
+                if down:
+                    log.warning("job recovery sweep: the database still does not answer")
+                else:
+                    log.exception("job recovery sweep: the database does not answer: %s", exc)
+                down = True
             except Exception:
                 log.exception("job recovery sweep failed")
             self._stop.wait(interval)

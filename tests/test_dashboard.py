@@ -1081,6 +1081,10 @@ async def test_set_password_command_lets_a_cli_account_log_in(settings, monkeypa
                 runner.invoke, cli, ["--id", str(nameless.id), "--password", PASSWORD]
             )
             assert no_email.exit_code == 1
+            # No such account: said before any password is asked for (it asked twice first).
+            missing = await asyncio.to_thread(runner.invoke, cli, ["--id", "999"], input="")
+            assert missing.exit_code == 1 and "no account 999" in missing.output
+            assert "password" not in missing.output.lower(), missing.output
         finally:
             get_settings.cache_clear()
         await logged_in(app.client, "ops@example.com")

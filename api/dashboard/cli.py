@@ -27,23 +27,18 @@ err_console = Console(stderr=True)
 def set_password_command(
     account_id: Annotated[int, typer.Option("--id", min=1, max=MAX_INT, help="Account id.")],
     password: Annotated[
-        str,
+        str | None,
         typer.Option(
-            prompt="New dashboard password",
-            hide_input=True,
-            confirmation_prompt=True,
             envvar="VERIMAIL_NEW_PASSWORD",
             help="Asked for when not given (or set VERIMAIL_NEW_PASSWORD).",
         ),
-    ],
+    ] = None,
 ) -> None:
     """Set the dashboard password of an account (it needs an email to log in with)."""
-    problem = password_problem(password)
-    if problem is not None:
-        err_console.print(Text.assemble(("error: ", "red"), problem), highlight=False)
-        raise typer.Exit(code=1)
     store = init_store(get_settings())
     try:
+        # The account first: asking for a password twice, then saying there is no such
+        # account (or none with an email to log in with), wasted the operator's typing.
         account = acc.get_account(store.engine, account_id)
         if account is None:
             err_console.print(f"[red]error:[/red] no account {account_id}", highlight=False)
@@ -54,6 +49,14 @@ def set_password_command(
                 "create accounts for the dashboard with --email",
                 highlight=False,
             )
+            raise typer.Exit(code=1)
+        if password is None:
+            password = typer.prompt(
+                "New dashboard password", hide_input=True, confirmation_prompt=True
+            )
+        problem = password_problem(password)
+        if problem is not None:
+            err_console.print(Text.assemble(("error: ", "red"), problem), highlight=False)
             raise typer.Exit(code=1)
         acc.set_password_hash(store.engine, account_id, hash_password_sync(password))
     finally:
