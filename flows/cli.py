@@ -221,7 +221,9 @@ def history_query(
     if not columns:
         console.print("(no result)")
         return
-    table = Table(*(Text(name) for name in columns))  # (Text: data, never markup or emoji)
+    table = Table()
+    for name in columns:
+        table.add_column(Text(name))  # (Text: data, never markup or emoji)
     for row in rows:
         table.add_row(*(Text("" if v is None else str(v)) for v in row))
     Console().print(table)

@@ -35,12 +35,17 @@ READY_LINE = "testbed ready: nameserver={ns} smtp_port={port}"
 SmtpPortOption = Annotated[
     int | None,
     typer.Option(
-        "--smtp-port", min=1, max=65535, help="SMTP port of every host (25 as root, else 2525)."
+        "--smtp-port",
+        min=0,
+        max=65535,
+        help="SMTP port of every host (25 as root, else 2525; 0: a free one).",
     ),
 ]
 DnsPortOption = Annotated[
     int | None,
-    typer.Option("--dns-port", min=1, max=65535, help="DNS port (53 as root, else 5353)."),
+    typer.Option(
+        "--dns-port", min=0, max=65535, help="DNS port (53 as root, else 5353; 0: a free one)."
+    ),
 ]
 
 

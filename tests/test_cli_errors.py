@@ -90,7 +90,7 @@ def test_ports_out_of_range_are_usage_errors(tmp_path):
         ["demo", "--port", "0"],
         ["demo", "--dns-port", "-1"],
         ["testbed", "up", "--smtp-port", "70000"],
-        ["testbed", "up", "--dns-port", "0"],
+        ["testbed", "up", "--dns-port", "-1"],
         ["history", "query", "SELECT 1", "--limit", "-1"],
     ):
         out = _verimail(args, env)
