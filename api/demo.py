@@ -16,8 +16,10 @@ import asyncio
 import json
 import os
 import shlex
+import signal
 import socket
 from pathlib import Path
+from types import FrameType
 
 import httpx
 import typer
@@ -238,6 +240,10 @@ async def _serve_and_show(
     return 1 if failed else 0
 
 
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
 def demo_command(
     port: int = typer.Option(
         8000, "--port", min=1, max=65535, help="Port of the API (on 127.0.0.1)."
@@ -288,9 +294,15 @@ def demo_command(
         finally:
             store.close()
         console.print(f"[bold]Data dir[/bold] {data_dir}")
+        # SIGTERM ends the demo as Ctrl-C does. uvicorn captures it while serving and raises
+        # it again once stopped, which killed the process there: "demo stopped" was never
+        # printed and the testbed never closed.
+        previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             code = asyncio.run(_serve_and_show(console, settings, host, port, key, once, bulk))
         except KeyboardInterrupt:
             code = 0
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         console.print("demo stopped", highlight=False)
     raise typer.Exit(code)

@@ -41,3 +41,29 @@ def test_demo_once_shows_valid_invalid_and_catch_all(tmp_path: Path) -> None:
     )
     assert again.returncode == 0, again.stdout + again.stderr
     assert key.group(0) in again.stdout
+
+
+def test_demo_stopped_by_sigterm_ends_as_on_ctrl_c(tmp_path: Path) -> None:
+    """SIGTERM (a service manager, `kill`) ends the demo cleanly: "demo stopped" and exit 0.
+    uvicorn raised the signal again after its shutdown, which killed the process there."""
+    import signal
+
+    port = free_port()
+    command = [str(VERIMAIL_BIN), "demo", "--no-bulk", "--port", str(port)]
+    demo = subprocess.Popen(
+        command, cwd=tmp_path, env=clean_env({}), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert demo.stdout is not None
+        for line in demo.stdout:
+            if line.startswith("Serving on"):
+                break
+        else:
+            raise AssertionError("the demo ended before it served")
+        demo.send_signal(signal.SIGTERM)
+        rest = demo.stdout.read()
+        assert demo.wait(timeout=60) == 0, rest
+        assert "demo stopped" in rest, rest
+    finally:
+        if demo.poll() is None:
+            demo.kill()
