@@ -286,7 +286,7 @@ class HostSlots:
     def busy(self, host: str) -> bool:
         """Whether sessions of this process hold (or are opening with) slots on ``host``."""
         sem = host_semaphore(host, self.per_host)
-        return sem is not None and sem.free() < self.per_host
+        return sem is not None and sem.free < self.per_host
 
     def close(self) -> None:
         if self.leases is not None:

@@ -297,6 +297,51 @@ async def test_sessions_cut_at_once_at_the_error_limit_do_not_drop_the_host(
     assert stats.sessions <= 160  # two rejections a session once the limit is learned
 
 
+async def test_a_busy_primary_shared_by_two_domains_falls_back_for_both(
+    testbed_factory, tmp_path, testbed_settings
+):
+    """Two domains' MX sets share a primary that greets with 421 (busy), each with a working
+    secondary. While one group's session holds that host's slot, the other's refused dial
+    asks whether the host is busy: that check called a property as a method, and the
+    TypeError took down the whole batch (no result for any address)."""
+    world = World.of(
+        [
+            HostSpec("busy.test", HostBehaviour(greeting_421=True)),
+            HostSpec("mx2.x.test", HostBehaviour(mailboxes={"alice"})),
+            HostSpec("mx2.y.test", HostBehaviour(mailboxes={"bob"})),
+        ],
+        [
+            DomainSpec("x.test", mx=[(10, "busy.test"), (20, "mx2.x.test")]),
+            DomainSpec("y.test", mx=[(10, "busy.test"), (20, "mx2.y.test")]),
+        ],
+    )
+    tb = testbed_factory(world)
+    settings = testbed_settings(tb, tmp_path)
+    addresses = ["alice@x.test", "bob@y.test", "nobody@x.test", "nobody@y.test"]
+    for _ in range(3):  # (the two groups' dials overlap most runs, not every one)
+        batch = await Engine(settings).verify_many(addresses)
+        assert [r.status for r in batch.results] == [
+            Status.VALID,
+            Status.VALID,
+            Status.INVALID,
+            Status.INVALID,
+        ]
+
+
+async def test_busy_reads_the_slots_in_use():
+    """HostSlots.busy: False with no session on the host, True while one holds a slot."""
+    from verimail.tasks.host_slots import HostSlots
+
+    slots = HostSlots(per_host=2, total=10, redis_url=None)
+    assert not slots.busy("busy-check.test")
+    held = await slots.take("busy-check.test")
+    try:
+        assert slots.busy("busy-check.test")
+    finally:
+        held.release()
+    assert not slots.busy("busy-check.test")
+
+
 async def test_recipient_limit_452_and_one_per_session_host(
     testbed_factory, tmp_path, testbed_settings
 ):
