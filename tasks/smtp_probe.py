@@ -404,12 +404,7 @@ class Prober:
             return
         except _SessionLost as lost:
             cut = lost.finding.outcome is SmtpOutcome.CONNECTION_FAILED
-            await session.close(polite=False)
-            if cut and self._hung_up(session):
-                run.queue.appendleft(item)  # (see _hung_up: asked again, uncounted)
-                return
-            self._broken(run, session.host.name, lost.finding)
-            self._again(run, item, session.host.name, lost.finding)
+            await self._cut_short(run, session, item, lost.finding, hung_up=cut)
             return
         host = session.host.name
         if code == 421:
@@ -417,13 +412,8 @@ class Prober:
             # only ever says 421 is dropped and the next MX host is asked (README: MX
             # fallback on refusal/timeout/421), as the finder's sessions already did. Unless
             # it hung up after rejections: that is its error limit, not a broken host.
-            await session.close(polite=False)
-            if self._hung_up(session):
-                run.queue.appendleft(item)  # (see _hung_up: asked again, uncounted)
-                return
             finding = Finding(SmtpOutcome.TEMP_FAILURE, one_line(code, message), host)
-            self._broken(run, host, finding)
-            self._again(run, item, host, finding)
+            await self._cut_short(run, session, item, finding, hung_up=True)
             return
         run.broken[host] = 0  # it answered: whatever broke before was not the host itself
         if _too_many_recipients(code, message, session.rcpts - 1):
@@ -437,6 +427,20 @@ class Prober:
         if outcome in (SmtpOutcome.GREYLISTED, SmtpOutcome.TEMP_FAILURE):
             run.retry_later.append(item)
         self._record(run, item, finding)
+
+    async def _cut_short(
+        self, run: _Run, session: _Session, item: _Item, finding: Finding, *, hung_up: bool
+    ) -> None:
+        """The session ended under ``item`` (a 421, a dropped connection, a timeout): after
+        a hang-up at the host's error limit the item goes back uncounted (see
+        :meth:`_hung_up`); otherwise the session counts as broken and the item is asked
+        again (:meth:`_again`)."""
+        await session.close(polite=False)
+        if hung_up and self._hung_up(session):
+            run.queue.appendleft(item)
+            return
+        self._broken(run, session.host.name, finding)
+        self._again(run, item, session.host.name, finding)
 
     def _learn_rcpt_limit(self, session: _Session) -> None:
         """A 452 "too many recipients": the host takes the recipients accepted in this
