@@ -26,6 +26,7 @@ import typer
 from rich.console import Console
 
 from verimail.config import Settings
+from verimail.flows.cli import quiet_prefect
 from verimail.store.accounts import (
     authenticate,
     create_account,
@@ -34,8 +35,8 @@ from verimail.store.accounts import (
 )
 from verimail.store.credits import balance, grant
 from verimail.store.db import Store, init_store
-from verimail.testbed.cli import DEFAULT_WORLD, DnsPortOption, SmtpPortOption
-from verimail.testbed.server import Testbed, TestbedError
+from verimail.testbed.cli import DEFAULT_WORLD, DnsPortOption, SmtpPortOption, start_or_exit
+from verimail.testbed.server import Testbed
 from verimail.testbed.world import load_world
 
 DEMO_EMAIL = "demo@verimail.localhost"
@@ -259,8 +260,7 @@ def demo_command(
     dns_port: DnsPortOption = None,
 ) -> None:
     """Start the mail testbed and the API, show three verifications, keep serving."""
-    # Prefect's per-task INFO lines would bury the demo's own output.
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    quiet_prefect()
     console = Console()
     host = "127.0.0.1"
     if not _port_free(host, port):
@@ -269,14 +269,7 @@ def demo_command(
     data_dir = data_dir.resolve()
     world = load_world(DEFAULT_WORLD)
     testbed = Testbed(world, smtp_port=smtp_port, dns_port=dns_port)
-    try:
-        testbed.start()
-    except TestbedError as exc:
-        console.print(
-            f"cannot start the mail testbed: {exc} (--dns-port, --smtp-port)", markup=False
-        )
-        raise typer.Exit(1) from None
-    with testbed as tb:
+    with start_or_exit(testbed, console, "the mail testbed") as tb:
         ns_ip, ns_port = tb.nameserver
         console.print(
             f"[bold]Testbed[/bold] {DEFAULT_WORLD.name}: DNS {ns_ip}:{ns_port}, "

@@ -36,10 +36,10 @@ def _cli_account(store, settings):  # type: ignore[no-untyped-def]
     return account
 
 
-def _quiet_prefect() -> None:
+def quiet_prefect() -> None:
     """Prefect's INFO lines (each task started, finished) would bury the progress bar and
-    the results; its warnings still show. Before Prefect is imported: it reads this then.
-    A ``PREFECT_LOGGING_LEVEL`` the user set is kept."""
+    the results (or the demo's own output); its warnings still show. Called before Prefect
+    is imported: it reads this then. A ``PREFECT_LOGGING_LEVEL`` the user set is kept."""
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
 
@@ -90,7 +90,7 @@ def bulk_command(
     The job is booked to an operator account (cli@verimail.localhost, enterprise plan)
     that is granted exactly the credits the file needs, so the ledger stays complete.
     """
-    _quiet_prefect()
+    quiet_prefect()
     from verimail.flows.context import store_for
     from verimail.store import credits
     from verimail.store import jobs as job_store
@@ -160,7 +160,7 @@ def find_command(
 
         find_one(first_name, last_name, domain, as_json=as_json, max_probes=max_probes)
         return
-    _quiet_prefect()
+    quiet_prefect()
     from verimail.flows.context import store_for
     from verimail.flows.finder import read_finder_upload
     from verimail.store import credits

@@ -49,6 +49,16 @@ DnsPortOption = Annotated[
 ]
 
 
+def start_or_exit(testbed: Testbed, console: Console, what: str) -> Testbed:
+    """``testbed`` started; if it cannot be (its ports held on every loopback address), one
+    line naming the ports and the options that choose others, and exit status 1."""
+    try:
+        return testbed.start()
+    except TestbedError as exc:
+        console.print(f"cannot start {what}: {exc} (--dns-port, --smtp-port)", markup=False)
+        raise typer.Exit(1) from None
+
+
 def resolve_world_path(world: Path | None) -> Path:
     """A path as given, or a shipped world's name (``demo`` -> ``data/worlds/demo.yaml``)."""
     if world is None:
@@ -148,19 +158,14 @@ def up(
         raise typer.BadParameter(f"cannot use {path}: {exc}", param_hint="--world") from None
     console = Console()
     stop = threading.Event()
+    testbed = Testbed(loaded, smtp_port=smtp_port, dns_port=dns_port)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    testbed = Testbed(loaded, smtp_port=smtp_port, dns_port=dns_port)
     try:
-        testbed.start()
-    except TestbedError as exc:
-        console.print(f"cannot start the testbed: {exc} (--dns-port, --smtp-port)", markup=False)
-        raise typer.Exit(1) from None
-    try:
-        with testbed as tb:
+        with start_or_exit(testbed, console, "the testbed") as tb:
             ns_ip, ns_port = tb.nameserver
             console.print(f"[bold]World[/bold] {path}")
             console.print(f"[bold]Nameserver[/bold] {ns_ip} port {ns_port} (UDP and TCP)")
