@@ -13,7 +13,6 @@ import contextlib
 import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from cli_helpers import VERIMAIL_BIN
 from fastapi import FastAPI
 
 from verimail.api.app import create_app
@@ -31,9 +31,6 @@ from verimail.store.credits import balance, ledger
 from verimail.store.db import Store, make_engine
 from verimail.testbed.server import Testbed
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
-
-VENV_BIN = Path(sys.executable).parent
-VERIMAIL_BIN = VENV_BIN / "verimail"
 
 SLOW_REPLY_DELAY = 0.3
 """Seconds each SMTP reply of ``mx.slow.test`` takes: long enough to overlap requests."""

@@ -4,12 +4,19 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_helpers import WIDTH_ENV
+
+# Output checks must not depend on the terminal that runs the suite: Rich consoles made in
+# this process (typer's CliRunner tests) and the CLI subprocesses it starts draw at one
+# fixed width. Set before anything of ours is imported, since a console reads it when made.
+os.environ.update(WIDTH_ENV)
 
 from verimail.config import Settings
 from verimail.testbed.server import Testbed

@@ -5,20 +5,19 @@ from __future__ import annotations
 
 import subprocess
 
-from api_helpers import VERIMAIL_BIN, clean_env
+from api_helpers import clean_env
+from cli_helpers import folded, run_verimail
 
 
 def _verimail(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(VERIMAIL_BIN), *args], env=env, capture_output=True, text=True, timeout=60
-    )
+    return run_verimail(args, env)
 
 
 def _refused(args: list[str], env: dict[str, str], code: int = 2) -> str:
     """Run a command that must be refused with exit status ``code`` and no traceback; what
-    it printed, its whitespace (Rich's wrapping) folded to single spaces."""
+    it printed, folded to one line (Rich's wrapping and boxes taken out)."""
     out = _verimail(args, env)
-    text = " ".join((out.stdout + out.stderr).split())
+    text = folded(out.stdout + out.stderr)
     assert out.returncode == code, (args, text)
     assert "Traceback" not in text, (args, text)
     return text
@@ -37,7 +36,7 @@ def test_bad_setting_is_a_usage_error_naming_the_variable(tmp_path):
     for args in (["verify", "a@b.example"], ["accounts", "list"]):
         out = _verimail(args, env)
         assert out.returncode == 2, out.stderr
-        text = " ".join(out.stderr.split())
+        text = folded(out.stderr)
         assert "Traceback" not in out.stderr and "ValidationError" not in out.stderr
         assert "VERIMAIL_SMTP_COMMAND_TIMEOUT: Input should be a valid number" in text
         assert "(got 'abc')" in text
@@ -60,17 +59,17 @@ def test_deploy_needs_a_reachable_prefect_server(tmp_path):
     env.pop("PREFECT_API_URL", None)
     unset = _verimail(["deploy"], env)
     assert unset.returncode == 2 and "Traceback" not in unset.stderr
-    assert "set PREFECT_API_URL" in " ".join(unset.stderr.split())
+    assert "set PREFECT_API_URL" in folded(unset.stderr)
     # An API process on the deployment runner started, said it was healthy, and answered
     # every job with a 503 (its runs went to a throwaway Prefect server of its own).
     serve = _verimail(["serve", "--port", "1"], {**env, "VERIMAIL_RUNNER": "deployment"})
     assert serve.returncode == 2 and "Traceback" not in serve.stderr
-    assert "VERIMAIL_RUNNER=deployment needs" in " ".join(serve.stderr.split())
+    assert "VERIMAIL_RUNNER=deployment needs" in folded(serve.stderr)
     env["PREFECT_API_URL"] = "http://127.0.0.1:9/api"  # (nothing listens on port 9)
     down = _verimail(["deploy"], env)
     assert down.returncode == 1 and "Traceback" not in down.stderr
     assert "Could not register the deployments at PREFECT_API_URL=http://127.0.0.1:9/api" in (
-        " ".join(down.stderr.split())
+        folded(down.stderr)
     )
 
 

@@ -8,7 +8,8 @@ import re
 import subprocess
 
 import pytest
-from api_helpers import VERIMAIL_BIN, clean_env, env_for_testbed
+from api_helpers import clean_env, env_for_testbed
+from cli_helpers import run_verimail
 
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
@@ -23,9 +24,7 @@ def _world() -> World:
 
 
 def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(VERIMAIL_BIN), *args], env=env, capture_output=True, text=True, timeout=180
-    )
+    return run_verimail(args, env, timeout=180)
 
 
 def test_bulk_find_and_history_commands(testbed_factory, tmp_path):

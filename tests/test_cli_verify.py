@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 
-from api_helpers import VERIMAIL_BIN, api_world, clean_env, env_for_testbed
+from api_helpers import api_world, clean_env, env_for_testbed
+from cli_helpers import run_verimail
 
 
 def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(VERIMAIL_BIN), "verify", *args], env=env, capture_output=True, text=True, timeout=60
-    )
+    return run_verimail(["verify", *args], env)
 
 
 def test_verify_json_table_file_and_stats(testbed_factory, tmp_path):

@@ -9,7 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from api_helpers import VERIMAIL_BIN, clean_env, env_for_testbed
+from api_helpers import clean_env, env_for_testbed
+from cli_helpers import run_verimail
 
 from verimail.config import Settings
 from verimail.tasks.engine import Engine
@@ -463,14 +464,7 @@ def test_a_name_is_too_long_the_same_way_for_a_lookup_and_a_job_row() -> None:
 
 
 def _run_cli(tb: Testbed, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(VERIMAIL_BIN), "find", *args],
-        env=clean_env(env_for_testbed(tb)),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_verimail(["find", *args], clean_env(env_for_testbed(tb)), cwd=tmp_path)
 
 
 def test_cli_find_prints_json(tb: Testbed, tmp_path: Path) -> None:

@@ -162,7 +162,8 @@ def test_history_query_prints_any_result(tmp_path):
     hold (an INTERVAL, two columns of one name); a SQL error is a usage error."""
     import subprocess
 
-    from api_helpers import VERIMAIL_BIN, clean_env
+    from api_helpers import clean_env
+    from cli_helpers import run_verimail
 
     from verimail.tasks.bulk_io import append_history
 
@@ -171,10 +172,7 @@ def test_history_query_prints_any_result(tmp_path):
     env = clean_env({"VERIMAIL_DATA_DIR": str(tmp_path)})
 
     def run(sql: str, *more: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(VERIMAIL_BIN), "history", "query", sql, *more],
-            env=env, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+        return run_verimail(["history", "query", sql, *more], env)
 
     for sql in ("SELECT email, now() - verified_at AS age FROM latest", "SELECT 1 AS a, 2 AS a"):
         out = run(sql)

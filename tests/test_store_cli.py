@@ -181,11 +181,8 @@ def _engine():  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("port", ["0", "99999"])
 def test_serve_refuses_a_port_that_does_not_exist(port: str, tmp_path: Path) -> None:
     """--port 99999 was bound as 34463 (mod 65536) while the log said 99999."""
-    import subprocess
-    import sys
+    from cli_helpers import folded, run_verimail
 
-    verimail = Path(sys.executable).with_name("verimail")
     env = {"PATH": "/usr/bin:/bin", "VERIMAIL_DATA_DIR": str(tmp_path)}
-    command = [str(verimail), "serve", "--port", port]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2 and "Invalid value" in result.stderr, result.stderr
+    result = run_verimail(["serve", "--port", port], env)
+    assert result.returncode == 2 and "Invalid value" in folded(result.stderr), result.stderr
