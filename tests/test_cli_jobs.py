@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 from api_helpers import clean_env, env_for_testbed
-from cli_helpers import run_verimail
+from cli_helpers import folded, run_verimail
 
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
@@ -54,7 +54,7 @@ def test_bulk_find_and_history_commands(testbed_factory, tmp_path):
     finder.write_text("first_name,last_name,domain\nJohn,Smith,acme.test\n")
     found = _run(["find", "--file", str(finder)], env)
     assert found.returncode == 0, found.stderr
-    assert "1 found" in found.stderr
+    assert "1 found" in folded(found.stderr)
     with open(tmp_path / "people.found.csv", newline="") as fh:
         assert list(csv.reader(fh))[1][3:5] == ["john.smith@acme.test", "found"]
     # --max-probes bounds a file's lookups too (it was ignored there): alice@ is the
@@ -62,9 +62,9 @@ def test_bulk_find_and_history_commands(testbed_factory, tmp_path):
     alice = tmp_path / "alice.csv"
     alice.write_text("first_name,last_name,domain\nAlice,Jones,acme.test\n")
     one = _run(["find", "--file", str(alice), "--max-probes", "1"], env)
-    assert one.returncode == 0 and "0 found" in one.stderr, one.stderr
+    assert one.returncode == 0 and "0 found" in folded(one.stderr), one.stderr
     two = _run(["find", "--file", str(alice), "--max-probes", "2"], env)
-    assert two.returncode == 0 and "1 found" in two.stderr, two.stderr
+    assert two.returncode == 0 and "1 found" in folded(two.stderr), two.stderr
     for wrong in (
         ["find", "--file", str(alice), "Alice", "Jones", "acme.test"],
         ["find", "--file", str(alice), "--json"],
@@ -76,16 +76,16 @@ def test_bulk_find_and_history_commands(testbed_factory, tmp_path):
     assert history.returncode == 0, history.stderr
     assert "alice@acme.test" in history.stdout and "invalid" in history.stdout
     bad_sql = _run(["history", "query", "SELEC nonsense"], env)
-    assert bad_sql.returncode == 2 and "syntax" in bad_sql.stderr.lower()
+    assert bad_sql.returncode == 2 and "syntax" in folded(bad_sql.stderr).lower()
     missing_column = tmp_path / "nocol.csv"
     missing_column.write_text("name,phone\nann,1\n")
     refused = _run(["bulk", str(missing_column)], env)
-    assert refused.returncode == 2 and "email column" in refused.stderr.lower()
+    assert refused.returncode == 2 and "email column" in folded(refused.stderr).lower()
     # A results path in a folder that does not exist is refused before any job runs.
     nowhere = _run(["bulk", str(people), "--out", str(tmp_path / "no" / "out.csv")], env)
-    assert nowhere.returncode == 2 and "does not" in nowhere.stderr, nowhere.stderr
+    assert nowhere.returncode == 2 and "does not" in folded(nowhere.stderr), nowhere.stderr
     lost = _run(["find", "--file", str(finder), "--out", str(tmp_path / "no" / "f.csv")], env)
-    assert lost.returncode == 2 and "does not" in lost.stderr, lost.stderr
+    assert lost.returncode == 2 and "does not" in folded(lost.stderr), lost.stderr
     runs = _run(["history", "query", "SELECT count(DISTINCT job_id) AS runs FROM history"], env)
     assert runs.returncode == 0 and re.search(r"│ 1 +│", runs.stdout), runs.stdout  # no new job
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 from api_helpers import RunningApp, api_world, env_for_testbed, running_app, serve_processes
+from cli_helpers import folded
 from pydantic import SecretStr
 from sqlalchemy.exc import OperationalError
 from typer.testing import CliRunner
@@ -1083,7 +1084,7 @@ async def test_set_password_command_lets_a_cli_account_log_in(settings, monkeypa
             assert no_email.exit_code == 1
             # No such account: said before any password is asked for (it asked twice first).
             missing = await asyncio.to_thread(runner.invoke, cli, ["--id", "999"], input="")
-            assert missing.exit_code == 1 and "no account 999" in missing.output
+            assert missing.exit_code == 1 and "no account 999" in folded(missing.output)
             assert "password" not in missing.output.lower(), missing.output
         finally:
             get_settings.cache_clear()
