@@ -112,8 +112,10 @@ PICKER_MAX_COLUMNS = 200
 and took 2 GB of memory to build it."""
 
 NOTICES = {
-    "signed_up": "Thanks! If this address was not registered yet, its account is ready with "
-    "its free credits: log in. If it was, log in with that account's password.",
+    "welcome": "Welcome! Your account is ready, with its free credits, and you are signed "
+    "in. Create an API key below to use the API, or upload a list to verify it right away.",
+    "taken": "This address already has an account: log in with its password. (Forgotten "
+    "it? The service's operators can set a new one.)",
     "logged_out": "You are logged out.",
     "revoked": "The key was revoked: requests using it now get 401.",
 }
@@ -154,7 +156,8 @@ async def signup_form(request: Request, account: MaybeAccount) -> Response:
 
 @router.post("/signup")
 async def signup(request: Request, store: StoreDep, form: CheckedForm) -> Response:
-    """Create the account; the answer is the same whether or not the email was taken."""
+    """Create the account and sign it in (on to the keys page: the next step); a taken
+    address gets the login form with the address filled in, saying so."""
     state = dashboard_state(request)
     raw_email = text_field(form, "email", 320)
     password = text_field(form, "password", 4096)
@@ -179,16 +182,24 @@ async def signup(request: Request, store: StoreDep, form: CheckedForm) -> Respon
     password_hash = await hash_password(password, state.hash_slots)
     settings = request.app.state.settings
 
-    def create() -> None:
-        if acc.email_taken(store.engine, email):  # in any case: say nothing different
-            return
-        with contextlib.suppress(IntegrityError):  # taken meanwhile: the same
-            acc.create_account(
+    def create() -> acc.Account | None:
+        if acc.email_taken(store.engine, email):
+            return None
+        try:
+            return acc.create_account(
                 store.engine, settings, plan="free", email=email, password_hash=password_hash
             )
+        except IntegrityError:  # taken meanwhile
+            return None
 
-    await to_thread.run_sync(create)
-    return redirect(f"{PREFIX}/login?notice=signed_up")
+    account = await to_thread.run_sync(create)
+    if account is None:
+        # Said plainly (sign-ups are throttled per address, so this is no cheap way to
+        # list accounts); the owner's password is not checked here: that is the login's job.
+        context = {"email": raw_email, "next": PREFIX, "notice": NOTICES["taken"]}
+        return render(request, "login.html", context, status_code=409)
+    session_of(request).log_in(account.id, state.signer.password_fingerprint(password_hash))
+    return redirect(f"{PREFIX}/keys?notice=welcome")
 
 
 @router.get("/login")
