@@ -186,6 +186,8 @@ async def test_a_page_asked_with_another_method_is_an_html_405(settings):
             ("PUT", "/dashboard/keys", "GET, POST"),
             ("DELETE", "/dashboard/jobs/1", "GET"),
             ("PATCH", "/dashboard/login", "GET, POST"),
+            ("PUT", "/dashboard/finder", "GET, POST"),  # (a page of another module)
+            ("DELETE", "/dashboard/jobs/1/results", "GET"),
         ]:
             response = await app.client.request(method, path)
             assert response.status_code == 405, (method, path)
@@ -705,11 +707,11 @@ async def test_try_one_address_charges_one_credit(settings):
             "/dashboard/verify", data={"csrf_token": csrf, "email": "alice@acme.test"}
         )
         assert valid.status_code == 200, valid.text
-        assert 'status-valid">valid<' in valid.text and "mx.acme.test" in valid.text
+        assert 'data-status="valid">Valid<' in valid.text and "mx.acme.test" in valid.text
         invalid = await app.client.post(
             "/dashboard/verify", data={"csrf_token": csrf, "email": "nobody@acme.test"}
         )
-        assert 'status-invalid">invalid<' in invalid.text
+        assert 'data-status="invalid">Invalid<' in invalid.text
         assert balance(app.store.engine, user.id).total == 0
         charges = [e for e in ledger(app.store.engine, user.id) if e.kind == "charge"]
         assert [(e.delta, e.reason) for e in charges] == [(-1, "verify single (dashboard)")] * 2
@@ -858,7 +860,7 @@ async def test_upload_progress_download_and_foreign_404s(settings):
         assert details.text.splitlines()[0].endswith(
             "Safe to Send,Status,Sub Status,Reason,Score,Did You Mean"
         )
-        assert (await app.client.get("/dashboard")).text.count(f"#{job_id}") == 1
+        assert (await app.client.get("/dashboard")).text.count(f">#{job_id}</a>") == 1
 
         async with browser(app) as snoop:
             await logged_in(snoop, "snoop@example.com")
@@ -867,7 +869,7 @@ async def test_upload_progress_download_and_foreign_404s(settings):
                 assert response.status_code == 404, path
                 assert "text/html" in response.headers["content-type"]
                 assert "people.csv" not in response.text
-            assert f"#{job_id}" not in (await snoop.get("/dashboard/jobs")).text
+            assert f">#{job_id}<" not in (await snoop.get("/dashboard/jobs")).text
         assert (await app.client.get("/dashboard/jobs/999999")).status_code == 404
 
 
