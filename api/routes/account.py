@@ -68,8 +68,8 @@ class AccountInfo(BaseModel):
     plan: Literal["free", "starter", "pro", "business", "enterprise"] = Field(
         description="The account's plan."
     )
-    balance: AccountBalance
-    limits: AccountLimits
+    balance: AccountBalance = Field(description="Credits available now, by pool.")
+    limits: AccountLimits = Field(description="The plan's request limits and the size limits.")
     finder_enabled: bool = Field(description="Whether the Email Finder endpoints may be used.")
     finder_credits_per_find: int = Field(
         description="Credits a verified find costs (nothing is charged otherwise)."
