@@ -592,7 +592,10 @@ def daily_spending(engine: Engine, account_id: int, days: int, *, today: date) -
     """Credits spent on each of the ``days`` days up to ``today`` (UTC), oldest first:
     charges and reservations less refunds (never below 0), summed by the database."""
     first = today - timedelta(days=days - 1)
-    day = func.date(credit_ledger.c.created_at)
+    when = credit_ledger.c.created_at
+    if engine.dialect.name == "postgresql":  # (date() of a timestamptz is the session's day)
+        when = func.timezone("UTC", when)
+    day = func.date(when)
     query = (
         select(day, func.sum(credit_ledger.c.delta))
         .where(
