@@ -52,6 +52,11 @@ chromium:
 	  || echo "chromium could not be installed; the browser test will skip" >&2; \
 	fi
 
+# The dashboard pictures in docs/images/: the browser test's walkthrough, writing them.
+.PHONY: screenshots
+screenshots: $(STAMP) chromium
+	VERIMAIL_DOC_SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/test_dashboard_browser.py
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

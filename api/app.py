@@ -28,7 +28,7 @@ from verimail import API_VERSION
 from verimail.api.dashboard import install_dashboard
 from verimail.api.errors import install_error_handlers
 from verimail.api.ratelimit import Limiter
-from verimail.api.routes import bulk, finder, finder_csv, health, verify
+from verimail.api.routes import account, bulk, finder, finder_csv, health, verify
 from verimail.api.routes.health import verifier_ready
 from verimail.config import Settings, get_settings
 from verimail.flows.recovery import Reaper
@@ -122,5 +122,6 @@ def create_app(settings: Settings | None = None, *, rate_limit_prefix: str = "ve
     app.include_router(finder.router)
     app.include_router(bulk.router)
     app.include_router(finder_csv.router)
+    app.include_router(account.router)
     install_dashboard(app)
     return app

@@ -59,6 +59,7 @@ class SubStatus(StrEnum):
     MAILBOX_NOT_FOUND = "mailbox_not_found"
     MAILBOX_FULL = "mailbox_full"
     DISPOSABLE = "disposable"
+    POSSIBLE_TYPO = "possible_typo"  # the domain is one edit from a major provider's
     CATCH_ALL = "catch_all"
     GREYLISTED = "greylisted"
     BLOCKED = "blocked"

@@ -583,3 +583,29 @@ def ledger(engine: Engine, account_id: int, limit: int = 50, offset: int = 0) ->
     )
     with engine.connect() as conn:
         return [LedgerEntry(**row._mapping) for row in conn.execute(query)]
+
+
+SPENDING_KINDS = ("charge", "reserve", "refund")
+
+
+def daily_spending(engine: Engine, account_id: int, days: int, *, today: date) -> list[int]:
+    """Credits spent on each of the ``days`` days up to ``today`` (UTC), oldest first:
+    charges and reservations less refunds (never below 0), summed by the database."""
+    first = today - timedelta(days=days - 1)
+    when = credit_ledger.c.created_at
+    if engine.dialect.name == "postgresql":  # (date() of a timestamptz is the session's day)
+        when = func.timezone("UTC", when)
+    day = func.date(when)
+    query = (
+        select(day, func.sum(credit_ledger.c.delta))
+        .where(
+            credit_ledger.c.account_id == account_id,
+            credit_ledger.c.kind.in_(SPENDING_KINDS),
+            credit_ledger.c.created_at >= datetime.combine(first, time(), tzinfo=UTC),
+        )
+        .group_by(day)
+    )
+    with engine.connect() as conn:
+        rows = conn.execute(query).all()
+    spent = {date.fromisoformat(str(when)[:10]): max(0, -int(total)) for when, total in rows}
+    return [spent.get(first + timedelta(days=i), 0) for i in range(days)]

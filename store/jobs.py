@@ -712,3 +712,24 @@ def owed_webhooks(engine: Engine, lease: timedelta, *, now: datetime | None = No
         if options.get("webhook_owed") and _webhook_free(options, lease, now):
             owed.append(row.id)
     return owed
+
+
+RESULT_COUNT_COLUMNS = (
+    "valid_count",
+    "likely_valid_count",
+    "catch_all_count",
+    "risky_count",
+    "unknown_count",
+    "disposable_count",
+    "invalid_count",
+)
+
+
+def result_totals(engine: Engine, account_id: int) -> dict[str, int]:
+    """The account's verification counts summed over all its jobs (the dashboard's
+    across-jobs breakdown): one aggregate query, however many jobs there are."""
+    columns = [func.coalesce(func.sum(jobs.c[name]), 0) for name in RESULT_COUNT_COLUMNS]
+    query = select(*columns).where(jobs.c.account_id == account_id, jobs.c.kind != "finder_csv")
+    with engine.connect() as conn:
+        row = conn.execute(query).one()
+    return {name: int(value) for name, value in zip(RESULT_COUNT_COLUMNS, row, strict=True)}

@@ -5,7 +5,9 @@ Layout under ``<data_dir>/jobs/<job_id>/``:
 - ``upload.csv`` — the upload exactly as received (or the JSON list, as a one-column CSV);
 - ``results.parquet`` — one row per data row: ``row``, the original cell, every result field;
 - ``results.csv`` — the upload byte-for-byte plus ``Safe to Send`` (``Yes``/``No``);
-- ``results-details.csv`` — the same plus ``Status``, ``Reason``, ``Score`` (made on demand);
+- ``results-details.csv`` — the same plus ``Status``, ``Sub Status``, ``Reason``, ``Score``,
+  ``Did You Mean`` (made on demand, like the other ``results-*.csv`` variants: formulas
+  neutralised, one segment);
 - ``.run-<n>.results.*`` — run ``n``'s files until they are put in place under the job's row
   lock as it completes (:class:`StagedFiles`);
 - ``result-parts/`` — while a run works: its results so far, one row per address, in Parquet
@@ -41,7 +43,6 @@ from verimail.tasks.csv_io import (
 )
 
 SAFE_COLUMN = "Safe to Send"
-DETAIL_COLUMNS = ("Status", "Reason", "Score")
 RESULT_FIELDS = tuple(VerificationResult.model_fields)
 # Field -> column in results frames: ``email`` is ``verified_email`` there, beside the row's
 # own ``email`` cell and its ``normalised`` form.
@@ -255,56 +256,131 @@ def write_job_results(
     return files
 
 
-def details_csv(directory: Path, upload: Path, *, neutralise_formulas: bool = False) -> Path:
-    """The results CSV with ``Status``, ``Reason``, ``Score`` too (made once, then reused)."""
-    suffix = "-safe" if neutralise_formulas else ""
-    out = directory / f"results-details{suffix}.csv"
+SEGMENTS: dict[str, tuple[str, ...]] = {
+    "valid": ("valid",),
+    "valid_and_catchall": ("valid", "likely_valid", "catchall"),
+    "invalid": ("invalid", "disposable"),
+    "unknown": ("unknown", "risky"),
+}
+"""The result segments a download can be cut to, by status. ``valid_and_catchall``,
+``invalid`` and ``unknown`` split the rows with an address between them; a row without
+one is in no segment."""
+
+DETAIL_NAMES = {
+    "Status": "status",
+    "Sub Status": "sub_status",
+    "Reason": "reason",
+    "Score": "confidence_score",
+    "Did You Mean": "did_you_mean",
+}
+"""The details columns (``include=details``) and the result fields they show."""
+
+
+def _details(frame: pl.DataFrame) -> dict[str, list[str]]:
+    # (a row without an address has no status: counting it invalid would not match the
+    # job's counts, which leave such rows out)
+    empty = frame.get_column("status").is_null().to_list()
+    out: dict[str, list[str]] = {}
+    for header, field in DETAIL_NAMES.items():
+        values = frame.get_column(field).to_list()
+        if field == "confidence_score":
+            out[header] = ["" if v is None else f"{v:.2f}" for v in values]
+        elif field == "reason":
+            out[header] = [
+                "The cell holds no address." if none else (v or "")
+                for v, none in zip(values, empty, strict=True)
+            ]
+        else:
+            out[header] = [v or "" for v in values]
+    return out
+
+
+def results_csv(
+    directory: Path,
+    upload: Path,
+    *,
+    details: bool = False,
+    neutralise_formulas: bool = False,
+    segment: str | None = None,
+) -> Path:
+    """A variant of the results CSV, made once and then reused: with the details columns
+    (``Status``, ``Sub Status``, ``Reason``, ``Score``, ``Did You Mean``), with formulas
+    neutralised, and/or only the rows of one of :data:`SEGMENTS`."""
+    name = "results" + "".join(
+        part
+        for part, wanted in (
+            ("-details", details),
+            ("-safe", neutralise_formulas),
+            (f"-{segment}", segment is not None),
+        )
+        if wanted
+    )
+    out = directory / f"{name}.csv"
     if out.exists():
         return out
-    frame = pl.read_parquet(
-        directory / "results.parquet",
-        columns=["row", "safe_to_send", "status", "reason", "confidence_score"],
-    ).sort("row")
-    columns = {
-        SAFE_COLUMN: ["Yes" if v else "No" for v in frame.get_column("safe_to_send").to_list()],
-        # (a row without an address has no status: counting it invalid would not match the
-        # job's counts, which leave such rows out)
-        "Status": [v or "" for v in frame.get_column("status").to_list()],
-        "Reason": [v or "The cell holds no address." for v in frame.get_column("reason").to_list()],
-        "Score": [
-            "" if v is None else f"{v:.2f}" for v in frame.get_column("confidence_score").to_list()
-        ],
+    fields = ["row", "safe_to_send", "status", *(DETAIL_NAMES.values() if details else ())]
+    frame = pl.read_parquet(directory / "results.parquet", columns=list(dict.fromkeys(fields)))
+    frame = frame.sort("row")
+    columns: dict[str, list[str]] = {
+        SAFE_COLUMN: ["Yes" if v else "No" for v in frame.get_column("safe_to_send").to_list()]
     }
+    if details:
+        columns.update(_details(frame))
+    keep = None
+    if segment is not None:
+        keep = frame.get_column("status").is_in(SEGMENTS[segment]).fill_null(False).to_list()
     tmp = out.with_suffix(f".{uuid.uuid4().hex}.tmp")
     write_results_csv(
-        upload, load_info(directory), tmp, columns, neutralise_formulas=neutralise_formulas
+        upload,
+        load_info(directory),
+        tmp,
+        columns,
+        neutralise_formulas=neutralise_formulas,
+        keep=keep,
     )
     tmp.replace(out)
     return out
 
 
-def safe_csv(directory: Path, upload: Path) -> Path:
-    """The plain results CSV with spreadsheet formulas neutralised (made once)."""
-    out = directory / "results-safe.csv"
-    if out.exists():
-        return out
-    frame = pl.read_parquet(directory / "results.parquet", columns=["row", "safe_to_send"]).sort(
-        "row"
-    )
-    values = ["Yes" if v else "No" for v in frame.get_column("safe_to_send").to_list()]
-    tmp = out.with_suffix(f".{uuid.uuid4().hex}.tmp")
-    write_results_csv(
-        upload, load_info(directory), tmp, {SAFE_COLUMN: values}, neutralise_formulas=True
-    )
-    tmp.replace(out)
+def segment_parquet(directory: Path, segment: str) -> Path:
+    """``results.parquet`` cut to the rows of one of :data:`SEGMENTS` (made once)."""
+    out = directory / f"results-{segment}.parquet"
+    if not out.exists():
+        frame = pl.read_parquet(directory / "results.parquet")
+        tmp = out.with_suffix(f".{uuid.uuid4().hex}.tmp")
+        frame.filter(pl.col("status").is_in(SEGMENTS[segment])).write_parquet(tmp)
+        tmp.replace(out)
     return out
 
 
-def read_result_page(directory: Path, offset: int, limit: int) -> tuple[list[dict], int]:
+@dataclass(frozen=True)
+class ResultFilter:
+    """What a results preview shows: rows of these statuses, sub-status and domain."""
+
+    statuses: tuple[str, ...] = ()
+    sub_status: str | None = None
+    domain: str | None = None
+
+    def expression(self) -> pl.Expr:
+        where = pl.col("status").is_not_null()
+        if self.statuses:
+            where &= pl.col("status").is_in(self.statuses)
+        if self.sub_status:
+            where &= pl.col("sub_status") == self.sub_status
+        if self.domain:
+            where &= pl.col("domain") == self.domain.strip().lower()
+        return where
+
+
+def read_result_page(
+    directory: Path, offset: int, limit: int, where: ResultFilter | None = None
+) -> tuple[list[dict], int]:
     """Results ``offset .. offset+limit`` as SPEC §2.2 dicts, and how many there are: one
-    per data row that holds an address, in row order (a CSV job's rows without one have no
-    result, so they are not records)."""
-    rows = pl.scan_parquet(directory / "results.parquet").filter(pl.col("status").is_not_null())
+    per data row that holds an address (and passes ``where``), in row order (a CSV job's
+    rows without one have no result, so they are not records)."""
+    rows = pl.scan_parquet(directory / "results.parquet").filter(
+        (where or ResultFilter()).expression()
+    )
     frame, count = pl.collect_all([rows.sort("row").slice(offset, limit), rows.select(pl.len())])
     out = []
     for rec in frame.iter_rows(named=True):
@@ -312,6 +388,22 @@ def read_result_page(directory: Path, offset: int, limit: int) -> tuple[list[dic
         item["email"] = rec["verified_email"] if rec["verified_email"] is not None else rec["email"]
         out.append(item)
     return out, count.item()
+
+
+def result_facets(directory: Path) -> dict[str, list[tuple[str, int]]]:
+    """The statuses, sub-statuses and (top 50) domains of a job's results with their row
+    counts, most frequent first: the choices of the results preview's filters."""
+    rows = pl.scan_parquet(directory / "results.parquet").filter(pl.col("status").is_not_null())
+    frames = pl.collect_all(
+        [
+            rows.group_by(name).len().sort(["len", name], descending=[True, False]).head(limit)
+            for name, limit in (("status", 50), ("sub_status", 50), ("domain", 50))
+        ]
+    )
+    return {
+        name: [(str(v), int(n)) for v, n in frame.iter_rows()]
+        for name, frame in zip(("status", "sub_status", "domain"), frames, strict=True)
+    }
 
 
 def append_history(

@@ -88,12 +88,14 @@ async def _run(engine: Engine, todo: list[str], err: Console, show_progress: boo
 
 
 def _print_table(outcome: BatchResult) -> None:
-    table = Table("email", "status", "score", "reason", show_lines=False)
+    table = Table(
+        "email", "status", "sub_status", "score", "did_you_mean", "reason", show_lines=False
+    )
     for r in outcome.results:
         style = STATUS_STYLE.get(r.status.value, "")
         # Text, not markup: an address or a server's reply may hold "[/]" or ":x:".
         table.add_row(
-            Text(r.email), Text(r.status.value, style=style), f"{r.confidence_score:.2f}",
-            Text(r.reason),
+            Text(r.email), Text(r.status.value, style=style), r.sub_status.value,
+            f"{r.confidence_score:.2f}", Text(r.did_you_mean or ""), Text(r.reason),
         )  # fmt: skip
     Console().print(table)

@@ -415,6 +415,7 @@ def write_results_csv(
     *,
     neutralise_formulas: bool = False,
     pad_short_rows: bool = True,
+    keep: Sequence[bool] | None = None,
 ) -> int:
     """Write ``src`` to ``dest`` with ``columns`` appended; return the data rows written.
 
@@ -431,6 +432,9 @@ def write_results_csv(
     tab or CR gets a leading ``'`` (OWASP CSV-injection advice); records holding such a cell
     are re-quoted minimally, so the file is deliberately no longer byte-identical.
 
+    ``keep``: one flag per data row (same order); rows flagged False are left out (a
+    segment of the results), the header and every kept record still byte for byte.
+
     Streams the file: memory is the appended values plus one record. Written to a temporary
     file beside ``dest`` and renamed, so a reader never sees half a file.
     """
@@ -444,6 +448,8 @@ def write_results_csv(
             raise ValueError(
                 f"column {name!r} has {len(column)} values for {info.row_count} data rows"
             )
+    if keep is not None and len(keep) != info.row_count:
+        raise ValueError(f"keep has {len(keep)} flags for {info.row_count} data rows")
     delimiter = info.delimiter
     width = len(info.columns) if pad_short_rows else 0
     neutralise = neutralise_formulas
@@ -452,7 +458,7 @@ def write_results_csv(
     total = len(suffixes)
 
     tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.part")  # unique: writers may race
-    row = 0
+    row = written = 0
     header_pending = info.has_header
     try:
         with open_info(src, info) as fin, _open_out(tmp, info) as fout:
@@ -485,6 +491,9 @@ def write_results_csv(
                         raise ValueError("the file has more rows than when it was inspected")
                     suffix = suffixes[row]
                     row += 1
+                    if keep is not None and not keep[row - 1]:
+                        continue
+                    written += 1
                 if n < width:
                     body += delimiter * (width - n)
                 write(body + suffix + terminator)
@@ -494,4 +503,4 @@ def write_results_csv(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return row
+    return written

@@ -303,8 +303,8 @@ class Engine:
             fact = facts[item.domain]
             if fact.outcome is not DomainOutcome.OK:
                 continue
-            if self.lists.is_disposable(item.domain):
-                continue  # a throwaway domain is "disposable" whatever its server says
+            if self.lists.is_disposable(item.domain) or self.lists.typo_of(item.domain):
+                continue  # a throwaway or typo domain is decided whatever its server says
             hosts = allowed.get(item.domain)
             if hosts is None:
                 hosts = allowed[item.domain] = self.prober.allowed_hosts(fact.hosts)
@@ -385,6 +385,7 @@ class Engine:
                 is_disposable=self.lists.is_disposable(item.domain),
                 is_role=self.lists.is_role(item.local),
                 is_free=self.lists.is_free(item.domain),
+                typo_of=self.lists.typo_of(item.domain),
                 local=item.local,
                 domain=item.domain,
             )

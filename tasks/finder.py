@@ -261,6 +261,12 @@ async def find_email(
     lookup = _Lookup(ascii_domain, started)
 
     lists = engine.lists
+    if typo := lists.typo_of(ascii_domain):
+        return lookup.answer(
+            "not_found",
+            f"The domain {ascii_domain} looks like a typo of {typo}: did you mean {typo}? "
+            "No address was looked for.",
+        )
     if lists.is_disposable(ascii_domain):
         return lookup.answer(
             "not_found",

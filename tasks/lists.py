@@ -142,8 +142,13 @@ class ReferenceLists:
 
         The most specific match wins: walking from the full domain up to its
         registrable parents, the first name found in the allow list makes it not
-        disposable, the first found in the block list makes it disposable.
+        disposable, the first found in the block list makes it disposable. A likely typo
+        of a major provider (:meth:`typo_of`) is never disposable: the bundled list holds
+        such domains (``gmial.com``, ``hotmial.com``), and calling them throwaway services
+        hid the typo from the person who made it.
         """
+        if self.typo_of(domain) is not None:
+            return False
         labels = normalise_domain(domain).split(".")
         for start in range(len(labels) - 1):  # never the bare TLD
             candidate = ".".join(labels[start:])
@@ -227,6 +232,17 @@ class ReferenceLists:
         if target is None:
             return None
         return f"{local}@{target}" if at else target
+
+    def typo_of(self, domain: str) -> str | None:
+        """The major provider's domain that ``domain`` is one edit away from (a letter
+        added, dropped, changed or two swapped), or None: :meth:`did_you_mean`'s
+        suggestion when it is that close. (Two edits, which it allows for long names, hit
+        real services: ``yopmail.com`` is two from ``hotmail.com``.)"""
+        target = self.did_you_mean(domain)
+        if target is None:
+            return None
+        name = normalise_domain(domain)
+        return target if osa_distance(name, target, 1) == 1 else None
 
     def _suggest(self, domain: str) -> str | None:
         """The popular domain ``domain`` is likely a typo of (see :meth:`did_you_mean`)."""

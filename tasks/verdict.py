@@ -7,6 +7,7 @@ top to bottom; the first that matches decides.
 | # | Facts (first match wins) | status | sub_status | confidence_score |
 |---|---|---|---|---|
 | 1 | syntax problem | invalid | invalid_syntax | 1.00 |
+| 1b | domain one edit from a major provider's (whatever else) | invalid | possible_typo | 0.80 |
 | 2 | domain on the disposable list (whatever SMTP said) | disposable | disposable | 0.95 |
 | 3 | DNS: NXDOMAIN | invalid | nxdomain | 0.99 |
 | 4 | DNS: null MX (RFC 7505) | invalid | null_mx | 0.99 |
@@ -38,6 +39,11 @@ Notes:
 * Role addresses that the server confirms stay ``valid`` (they exist and take mail); the
   ``role_based`` sub-status and ``is_role_based`` flag let callers filter them.
 * Free providers never change the status.
+* Row 1b — ``gmial.com`` is one edit from ``gmail.com``: mail to it does not reach the
+  person who typed it, whatever its server says (typo domains are often parked, accept
+  everything, or sit on throwaway lists), so it is ``invalid`` with the ``possible_typo``
+  sub-status and a reason ending "did you mean gmail.com?" (``did_you_mean`` holds the
+  corrected address). It comes before row 2: a typo is never a throwaway service.
 * Row 11 — the server accepted the mailbox but the random-address probe gave no answer,
   so we cannot tell a real mailbox from a server that accepts everything: not ``valid``
   (which promises a low bounce risk) but ``likely_valid``.
@@ -75,6 +81,7 @@ class Facts:
     is_disposable: bool = False
     is_role: bool = False
     is_free: bool = False
+    typo_of: str | None = None  # the major provider's domain this one is likely a typo of
     local: str = ""
     domain: str = ""
 
@@ -238,6 +245,12 @@ def decide(facts: Facts) -> Verdict:
     if facts.syntax_reason is not None:
         reason = facts.syntax_reason.strip() or "The address is not a valid email address."
         return Verdict(Status.INVALID, SubStatus.INVALID_SYNTAX, False, 1.0, reason)
+    if facts.typo_of:
+        text = (
+            f"The domain {{domain}} looks like a typo of {facts.typo_of}, so mail would not "
+            f"reach the person who typed it: did you mean {facts.typo_of}?"
+        )
+        return _verdict(_Row(Status.INVALID, SubStatus.POSSIBLE_TYPO, 0.80, text), facts)
     if facts.is_disposable:
         return _verdict(
             _Row(

@@ -78,11 +78,18 @@ async def test_upload_poll_download(settings):
             f"/api/bulk/{job['job_id']}/download?include=details", headers=customer.headers
         )
         detail_rows = list(csv.reader(io.StringIO(details.content.decode("utf-8"))))
-        assert detail_rows[0][-4:] == ["Safe to Send", "Status", "Reason", "Score"]
-        assert detail_rows[3][-3] == "invalid"
+        assert detail_rows[0][-6:] == [
+            "Safe to Send",
+            "Status",
+            "Sub Status",
+            "Reason",
+            "Score",
+            "Did You Mean",
+        ]
+        assert detail_rows[3][-5:-3] == ["invalid", "mailbox_not_found"]
         # The row without an address has no status: the file's tallies are the job's.
-        assert detail_rows[5][-3:-1] == ["", "The cell holds no address."]
-        statuses = [row[-3] for row in detail_rows[1:]]
+        assert detail_rows[5][-5:-2] == ["", "", "The cell holds no address."]
+        statuses = [row[-5] for row in detail_rows[1:]]
         assert statuses.count("invalid") == done["invalid_count"]
         assert statuses.count("valid") == done["valid_count"]
         parquet = await app.client.get(

@@ -660,6 +660,21 @@ def test_blank_lines_pass_through_and_are_not_rows(tmp_path: Path) -> None:
     assert out.read_bytes() == b"email,Safe to Send\n\na@x.org,Yes\n  \n\r\nb@y.org,No\n\n"
 
 
+def test_keep_leaves_out_rows_byte_for_byte(tmp_path: Path) -> None:
+    """A segment: the header and the kept records exactly as they were, the others gone."""
+    data = b'id,email\r\n1,a@x.org\r\n2,"b@y.org"\r\n3,"multi\nline"\r\n4,d@w.org'
+    path, info = _inspect(tmp_path, data)
+    out = tmp_path / "out.csv"
+    written = write_results_csv(
+        path, info, out, {"Safe to Send": ["Yes", "No", "No", "Yes"]},
+        keep=[True, False, False, True],
+    )  # fmt: skip
+    assert written == 2
+    assert out.read_bytes() == b"id,email,Safe to Send\r\n1,a@x.org,Yes\r\n4,d@w.org,Yes"
+    with pytest.raises(ValueError, match="keep has 1 flags"):
+        write_results_csv(path, info, out, {"Safe to Send": ["Yes"] * 4}, keep=[True])
+
+
 def test_appended_values_are_quoted_only_when_needed(tmp_path: Path) -> None:
     path, info = _inspect(tmp_path, b"email\na@x.org\nb@y.org\nc@z.org\nd@w.org\n")
     out = tmp_path / "out.csv"

@@ -187,6 +187,8 @@ async def test_a_page_asked_with_another_method_is_an_html_405(settings):
             ("PUT", "/dashboard/keys", "GET, POST"),
             ("DELETE", "/dashboard/jobs/1", "GET"),
             ("PATCH", "/dashboard/login", "GET, POST"),
+            ("PUT", "/dashboard/finder", "GET, POST"),  # (a page of another module)
+            ("DELETE", "/dashboard/jobs/1/results", "GET"),
         ]:
             response = await app.client.request(method, path)
             assert response.status_code == 405, (method, path)
@@ -221,14 +223,18 @@ async def test_signup_login_pages_logout(settings):
         client = app.client
         response = await sign_up(client, "New.User@Example.COM")
         assert response.status_code == 303
-        assert response.headers["location"] == "/dashboard/login?notice=signed_up"
+        assert response.headers["location"] == "/dashboard/keys?notice=welcome"
         account = acc.get_account_by_email(app.store.engine, "new.user@example.com")
         assert account is not None and account.plan == "free" and not account.is_admin
         assert account.password_hash and account.password_hash.startswith("$argon2id$")
         assert PASSWORD not in account.password_hash
         assert balance(app.store.engine, account.id).prepaid == settings.signup_credits == 100
-        notice = await client.get(response.headers["location"])
-        assert "log in" in notice.text
+        # Signed in at once, on the page of the next step.
+        welcome = await client.get(response.headers["location"])
+        assert welcome.status_code == 200 and "you are signed in" in welcome.text
+        assert "new.user@example.com" in welcome.text and "Create a key" in welcome.text
+        out = await client.post("/dashboard/logout", data={"csrf_token": csrf_of(welcome.text)})
+        assert out.status_code == 303
 
         logged = await log_in(client, "new.user@example.com", next="/dashboard/credits")
         assert logged.status_code == 303 and logged.headers["location"] == "/dashboard/credits"
@@ -309,32 +315,35 @@ async def test_wrong_password_and_unknown_email_read_the_same(settings):
         assert (await app.client.get("/dashboard")).status_code == 303
 
 
-async def test_signup_of_a_taken_email_is_neutral(settings):
+async def test_signup_of_a_taken_email_says_so_and_keeps_the_email(settings):
+    """A taken address is said plainly (the login form, the address filled in); the
+    stranger's password neither signs in nor changes the account."""
     async with running_app(settings) as app:
         first = await sign_up(app.client, "taken@example.com")
+        assert first.status_code == 303
         async with browser(app) as other:
-            second = await sign_up(other, "taken@example.com", "another password!")
-            assert second.status_code == first.status_code == 303
-            assert second.headers["location"] == first.headers["location"]
-            pages = [await c.get(first.headers["location"]) for c in (app.client, other)]
-            texts = [re.sub(r'value="[^"]+"', "", p.text) for p in pages]
-            assert texts[0] == texts[1]  # not a word about the address being taken
-            # The owner's password still works, the intruder's does not.
+            second = await sign_up(other, "Taken@Example.com", "another password!")
+            assert second.status_code == 409
+            assert "already has an account" in second.text
+            assert 'value="Taken@Example.com"' in second.text
+            assert 'action="/dashboard/login"' in second.text
+            assert (await other.get("/dashboard/keys")).status_code == 303  # not signed in
             assert (
                 await log_in(other, "taken@example.com", "another password!")
             ).status_code == 400
-        assert (await log_in(app.client, "taken@example.com")).status_code == 303
+        async with browser(app) as owner:
+            assert (await log_in(owner, "taken@example.com")).status_code == 303
         assert len([a for a in acc.list_accounts(app.store.engine) if a.email]) == 1
 
 
-async def test_signup_of_another_case_of_a_cli_accounts_email_is_neutral(settings):
+async def test_signup_of_another_case_of_a_cli_accounts_email_makes_no_account(settings):
     """A CLI account keeps its address as typed; signing up its lower-case form made a
     second account, which the sign-in found first: the owner could no longer log in."""
     async with running_app(settings) as app:
         make_user(app, "Bob@Example.com")
         async with browser(app) as stranger:
             signed = await sign_up(stranger, "bob@example.com", "another password!")
-            assert signed.status_code == 303
+            assert signed.status_code == 409
             assert (
                 await log_in(stranger, "bob@example.com", "another password!")
             ).status_code == 400
@@ -372,7 +381,8 @@ async def test_signups_per_address_are_limited(settings, monkeypatch):
     monkeypatch.setattr(security, "_SIGNUP", security.RateLimitItemPerHour(2))
     async with running_app(settings) as app:
         for i in range(2):
-            assert (await sign_up(app.client, f"s{i}@example.com")).status_code == 303
+            async with browser(app) as client:  # (a sign-up signs its browser in)
+                assert (await sign_up(client, f"s{i}@example.com")).status_code == 303
         refused = await sign_up(app.client, "s2@example.com")
         assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
         assert acc.get_account_by_email(app.store.engine, "s2@example.com") is None
@@ -450,9 +460,12 @@ async def test_a_burst_of_signups_makes_no_more_accounts_than_the_limit(settings
     if redis:
         settings = settings.model_copy(update={"redis_url": "redis://127.0.0.1:6379/0"})
     async with running_app(settings, rate_limit_prefix=f"burst-{secrets.token_hex(4)}") as app:
-        codes = await asyncio.gather(
-            *(sign_up(app.client, f"farm{i}@example.com") for i in range(30))
-        )
+
+        async def one(i: int) -> httpx.Response:
+            async with browser(app) as client:  # (a sign-up signs its browser in)
+                return await sign_up(client, f"farm{i}@example.com")
+
+        codes = await asyncio.gather(*(one(i) for i in range(30)))
         made = [
             i
             for i in range(30)
@@ -695,11 +708,11 @@ async def test_try_one_address_charges_one_credit(settings):
             "/dashboard/verify", data={"csrf_token": csrf, "email": "alice@acme.test"}
         )
         assert valid.status_code == 200, valid.text
-        assert 'status-valid">valid<' in valid.text and "mx.acme.test" in valid.text
+        assert 'data-status="valid">Valid<' in valid.text and "mx.acme.test" in valid.text
         invalid = await app.client.post(
             "/dashboard/verify", data={"csrf_token": csrf, "email": "nobody@acme.test"}
         )
-        assert 'status-invalid">invalid<' in invalid.text
+        assert 'data-status="invalid">Invalid<' in invalid.text
         assert balance(app.store.engine, user.id).total == 0
         charges = [e for e in ledger(app.store.engine, user.id) if e.kind == "charge"]
         assert [(e.delta, e.reason) for e in charges] == [(-1, "verify single (dashboard)")] * 2
@@ -845,8 +858,10 @@ async def test_upload_progress_download_and_foreign_404s(settings):
         assert rows[0] == ["id", "Name", "Email Address", "Safe to Send"]
         assert [r[-1] for r in rows[1:]] == ["Yes", "No", "Yes"]
         details = await app.client.get(f"/dashboard/jobs/{job_id}/download?include=details")
-        assert details.text.splitlines()[0].endswith("Safe to Send,Status,Reason,Score")
-        assert (await app.client.get("/dashboard")).text.count(f"#{job_id}") == 1
+        assert details.text.splitlines()[0].endswith(
+            "Safe to Send,Status,Sub Status,Reason,Score,Did You Mean"
+        )
+        assert (await app.client.get("/dashboard")).text.count(f">#{job_id}</a>") == 1
 
         async with browser(app) as snoop:
             await logged_in(snoop, "snoop@example.com")
@@ -855,7 +870,7 @@ async def test_upload_progress_download_and_foreign_404s(settings):
                 assert response.status_code == 404, path
                 assert "text/html" in response.headers["content-type"]
                 assert "people.csv" not in response.text
-            assert f"#{job_id}" not in (await snoop.get("/dashboard/jobs")).text
+            assert f">#{job_id}<" not in (await snoop.get("/dashboard/jobs")).text
         assert (await app.client.get("/dashboard/jobs/999999")).status_code == 404
 
 

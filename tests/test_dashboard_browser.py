@@ -1,10 +1,13 @@
 """The dashboard end to end in a real browser: Debian's chromium driven by Playwright against
 ``verimail serve`` on loopback, as a customer uses it.
 
-Sign up, log in, create an API key and use it over plain HTTP, try one address, upload a
-CSV, watch the job complete (the page polls by itself), download the results, choose the
-email column of a file where it is not detected, read credits and plan, log out. Every page
-is saved as a screenshot under ``test-artifacts/dashboard/``.
+Sign up (which signs in), create an API key and use it over plain HTTP, try one address,
+upload a CSV, watch the job complete (the page polls by itself) and read its chart, preview
+its results filtered by status, download the results and one segment, choose the email
+column of a file where it is not detected, find one person's address and a CSV of people's
+with the Email Finder, read credits and plan, log out and back in. Every page is saved as a
+screenshot under ``test-artifacts/dashboard/``; with ``VERIMAIL_DOC_SCREENSHOTS=1`` (``make
+screenshots``) the pages the documentation shows are also written to ``docs/images/``.
 
 The browser is the system's ``/usr/bin/chromium`` (``make venv`` installs Debian's package
 when it is missing); Playwright never downloads one. The test skips only when that
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +39,9 @@ CHROMIUM_ARGS = [
     "--no-first-run",
     "--disable-sync",
 ]
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "dashboard"
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts" / "dashboard"
+DOC_IMAGES = ROOT / "docs" / "images"
 EMAIL = "e2e.customer@example.com"
 PASSWORD = "a long enough password"
 JOB_TIMEOUT_MS = 90_000
@@ -84,15 +90,29 @@ def server(testbed_factory, tmp_path) -> Iterator[str]:
         yield servers[0].base_url
 
 
-def shot(page: Any, name: str) -> None:
+def shot(page: Any, name: str, doc: str | None = None) -> None:
+    """The page under test-artifacts; also as ``docs/images/<doc>.png`` when the run makes
+    the documentation's pictures (``make screenshots``)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    if doc and os.environ.get("VERIMAIL_DOC_SCREENSHOTS") == "1":
+        DOC_IMAGES.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(DOC_IMAGES / f"{doc}.png"), full_page=True)
 
 
 def submit(page: Any, form: str) -> None:
     """Click the form's submit button and wait for the page that answers."""
     with page.expect_navigation():
         page.locator(f"{form} button[type=submit]").click()
+
+
+def download_rows(page: Any, link: str, name: str) -> list[list[str]]:
+    """Click the download ``link``, keep the file as ``name`` and read it as CSV rows."""
+    with page.expect_download() as info:
+        page.click(link)
+    saved = ARTIFACTS / name
+    info.value.save_as(str(saved))
+    return list(csv.reader(io.StringIO(saved.read_text("utf-8"))))
 
 
 def test_customer_journey_in_chromium(chromium, server, tmp_path):
@@ -116,21 +136,20 @@ def test_customer_journey_in_chromium(chromium, server, tmp_path):
 
 
 def _journey(page: Any, server: str, tmp_path: Path) -> None:
-    # Sign up, then log in (sign-up answers the same for new and taken addresses).
+    # Sign up: signed in at once, on the keys page (the next step).
     page.goto("/dashboard")
     assert page.url.endswith("/dashboard/login?next=/dashboard")
     page.goto("/dashboard/signup")
-    shot(page, "01-signup")
+    shot(page, "01-signup", "signup")
     page.fill("input[name=email]", EMAIL)
     page.fill("input[name=password]", PASSWORD)
     page.fill("input[name=password_confirm]", PASSWORD)
     submit(page, "main form")
-    assert "/dashboard/login" in page.url
-    assert "log in" in page.inner_text(".notice")
-    shot(page, "02-login")
-    page.fill("input[name=email]", EMAIL)
-    page.fill("input[name=password]", PASSWORD)
-    submit(page, "main form")
+    assert page.url.endswith("/dashboard/keys?notice=welcome")
+    assert "you are signed in" in page.inner_text(".notice")
+    assert EMAIL in page.inner_text("header")
+    shot(page, "02-welcome")
+    page.click("nav >> text=Overview")
     assert page.url == f"{server}/dashboard"
     assert page.inner_text("[data-testid=balance]") == "125"  # 100 signup + 25 Free a day
     shot(page, "03-overview")
@@ -146,7 +165,7 @@ def _journey(page: Any, server: str, tmp_path: Path) -> None:
     submit(page, "form[action='/dashboard/keys']")
     key = page.input_value("[data-testid=new-key]")
     assert re.fullmatch(r"vm_[A-Za-z0-9_-]{43}", key), key
-    shot(page, "05-key-created")
+    shot(page, "05-key-created", "keys")
     response = httpx.post(
         f"{server}/api/verify/single",
         json={"email": "alice@acme.test"},
@@ -163,7 +182,7 @@ def _journey(page: Any, server: str, tmp_path: Path) -> None:
     page.click("nav >> text=Try an address")
     page.fill("main input[name=email]", "nobody@acme.test")
     submit(page, "main form")
-    assert page.inner_text("[data-testid=result] .status") == "invalid"
+    assert page.inner_text("[data-testid=result] .status") == "Invalid"
     shot(page, "06-try-an-address")
 
     # Upload a CSV, watch it complete, download the results.
@@ -173,22 +192,38 @@ def _journey(page: Any, server: str, tmp_path: Path) -> None:
         "3,Nobody,nobody@acme.test\n4,Any,someone@catchall.test\n"
     )
     page.click("nav >> text=Upload a list")
-    shot(page, "07-upload")
+    shot(page, "07-upload", "upload")
     page.set_input_files("input[name=file]", str(people))
     submit(page, "form[action='/dashboard/upload']")
     assert re.search(r"/dashboard/jobs/\d+$", page.url), page.url
     shot(page, "08-job-started")
     page.wait_for_selector("[data-testid=download]", timeout=JOB_TIMEOUT_MS)
-    assert page.inner_text(".job-progress .status") == "completed"
-    shot(page, "09-job-completed")
-    with page.expect_download() as info:
-        page.click("[data-testid=download]")
-    download = info.value
-    saved = ARTIFACTS / "results.csv"
-    download.save_as(str(saved))
-    rows = list(csv.reader(io.StringIO(saved.read_text("utf-8"))))
+    assert page.inner_text(".job-progress .status") == "Completed"
+    # The breakdown chart: one bar segment per status present, a legend with the counts.
+    chart = page.locator("[data-testid=job-chart]")
+    assert chart.locator("svg rect[data-status=valid]").count() == 1
+    assert chart.locator("svg rect[data-status=invalid]").count() == 1
+    assert "Valid 2" in " ".join(chart.locator(".legend li").all_inner_texts())
+    shot(page, "09-job-completed", "job")
+    rows = download_rows(page, "[data-testid=download]", "results.csv")
     assert rows[0] == ["id", "Name", "Email Address", "Safe to Send"]
     assert [r[-1] for r in rows[1:]] == ["Yes", "Yes", "No", "No"]
+
+    # One segment: only the valid rows, with the details columns.
+    rows = download_rows(page, "[data-testid=segment-valid]", "valid.csv")
+    assert [r[2] for r in rows[1:]] == ["alice@acme.test", "sam@slow.test"]
+    assert rows[0][3:5] == ["Safe to Send", "Status"]
+
+    # The results preview, filtered to the invalid addresses.
+    page.click("[data-testid=preview-link]")
+    assert len(page.locator("table.results tbody tr").all()) == 4
+    page.select_option("select[name=status]", "invalid")
+    submit(page, "[data-testid=filters]")
+    assert "status=invalid" in page.url
+    cells = page.locator("table.results tbody tr td:first-child").all_inner_texts()
+    assert cells == ["nobody@acme.test"]
+    assert "Mailbox not found" in page.inner_text("table.results")
+    shot(page, "09b-results-preview", "results")
 
     # A file whose email column is not recognised: choose it from the file's columns.
     odd = tmp_path / "odd.csv"
@@ -205,15 +240,45 @@ def _journey(page: Any, server: str, tmp_path: Path) -> None:
 
     page.click("nav >> text=Jobs")
     assert page.locator("text=Download CSV").count() == 2
+    assert "CSV upload" in page.inner_text("table") and "bulk_csv" not in page.content()
     shot(page, "11-jobs")
+
+    # The Email Finder: one person, then a CSV of people (a job page like a bulk one).
+    page.click("nav >> text=Email Finder")
+    page.fill("input[name=first_name]", "Alice")
+    page.fill("input[name=last_name]", "Smith")
+    page.fill("input[name=domain]", "acme.test")
+    submit(page, "[data-testid=finder-form]")
+    result = page.inner_text("[data-testid=finder-result]")
+    assert "alice@acme.test" in result and "Found" in result
+    shot(page, "11b-finder", "finder")
+    team = tmp_path / "team.csv"
+    team.write_text("first_name,last_name,domain\nAlice,Smith,acme.test\nBob,Jones,acme.test\n")
+    page.set_input_files("input[name=file]", str(team))
+    submit(page, "form[action='/dashboard/finder/upload']")
+    assert re.search(r"/dashboard/jobs/\d+$", page.url), page.url
+    page.wait_for_selector("[data-testid=download]", timeout=JOB_TIMEOUT_MS)
+    assert page.inner_text("[data-field=found_count]") == "2"
+    assert "Email Finder CSV" in page.inner_text("h1")
+    assert page.locator("[data-testid=job-chart] rect[data-status=found]").count() == 1
+    shot(page, "11c-finder-job", "finder-job")
+    rows = download_rows(page, "[data-testid=download]", "found.csv")
+    assert [r[3] for r in rows[1:]] == ["alice@acme.test", "bob@acme.test"]
+
+    page.click("nav >> text=Overview")
+    assert page.locator("figure.breakdown rect[data-status=valid]").count() == 1
+    assert page.locator("figure.daily rect").count() == 30
+    shot(page, "11d-overview-with-charts", "overview")
     page.click("nav >> text=Credits")
     ledger = page.inner_text("table.ledger")
-    for reason in ("signup credits", "verify single", "verify single (dashboard)", "bulk_csv"):
+    for reason in ("signup credits", "verify single", "verify single (dashboard)", "CSV upload"):
         assert reason in ledger
-    shot(page, "12-credits")
+    assert "bulk_csv" not in ledger and "request:" not in ledger
+    shot(page, "12-credits", "credits")
     page.click("nav >> text=Plan")
     assert "Your plan: Free" in page.inner_text("main")
-    shot(page, "13-plan")
+    assert "verimail credits grant" in page.inner_text("#upgrade")
+    shot(page, "13-plan", "plan")
 
     # Log out: the dashboard asks for a login again.
     submit(page, "form.logout")
@@ -221,3 +286,7 @@ def _journey(page: Any, server: str, tmp_path: Path) -> None:
     shot(page, "14-logged-out")
     page.goto("/dashboard/keys")
     assert "/dashboard/login" in page.url
+    page.fill("input[name=email]", EMAIL)
+    page.fill("input[name=password]", PASSWORD)
+    submit(page, "main form")
+    assert page.url == f"{server}/dashboard/keys"  # back where the login was asked for

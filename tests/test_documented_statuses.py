@@ -194,6 +194,7 @@ CHEAP: dict[tuple[str, str], Call] = {
     ("GET", "/api/find-email/csv/{job_id}/download"): Call(
         "GET", f"/api/find-email/csv/{UNKNOWN_FINDER_ID}/download"
     ),
+    ("GET", "/api/account"): Call("GET", "/api/account"),
 }
 """Every authenticated operation; the 401, 429, 500 and 503 recipes are built from these."""
 
@@ -340,6 +341,16 @@ async def health_crash(ctx: Ctx) -> None:
     ctx.monkeypatch.setattr(health_module, "database_connected", crash)
     response = await ctx.idle.client.get("/api/health")
     assert assert_error_body(response, 500) == INTERNAL_ERROR
+
+
+# GET /api/account
+
+
+@recipe("GET", "/api/account", 200)
+async def account_ok(ctx: Ctx) -> None:
+    customer = ctx.idle.customer(credits=7)
+    body = assert_json(await ctx.idle.client.get("/api/account", headers=customer.headers))
+    assert body["balance"]["prepaid"] == 7
 
 
 # POST /api/verify/single

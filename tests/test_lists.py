@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from disposable_email_domains import blocklist as disposable_blocklist
 
 from verimail.config import Settings
 from verimail.tasks.lists import (
@@ -269,6 +270,14 @@ def test_role_file_override(tmp_path: Path) -> None:
 )
 def test_did_you_mean(lists: ReferenceLists, given: str, expected: str) -> None:
     assert lists.did_you_mean(given) == expected
+
+
+@pytest.mark.parametrize("domain", ["gmial.com", "hotmial.com"])
+def test_a_typo_domain_is_never_disposable(lists: ReferenceLists, domain: str) -> None:
+    """The bundled disposable list holds these typo domains; they are typos, not services."""
+    assert domain in disposable_blocklist  # (else this test proves nothing)
+    assert lists.typo_of(domain) is not None
+    assert not lists.is_disposable(domain)
 
 
 @pytest.mark.parametrize(

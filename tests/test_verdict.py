@@ -38,13 +38,28 @@ def facts(**changes: object) -> Facts:
 
 
 # (row number in the docstring, facts, status, sub_status, confidence or None if scored)
-TABLE: list[tuple[int, Facts, Status, SubStatus, float | None]] = [
+TABLE: list[tuple[int | str, Facts, Status, SubStatus, float | None]] = [
     (
         1,
         facts(syntax_reason="The address has no @ sign.", domain_outcome=None),
         Status.INVALID,
         SubStatus.INVALID_SYNTAX,
         1.0,
+    ),
+    ("1b", facts(typo_of="gmail.com"), Status.INVALID, SubStatus.POSSIBLE_TYPO, 0.80),
+    (
+        "1b",  # on the disposable list too (gmial.com is): a typo, never a throwaway service
+        facts(typo_of="gmail.com", is_disposable=True, smtp_outcome=SmtpOutcome.ACCEPTED),
+        Status.INVALID,
+        SubStatus.POSSIBLE_TYPO,
+        0.80,
+    ),
+    (
+        "1b",
+        facts(typo_of="gmail.com", domain_outcome=DomainOutcome.NXDOMAIN),
+        Status.INVALID,
+        SubStatus.POSSIBLE_TYPO,
+        0.80,
     ),
     (2, facts(is_disposable=True), Status.DISPOSABLE, SubStatus.DISPOSABLE, 0.95),
     (
@@ -197,12 +212,12 @@ TABLE: list[tuple[int, Facts, Status, SubStatus, float | None]] = [
 ]
 
 
-def _id(row: tuple[int, Facts, Status, SubStatus, float | None]) -> str:
+def _id(row: tuple[int | str, Facts, Status, SubStatus, float | None]) -> str:
     return f"row{row[0]}-{row[2].value}-{row[3].value}"
 
 
 @pytest.mark.parametrize("row", TABLE, ids=[_id(r) for r in TABLE])
-def test_decision_table(row: tuple[int, Facts, Status, SubStatus, float | None]) -> None:
+def test_decision_table(row: tuple[int | str, Facts, Status, SubStatus, float | None]) -> None:
     _, given, status, sub_status, confidence = row
     result = decide(given)
     assert isinstance(result, Verdict)
@@ -214,18 +229,24 @@ def test_decision_table(row: tuple[int, Facts, Status, SubStatus, float | None])
     assert 0.0 <= result.confidence_score <= 1.0
     assert result.reason.strip()
     assert "\n" not in result.reason
-    assert result.reason.endswith(".")
+    assert result.reason.endswith((".", "?"))  # ("… did you mean gmail.com?")
     if given.syntax_reason is None:
         assert DOMAIN in result.reason
 
 
 def test_every_row_of_the_docstring_is_tested() -> None:
     documented = {
-        int(line.split("|")[1])
+        line.split("|")[1].strip()
         for line in (verdict_module.__doc__ or "").splitlines()
-        if line.startswith("| ") and line.split("|")[1].strip().isdigit()
+        if line.startswith("| ") and line.split("|")[1].strip()[:1].isdigit()
     }
-    assert documented == {row[0] for row in TABLE}
+    assert documented == {str(row[0]) for row in TABLE}
+
+
+def test_a_typo_domain_reason_asks_did_you_mean() -> None:
+    result = decide(facts(typo_of="gmail.com", domain="gmial.com", is_disposable=True))
+    assert result.reason.endswith("did you mean gmail.com?")
+    assert "gmial.com" in result.reason and "disposable" not in result.reason
 
 
 def test_every_smtp_outcome_is_decided() -> None:

@@ -20,8 +20,12 @@ def install_dashboard(app: FastAPI) -> None:
     """Mount ``/dashboard/static`` and the pages (static first: the pages end in a catch-all)."""
     from fastapi.staticfiles import StaticFiles
 
+    from verimail.api.dashboard import finder, results
     from verimail.api.dashboard.routes import router
     from verimail.api.dashboard.web import PREFIX, STATIC_DIR
 
     app.mount(f"{PREFIX}/static", StaticFiles(directory=STATIC_DIR), name="dashboard-static")
+    # The pages split by resource come before the main router, whose catch-all ends it.
+    app.include_router(results.router)
+    app.include_router(finder.router)
     app.include_router(router)

@@ -28,6 +28,10 @@ from fastapi.routing import APIRoute
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from verimail.api.billing import charged
+from verimail.api.dashboard import finder as finder_pages
+from verimail.api.dashboard import results as results_pages
+from verimail.api.dashboard.insights import account_charts
+from verimail.api.dashboard.progress import progress_fields
 from verimail.api.dashboard.security import (
     LOGIN_FAILURES,
     LOGIN_WINDOW_SECONDS,
@@ -53,6 +57,7 @@ from verimail.api.dashboard.web import (
     dashboard_state,
     error_page,
     log,
+    own_job,
     plan_limits,
     redirect,
     render,
@@ -112,8 +117,10 @@ PICKER_MAX_COLUMNS = 200
 and took 2 GB of memory to build it."""
 
 NOTICES = {
-    "signed_up": "Thanks! If this address was not registered yet, its account is ready with "
-    "its free credits: log in. If it was, log in with that account's password.",
+    "welcome": "Welcome! Your account is ready, with its free credits, and you are signed "
+    "in. Create an API key below to use the API, or upload a list to verify it right away.",
+    "taken": "This address already has an account: log in with its password. (Forgotten "
+    "it? The service's operators can set a new one.)",
     "logged_out": "You are logged out.",
     "revoked": "The key was revoked: requests using it now get 401.",
 }
@@ -154,7 +161,8 @@ async def signup_form(request: Request, account: MaybeAccount) -> Response:
 
 @router.post("/signup")
 async def signup(request: Request, store: StoreDep, form: CheckedForm) -> Response:
-    """Create the account; the answer is the same whether or not the email was taken."""
+    """Create the account and sign it in (on to the keys page: the next step); a taken
+    address gets the login form with the address filled in, saying so."""
     state = dashboard_state(request)
     raw_email = text_field(form, "email", 320)
     password = text_field(form, "password", 4096)
@@ -179,16 +187,24 @@ async def signup(request: Request, store: StoreDep, form: CheckedForm) -> Respon
     password_hash = await hash_password(password, state.hash_slots)
     settings = request.app.state.settings
 
-    def create() -> None:
-        if acc.email_taken(store.engine, email):  # in any case: say nothing different
-            return
-        with contextlib.suppress(IntegrityError):  # taken meanwhile: the same
-            acc.create_account(
+    def create() -> acc.Account | None:
+        if acc.email_taken(store.engine, email):
+            return None
+        try:
+            return acc.create_account(
                 store.engine, settings, plan="free", email=email, password_hash=password_hash
             )
+        except IntegrityError:  # taken meanwhile
+            return None
 
-    await to_thread.run_sync(create)
-    return redirect(f"{PREFIX}/login?notice=signed_up")
+    account = await to_thread.run_sync(create)
+    if account is None:
+        # Said plainly (sign-ups are throttled per address, so this is no cheap way to
+        # list accounts); the owner's password is not checked here: that is the login's job.
+        context = {"email": raw_email, "next": PREFIX, "notice": NOTICES["taken"]}
+        return render(request, "login.html", context, status_code=409)
+    session_of(request).log_in(account.id, state.signer.password_fingerprint(password_hash))
+    return redirect(f"{PREFIX}/keys?notice=welcome")
 
 
 @router.get("/login")
@@ -263,10 +279,11 @@ async def overview(request: Request, account: CurrentAccount, store: StoreDep) -
     recent = await to_thread.run_sync(
         lambda: job_store.list_jobs(store.engine, account.id, limit=5)
     )
+    charts = await account_charts(store.engine, account.id)
     return render(
         request,
         "overview.html",
-        {"balance": bal, "plan": get_plan(account.plan), "jobs": _job_rows(recent)},
+        {"balance": bal, "plan": get_plan(account.plan), "jobs": _job_rows(recent), **charts},
         account=account,
     )
 
@@ -420,8 +437,10 @@ def _job_view(job: job_store.Job) -> dict[str, Any]:
     if job.kind == "finder_csv":
         view = FinderJob.of(job).model_dump(mode="json")
         view.update(processed_emails=view["processed_rows"], total_emails=view["total_rows"])
-        return view
-    return BulkJob.of(job).model_dump(mode="json")
+    else:
+        view = BulkJob.of(job).model_dump(mode="json")
+    view.update(progress_fields(job, view))
+    return view
 
 
 def _job_rows(jobs: list[job_store.Job]) -> list[dict[str, Any]]:
@@ -430,13 +449,6 @@ def _job_rows(jobs: list[job_store.Job]) -> list[dict[str, Any]]:
 
 def _downloadable(job: job_store.Job) -> bool:
     return job.status == "completed" and job.kind in (*bulk.BULK_KINDS, "finder_csv")
-
-
-async def _own_job(store: StoreDep, account_id: int, job_id: int) -> job_store.Job:
-    job = await to_thread.run_sync(job_store.get_job, store.engine, account_id, job_id)
-    if job is None:
-        raise ApiError(404, f"You have no job {job_id}.")
-    return job
 
 
 @router.get("/jobs")
@@ -461,12 +473,13 @@ async def jobs_page(
 async def job_page(
     request: Request, job_id: JobId, account: CurrentAccount, store: StoreDep
 ) -> Response:
-    job = await _own_job(store, account.id, job_id)
+    job = await own_job(store, account.id, job_id)
     filename = (job.options or {}).get("filename")
+    row = _job_rows([job])[0]
     return render(
         request,
         "job.html",
-        {"row": _job_rows([job])[0], "filename": filename},
+        {"row": row, "filename": filename, **results_pages.job_extras(job, row["view"])},
         account=account,
     )
 
@@ -474,7 +487,7 @@ async def job_page(
 @router.get("/jobs/{job_id}/progress")
 async def job_progress(job_id: JobId, account: CurrentAccount, store: StoreDep) -> Response:
     """What the page's polling script reads (the API's job fields, as JSON)."""
-    job = await _own_job(store, account.id, job_id)
+    job = await own_job(store, account.id, job_id)
     body = _job_view(job)
     body["finished"] = job.finished
     return JSONResponse(body)
@@ -489,9 +502,10 @@ async def job_download(
     format: Annotated[Literal["csv", "parquet"], Query()] = "csv",
     include: Annotated[Literal["details"] | None, Query()] = None,
     neutralise_formulas: bool = False,
+    segment: Annotated[bulk.Segment | None, Query()] = None,
 ) -> Response:
     """The API's download (same files, same 404/409), for the signed-in account."""
-    job = await _own_job(store, account.id, job_id)
+    job = await own_job(store, account.id, job_id)
     if job.kind == "finder_csv":
         return await finder_csv.download_finder_job(job.public_id, account, store)
     return await bulk.download_bulk(
@@ -502,6 +516,7 @@ async def job_download(
         format=format,
         include=include,
         neutralise_formulas=neutralise_formulas,
+        segment=segment,
     )
 
 
@@ -792,7 +807,7 @@ async def not_found(request: Request, rest: str) -> Response:
 def _methods_for(request: Request) -> list[str]:
     """The methods the dashboard's other routes take at this path (none: no such page)."""
     methods: set[str] = set()
-    for route in router.routes:
+    for route in (*router.routes, *results_pages.router.routes, *finder_pages.router.routes):
         others = isinstance(route, APIRoute) and route.endpoint is not not_found
         if others and route.path_regex.match(request.url.path):
             methods |= route.methods or set()

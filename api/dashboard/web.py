@@ -35,6 +35,7 @@ from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import RedirectResponse
 
+from verimail.api.dashboard import labels
 from verimail.api.dashboard.security import (
     COOKIE_PATH,
     SESSION_COOKIE,
@@ -47,6 +48,7 @@ from verimail.api.deps import get_store, limited_account
 from verimail.api.errors import DATABASE_UNAVAILABLE, ApiError, validation_detail
 from verimail.store.accounts import Account, get_account
 from verimail.store.db import Store
+from verimail.store.jobs import Job, get_job
 from verimail.store.sessions import session_ended
 
 log = logging.getLogger("verimail.dashboard")
@@ -80,6 +82,14 @@ def _number(value: int | None) -> str:
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
 templates.env.filters["when"] = _when
 templates.env.filters["number"] = _number
+templates.env.filters.update(
+    kind_label=labels.kind_label,
+    status_label=labels.status_label,
+    sub_status_label=labels.sub_status_label,
+    ledger_kind_label=labels.ledger_kind_label,
+    reason_label=labels.reason_label,
+    reference_label=labels.reference_label,
+)
 
 
 @dataclass
@@ -323,6 +333,14 @@ def text_field(form: FormData, name: str, max_length: int = 1024) -> str:
     if not isinstance(value, str) or len(value) > max_length:
         return ""
     return value
+
+
+async def own_job(store: Store, account_id: int, job_id: int) -> Job:
+    """The account's job ``job_id``; another account's is a 404 exactly like an unknown one."""
+    job = await to_thread.run_sync(get_job, store.engine, account_id, job_id)
+    if job is None:
+        raise ApiError(404, f"You have no job {job_id}.")
+    return job
 
 
 def client_address(request: Request) -> str:

@@ -35,10 +35,10 @@ from verimail.store import jobs as job_store
 from verimail.store.tables import MAX_EMAIL_LENGTH, MAX_INT
 from verimail.tasks.bulk_io import (
     ADDRESS_LIST_COLUMN,
-    details_csv,
     job_dir,
     read_result_page,
-    safe_csv,
+    results_csv,
+    segment_parquet,
     write_address_list,
 )
 from verimail.tasks.csv_detect import inspect_csv
@@ -47,6 +47,14 @@ router = APIRouter(tags=["bulk jobs"])
 
 MAX_JSON_BULK = 10_000
 BULK_KINDS = ("bulk_csv", "bulk_json")
+
+Segment = Literal["valid", "valid_and_catchall", "invalid", "unknown"]
+"""The ``segment`` of a download (``tasks.bulk_io.SEGMENTS`` says which statuses)."""
+SEGMENT_DOC = (
+    "Only the rows of one segment (the header is kept): `valid` (status valid), "
+    "`valid_and_catchall` (valid, likely_valid, catchall), `invalid` (invalid, disposable) "
+    "or `unknown` (unknown, risky). Rows without an address are in none. Without it: every row."
+)
 
 _422 = {
     "model": ValidationErrorBody,
@@ -162,7 +170,8 @@ def _not_ready(job: job_store.Job) -> ApiError:
     description="The uploaded file byte for byte, with a `Safe to Send` column (`Yes`/`No`) "
     "appended. `include=details` adds `Status`, `Reason`, `Score`; `format=parquet` gives "
     "every result field as Parquet; `neutralise_formulas=true` prefixes cells that a "
-    "spreadsheet would run as formulas (`=`, `+`, `-`, `@`) with `'`.",
+    "spreadsheet would run as formulas (`=`, `+`, `-`, `@`) with `'`; `segment` keeps only "
+    "the rows of one segment (e.g. `valid_and_catchall` for a list to send to).",
     response_class=FileResponse,
     responses={
         200: {"content": {"text/csv": {}, "application/vnd.apache.parquet": {}}},
@@ -177,27 +186,34 @@ async def download_bulk(
     format: Annotated[Literal["csv", "parquet"], Query(description="csv or parquet")] = "csv",
     include: Annotated[Literal["details"] | None, Query(description="`details`")] = None,
     neutralise_formulas: bool = False,
+    segment: Annotated[Segment | None, Query(description=SEGMENT_DOC)] = None,
 ) -> FileResponse:
     job = await _job(store, account.id, job_id)
     if job.status != "completed":
         raise _not_ready(job)
     directory = job_dir(request.app.state.settings.data_dir, job.id)
     upload = Path(job.upload_path or "")
+    name = f"bulk-{job.id}-" + (f"{segment}-" if segment else "") + "results"
     if format == "parquet":
+        parquet = directory / "results.parquet"
+        if segment is not None:
+            parquet = await to_thread.run_sync(segment_parquet, directory, segment)
         return WholeFileResponse(
-            directory / "results.parquet",
-            media_type="application/vnd.apache.parquet",
-            filename=f"bulk-{job.id}-results.parquet",
+            parquet, media_type="application/vnd.apache.parquet", filename=f"{name}.parquet"
         )
-    if include == "details":
+    if include == "details" or neutralise_formulas or segment is not None:
         path = await to_thread.run_sync(
-            lambda: details_csv(directory, upload, neutralise_formulas=neutralise_formulas)
+            lambda: results_csv(
+                directory,
+                upload,
+                details=include == "details",
+                neutralise_formulas=neutralise_formulas,
+                segment=segment,
+            )
         )
-    elif neutralise_formulas:
-        path = await to_thread.run_sync(lambda: safe_csv(directory, upload))
     else:
         path = Path(job.result_path or directory / "results.csv")
-    return csv_response(path, directory, filename=f"bulk-{job.id}-results.csv")
+    return csv_response(path, directory, filename=f"{name}.csv")
 
 
 def _storable(entry: str) -> str:

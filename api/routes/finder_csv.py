@@ -31,10 +31,13 @@ from verimail.api.jobs import (
     webhook_options,
 )
 from verimail.api.routes.finder import FINDER_DISABLED, FinderAccountDep, SettingsDep
-from verimail.api.uploads import receive_upload, upload_body
+from verimail.api.uploads import ReceivedUpload, receive_upload, upload_body
+from verimail.config import Settings
 from verimail.schemas.jobs import FinderJob
 from verimail.store import jobs as job_store
+from verimail.store.accounts import Account
 from verimail.store.credits import balance
+from verimail.store.db import Store
 from verimail.tasks.csv_detect import find_person_columns, inspect_csv
 
 router = APIRouter(tags=["email finder"])
@@ -91,51 +94,64 @@ async def create_finder_job(
         received = await receive_upload(
             request, folder / "upload.csv", max_bytes=settings.upload_max_bytes
         )
-        fields = received.fields
-        webhook_url = fields.get("webhook_url") or None
-        hook = webhook_options(request, webhook_url)
-        mapping = {
-            key: fields.get(key) or None
-            for key in ("first_name_column", "last_name_column", "domain_column")
-        }
-
-        def inspect() -> int:
-            info = inspect_csv(received.path, max_rows=settings.upload_max_rows, need_email=False)
-            find_person_columns(
-                info, mapping["first_name_column"], mapping["last_name_column"],
-                mapping["domain_column"],
-            )  # fmt: skip
-            return info.row_count
-
-        with upload_refusals():
-            rows = await to_thread.run_sync(inspect)
-        if rows == 0:
-            raise ApiError(422, "The file has no data rows.")
-        have = await to_thread.run_sync(lambda: balance(store.engine, account.id).total)
-        if have < settings.finder_charge:
-            raise ApiError(
-                402,
-                f"Not enough credits: a found address costs {settings.finder_charge}, the "
-                f"balance is {have}; nothing was stored.",
-            )
-        job = await to_thread.run_sync(
-            lambda: job_store.create_job(
-                store.engine,
-                account.id,
-                "finder_csv",
-                rows,
-                reserve=0,
-                upload_path=str(received.path),
-                options={**mapping, "filename": received.filename, **hook},
-                webhook_url=webhook_url,
-            )
-        )
-    assert job is not None  # nothing to reserve
+        job, hook = await create_from_upload(request, account, store, settings, received)
     await start_run(request, store, "finder", job)
     out = FinderJob.of(job)
     if hook:
         out.webhook_secret = hook["webhook_secret"]  # type: ignore[attr-defined]
     return out
+
+
+async def create_from_upload(
+    request: Request,
+    account: Account,
+    store: Store,
+    settings: Settings,
+    received: ReceivedUpload,
+) -> tuple[job_store.Job, dict[str, str]]:
+    """The job of a received people CSV (its columns found, the balance checked), not yet
+    started; raises the API's 402/413/422. Shared with the dashboard's finder upload."""
+    fields = received.fields
+    webhook_url = fields.get("webhook_url") or None
+    hook = webhook_options(request, webhook_url)
+    mapping = {
+        key: fields.get(key) or None
+        for key in ("first_name_column", "last_name_column", "domain_column")
+    }
+
+    def inspect() -> int:
+        info = inspect_csv(received.path, max_rows=settings.upload_max_rows, need_email=False)
+        find_person_columns(
+            info, mapping["first_name_column"], mapping["last_name_column"],
+            mapping["domain_column"],
+        )  # fmt: skip
+        return info.row_count
+
+    with upload_refusals():
+        rows = await to_thread.run_sync(inspect)
+    if rows == 0:
+        raise ApiError(422, "The file has no data rows.")
+    have = await to_thread.run_sync(lambda: balance(store.engine, account.id).total)
+    if have < settings.finder_charge:
+        raise ApiError(
+            402,
+            f"Not enough credits: a found address costs {settings.finder_charge}, the "
+            f"balance is {have}; nothing was stored.",
+        )
+    job = await to_thread.run_sync(
+        lambda: job_store.create_job(
+            store.engine,
+            account.id,
+            "finder_csv",
+            rows,
+            reserve=0,
+            upload_path=str(received.path),
+            options={**mapping, "filename": received.filename, **hook},
+            webhook_url=webhook_url,
+        )
+    )
+    assert job is not None  # nothing to reserve
+    return job, hook
 
 
 async def _job(store: StoreDep, account_id: int, job_id: str) -> job_store.Job:

@@ -19,12 +19,13 @@
       const field = el.dataset.field;
       if (job[field] !== undefined && job[field] !== null) {
         el.textContent = show(job[field], field);
-        if (field === "status") el.className = "status status-" + job.status;
+        if (el.hasAttribute("data-status-class")) el.className = "status status-" + job.status;
       }
     });
     const bar = box.querySelector("progress");
     if (bar) bar.value = job.percent_complete;
     box.dataset.status = job.status;
+    // (status_label: the words for the status, sent by the progress endpoint)
   }
 
   // Poll one job until it finishes, then reload so the page shows its results.

@@ -1,0 +1,115 @@
+"""``GET /api/account``: the key's account — balance, plan, limits, Email Finder.
+
+What the dashboard's overview and plan pages show, for API clients: a script checks the
+balance before uploading a list instead of learning it from a 402. Reading it counts
+against the plan's request rate like any other call (it is cheap, but not free to hammer).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from anyio import to_thread
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, Field
+
+from verimail.api.deps import AccountDep, StoreDep
+from verimail.api.errors import pick_error_docs
+from verimail.api.models import MAX_BATCH
+from verimail.api.routes.bulk import MAX_JSON_BULK
+from verimail.store.credits import balance
+from verimail.store.plans import get_plan
+
+router = APIRouter(tags=["account"])
+
+UPGRADE_HELP = (
+    "Plans and credits are changed by the service's operators (`verimail accounts set --id N "
+    "--plan P`, `verimail credits grant --account N AMOUNT`): ask them, quoting your account id."
+)
+
+
+class AccountBalance(BaseModel):
+    """Credits the account can spend now: the plan's allowance first, then prepaid ones."""
+
+    total: int = Field(description="Credits available now: `prepaid` + `allowance_remaining`.")
+    prepaid: int = Field(
+        description="Prepaid credits (sign-up, grants, refunds); they never expire."
+    )
+    allowance: int | None = Field(
+        description="The plan's allowance per period; null when the plan has none (Enterprise)."
+    )
+    allowance_remaining: int = Field(description="Allowance left in the current period.")
+    allowance_resets_at: datetime | None = Field(
+        description="When the allowance renews (UTC; unused allowance lapses); null without one."
+    )
+
+
+class AccountLimits(BaseModel):
+    """The plan's request limits and the service's size limits."""
+
+    requests_per_minute: int | None = Field(
+        description="API requests per minute; null: unlimited. Past it: 429 with Retry-After."
+    )
+    concurrent_requests: int | None = Field(
+        description="Requests at once; null: no fixed limit. Past it: 429."
+    )
+    batch_max_emails: int = Field(description="Most addresses per `POST /api/verify/batch`.")
+    json_bulk_max_emails: int = Field(description="Most addresses per `POST /api/verify/bulk`.")
+    upload_max_bytes: int = Field(description="Largest CSV upload, in bytes.")
+    upload_max_rows: int = Field(description="Most rows in a CSV upload.")
+
+
+class AccountInfo(BaseModel):
+    """The account a key belongs to (the same figures as the dashboard)."""
+
+    account_id: int = Field(description="The account's id (quote it to the operators).")
+    email: str | None = Field(description="The account's login address; null when it has none.")
+    plan: Literal["free", "starter", "pro", "business", "enterprise"] = Field(
+        description="The account's plan."
+    )
+    balance: AccountBalance = Field(description="Credits available now, by pool.")
+    limits: AccountLimits = Field(description="The plan's request limits and the size limits.")
+    finder_enabled: bool = Field(description="Whether the Email Finder endpoints may be used.")
+    finder_credits_per_find: int = Field(
+        description="Credits a verified find costs (nothing is charged otherwise)."
+    )
+    upgrade: str = Field(description="How to change the plan or get more credits.")
+
+
+@router.get(
+    "/api/account",
+    response_model=AccountInfo,
+    summary="Your balance, plan and limits",
+    description="The account of the API key: credits available (prepaid and the plan's "
+    "allowance), the plan and its limits, and whether the Email Finder is enabled. Costs "
+    "no credit.",
+    responses=pick_error_docs({}, ()),
+)
+async def get_account(request: Request, account: AccountDep, store: StoreDep) -> AccountInfo:
+    settings = request.app.state.settings
+    bal = await to_thread.run_sync(balance, store.engine, account.id)
+    plan = get_plan(account.plan)
+    return AccountInfo(
+        account_id=account.id,
+        email=account.email,
+        plan=plan.name,  # type: ignore[arg-type]
+        balance=AccountBalance(
+            total=bal.total,
+            prepaid=bal.prepaid,
+            allowance=bal.allowance,
+            allowance_remaining=bal.allowance_remaining,
+            allowance_resets_at=bal.period_resets_at,
+        ),
+        limits=AccountLimits(
+            requests_per_minute=plan.requests_per_minute,
+            concurrent_requests=plan.concurrent,
+            batch_max_emails=MAX_BATCH,
+            json_bulk_max_emails=MAX_JSON_BULK,
+            upload_max_bytes=settings.upload_max_bytes,
+            upload_max_rows=settings.upload_max_rows,
+        ),
+        finder_enabled=account.finder_enabled,
+        finder_credits_per_find=settings.finder_charge,
+        upgrade=UPGRADE_HELP,
+    )
