@@ -5,7 +5,9 @@ Prefect tasks of several domains each, rows of one domain one after the other ov
 shared SMTP session (``smtp_probe.DomainSession``): the domain's DNS facts are resolved
 once, the catch-all probe is sent once, and every person's candidates go over the same
 connection (a fresh one only before the server's recipient or rejection limit). On a
-catch-all domain the other rows get their most likely pattern without any RCPT.
+catch-all domain the other rows get their most likely pattern without any RCPT. Each find
+teaches the domain's pattern (``StoredPatterns``): the rows after it try that pattern
+first, so they cost one RCPT each.
 
 Billing as the job goes: each verified find is charged ``finder_charge`` on its own
 (atomically). When a find cannot be paid for, the row is ``skipped_no_credits`` (its

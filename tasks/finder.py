@@ -9,6 +9,7 @@ Steps, cheapest first, so that most refusals cost no network traffic at all:
 2. the reference lists: disposable domains and free providers are refused (see below);
 3. the candidates (``finder_patterns.candidate_addresses``), at most ``max_probes``, role
    inboxes never among them — so the finder can never return ``info@`` for "Info Sales";
+   the domain's learned patterns (``patterns``, see ``finder_learned``) first;
 4. DNS once (the engine's resolver caches it); no mail host, or only private addresses:
    ``not_found`` without any connection;
 5. ONE SMTP session (``smtp_probe.DomainSession``): the random-address catch-all probe
@@ -16,12 +17,18 @@ Steps, cheapest first, so that most refusals cost no network traffic at all:
    the same session for every person at one domain, so the probe is sent once per domain
    and the people share the connection.
 
+A find records its base pattern through ``patterns`` (pattern and count, never the
+address), so the next lookup at the domain tries it first. A policy block, or a 421 before
+any candidate was answered, ends the lookup at once (``not_found``, nothing charged): the
+other candidates would only be refused too. See docs/finder.md.
+
 Outcomes:
 
 * ``found``: the server rejected the random address and accepted a candidate — a verified
-  mailbox. ``confidence = pattern_confidence(rank) × verdict confidence`` (0.95 × 0.97 =
-  0.92 for ``first.last``): the verdict says the mailbox exists; the rank prior says how
-  likely it is *this person's* (``jsmith`` may as well be Jane Smith's).
+  mailbox. ``confidence = prior × verdict confidence`` (0.95 × 0.97 = 0.92 for
+  ``first.last``; the rank's prior, raised by a learned pattern: ``_Lookup.prior``): the
+  verdict says the mailbox exists; the prior says how likely it is *this person's*
+  (``jsmith`` may as well be Jane Smith's).
 * ``catch_all``: the server accepts any address, so no candidate can be told apart; the
   most likely candidate is returned as a guess with ``found = False`` and
   ``confidence = pattern_confidence(rank) × CATCH_ALL_FACTOR`` (at most 0.57), well below

@@ -4,10 +4,13 @@ its finds and tried first, and a block or a 421 ends a lookup at once."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from api_helpers import VERIMAIL_BIN, clean_env, env_for_testbed
 
 from verimail.config import Settings
 from verimail.flows.finder import StoredPatterns
@@ -224,3 +227,24 @@ async def test_a_block_or_421_on_the_first_candidate_ends_the_lookup(
     assert [r.partition("@")[0] for r in stats.rcpts][1:] == ["john.smith"]  # after the probe
     assert stats.sessions == 1
     assert ann.status == "not_found" and "try again later" in ann.reason
+
+
+# --- the CLI --------------------------------------------------------------------------------
+
+
+def test_the_cli_learns_and_uses_the_pattern(testbed_factory, tmp_path: Path) -> None:
+    """``verimail find`` (each run its own process) reads and teaches the store's patterns."""
+    people = company("lastf.test", "last.f", 2)
+    tb = testbed_factory(finder_world(people))
+    env = clean_env({**env_for_testbed(tb), "VERIMAIL_DATA_DIR": str(tmp_path)})
+    costs = []
+    for person in people:
+        before = _rcpts(tb, "mx.lastf.test")
+        done = subprocess.run(
+            [str(VERIMAIL_BIN), "find", person.first, person.last, "lastf.test", "--json"],
+            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["email"] == person.email
+        costs.append(_rcpts(tb, "mx.lastf.test") - before)
+    assert costs == [12, 2]  # the probe + last.f as 11th candidate; then the probe + last.f
