@@ -34,6 +34,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import polars as pl
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -60,6 +61,7 @@ from verimail.tasks.csv_detect import find_person_columns, inspect_csv
 from verimail.tasks.csv_io import load_person_rows, write_results_csv
 from verimail.tasks.finder import FinderInputError, find_email, normalise_finder_domain
 from verimail.tasks.finder_learned import DomainPattern
+from verimail.tasks.history import valid_locals
 from verimail.tasks.smtp_probe import DomainSession
 
 DOMAINS_PER_TASK = 50
@@ -93,7 +95,24 @@ class StoredPatterns:
         self.store = store
         self.account_id = account_id
         self.shared = settings.finder_pattern_scope == "all"
+        self.data_dir = settings.data_dir
         self._known: dict[str, DomainPattern] = {}
+        self._valid: dict[str, frozenset[str]] = {}
+
+    async def known_valid(self, domain: str) -> frozenset[str]:
+        """The account's valid addresses at ``domain`` in the verification history (read
+        once per domain); empty when the history cannot be read."""
+        valid = self._valid.get(domain)
+        if valid is None:
+            try:
+                valid = await asyncio.to_thread(
+                    valid_locals, self.data_dir, self.account_id, domain
+                )
+            except (duckdb.Error, OSError) as exc:
+                log.warning("verification history of %s not read: %s", domain, exc)
+                valid = frozenset()
+            self._valid[domain] = valid
+        return valid
 
     async def load(self, domain: str) -> DomainPattern:
         known = self._known.get(domain)

@@ -297,6 +297,7 @@ async def find_email(
             "domain instead.",
         )
     learned = await patterns.load(ascii_domain) if patterns is not None else None
+    known = await patterns.known_valid(ascii_domain) if patterns is not None else frozenset()
     lookup = _Lookup(ascii_domain, started, learned)
     candidates = candidate_addresses(
         first_name,
@@ -305,6 +306,7 @@ async def find_email(
         is_role=lists.is_role,
         limit=max_probes,
         prefer=learned.ranked if learned is not None else (),
+        known=known,
     )
     if not candidates:
         return lookup.answer(
@@ -354,7 +356,7 @@ async def find_email(
         )
     if sequence.accepted is not None:
         accepted = next(c for c in candidates if c.email == sequence.accepted)
-        result = _accepted(lookup, sequence, accepted, tried)
+        result = _accepted(lookup, sequence, accepted, tried, known=accepted.local in known)
         if result.found and patterns is not None:
             await patterns.record(ascii_domain, accepted.base_pattern)
         return result
@@ -364,7 +366,12 @@ async def find_email(
 
 
 def _accepted(
-    lookup: _Lookup, sequence: SequenceResult, candidate: Candidate, tried: list[str]
+    lookup: _Lookup,
+    sequence: SequenceResult,
+    candidate: Candidate,
+    tried: list[str],
+    *,
+    known: bool = False,
 ) -> FinderResult:
     """An accepted candidate: verified only when the server refused the random address. A
     full mailbox is there too: found, as risky as the verifier calls it."""
@@ -385,6 +392,8 @@ def _accepted(
     if lookup.learned is not None and candidate.base_pattern in lookup.learned.counts:
         finds = lookup.learned.counts[candidate.base_pattern]
         where += f", the pattern of {finds} earlier find{'s' if finds != 1 else ''} there"
+    if known:
+        where += ", an address your account verified as valid before"
     if finding.outcome is SmtpOutcome.MAILBOX_FULL:
         reason = (
             f"The mail server for {domain} says the mailbox {candidate.email} exists "

@@ -28,7 +28,7 @@ Ranking rules:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 from nameparser.config import CONSTANTS
@@ -307,14 +307,16 @@ def candidate_addresses(
     is_role: Callable[[str], bool],
     limit: int | None = None,
     prefer: Sequence[str] = (),
+    known: Collection[str] = (),
 ) -> list[Candidate]:
     """Candidate addresses for a person at ``domain``, most likely first.
 
     Empty when the name normalises to nothing. ``domain`` is used as given (the caller has
     validated it). ``is_role`` keeps shared inboxes out: the finder promises a person's
     address, so a person called "Info Sales" must never yield ``info@``. ``prefer``: base
-    pattern names to try first, in that order (the domain's learned patterns); ``limit``
-    applies after they were moved up, so a learned pattern is never cut off.
+    pattern names to try first, in that order (the domain's learned patterns); ``known``:
+    local parts known to exist (the account's verified addresses), whose candidates go
+    before even those. ``limit`` applies after the moves, so none of them is cut off.
     """
     if limit is not None and limit < 0:
         raise ValueError("limit must be >= 0")
@@ -326,7 +328,7 @@ def candidate_addresses(
     out: list[Candidate] = []
     seen: set[str] = set()
     for pattern, local in _raw_candidates(parts, umlaut):
-        if limit is not None and not prefer and len(out) >= limit:
+        if limit is not None and not (prefer or known) and len(out) >= limit:
             break
         if local in seen:
             continue
@@ -335,9 +337,9 @@ def candidate_addresses(
         if len(local) > MAX_LOCAL_LENGTH or len(email) > MAX_ADDRESS_LENGTH or is_role(local):
             continue
         out.append(Candidate(email=email, local=local, pattern=pattern, rank=len(out)))
-    if prefer:
+    if prefer or known:
         order = {name: i for i, name in enumerate(prefer)}
-        out.sort(key=lambda c: order.get(c.base_pattern, len(order)))  # (stable)
+        out.sort(key=lambda c: (c.local not in known, order.get(c.base_pattern, len(order))))
     return out if limit is None else out[:limit]
 
 

@@ -9,6 +9,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import polars as pl
 import pytest
 from api_helpers import VERIMAIL_BIN, clean_env, env_for_testbed
 
@@ -17,6 +18,7 @@ from verimail.flows.finder import StoredPatterns
 from verimail.store.accounts import create_account
 from verimail.store.db import Store, init_store
 from verimail.store.patterns import pattern_counts, record_find
+from verimail.tasks.bulk_io import RESULT_SCHEMA, append_history
 from verimail.tasks.engine import Engine
 from verimail.tasks.finder import CATCH_ALL_FACTOR, find_email
 from verimail.tasks.finder_learned import DomainPattern, learned_confidence
@@ -186,6 +188,40 @@ async def test_a_catch_all_guess_follows_the_learned_pattern(
     unlearned = pattern_confidence(PATTERN_NAMES.index("lastf")) * CATCH_ALL_FACTOR
     assert unlearned + 0.1 < guess.confidence <= CATCH_ALL_FACTOR
     assert pattern_counts(store.engine, "any.test", None) == {"lastf": 5}  # (no find: no count)
+
+
+async def test_an_address_the_account_verified_as_valid_is_tried_first_and_teaches(
+    testbed_factory, tmp_path, testbed_settings, store
+) -> None:
+    """The account verified quincy.j@hist.test as valid in a bulk job: looking up Jonas
+    Quincy tries that candidate first (one RCPT after the probe), and the find teaches the
+    domain's pattern. Another account's lookup gets nothing from that history."""
+    people = company("hist.test", "last.f", 3)
+    tb = testbed_factory(finder_world(people))
+    settings = testbed_settings(tb, tmp_path, finder_pattern_scope="account")
+    engine = Engine(settings)
+    mine, theirs = _account(store), _account(store)
+    verified = pl.DataFrame(
+        {"verified_email": [people[1].email, people[2].email], "status": ["valid", "invalid"]}
+    )
+    results = pl.concat([RESULT_SCHEMA.to_frame(), verified], how="diagonal_relaxed")
+    results = results.with_columns(normalised=pl.col("verified_email"), domain=pl.lit("hist.test"))
+    append_history(settings.data_dir, results, job_id=1, account_id=mine, source="bulk")
+
+    costs = []
+    for account, person in ((mine, people[1]), (theirs, people[1]), (mine, people[2])):
+        before = _rcpts(tb, "mx.hist.test")
+        result = await find_email(
+            engine, person.first, person.last, "hist.test", max_probes=20,
+            patterns=StoredPatterns(store, account, settings),
+        )  # fmt: skip
+        assert result.email == person.email
+        costs.append(_rcpts(tb, "mx.hist.test") - before)
+        if (account, person) == (mine, people[1]):
+            assert "verified as valid before" in result.reason
+    assert costs[0] == 2 and costs[1] > 2  # (the other account walked the candidates)
+    assert costs[2] == 2  # an invalid verification is no hint, but the learned pattern is
+    assert pattern_counts(store.engine, "hist.test", mine) == {"last.f": 2}
 
 
 def test_the_scope_setting_says_whose_finds_count(store: Store, tmp_path: Path) -> None:

@@ -135,7 +135,8 @@ class FindEmailResponse(BaseModel):
     confidence: float = Field(
         ge=0.0,
         le=1.0,
-        description="0.0 to 1.0; 0 when not found. Found: pattern likelihood × verification "
+        description="0.0 to 1.0; 0 when not found. Found: pattern likelihood (raised by "
+        "the domain's learned pattern, see `GET /api/domain-pattern`) × verification "
         "confidence (≈0.92 for first.last). Catch-all guesses stay at or below 0.6.",
     )
     elapsed_ms: int = Field(ge=0, description="Lookup time in milliseconds.")
@@ -190,7 +191,10 @@ SettingsDep = Annotated[Settings, Depends(app_settings)]
     "never role inboxes), then checks them over one SMTP session with the domain's mail "
     "server until one is accepted. Charged only for a verified find (`credits_used`); "
     "`not_found` and `catch_all` cost nothing. The balance must cover one find before "
-    "the lookup starts (else 402, nothing is looked up).",
+    "the lookup starts (else 402, nothing is looked up). The domain's learned pattern "
+    "(`GET /api/domain-pattern`) is tried first, and a find teaches it. At most "
+    "`VERIMAIL_FINDER_MAX_PROBES` candidates (20) are asked; a policy block or a 421 on the "
+    "first ends the lookup as `not_found` (see `reason`), not charged.",
     responses={
         **AUTH_ERRORS,
         402: error_doc(
