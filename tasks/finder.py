@@ -31,7 +31,7 @@ Outcomes:
   (``jsmith`` may as well be Jane Smith's).
 * ``catch_all``: the server accepts any address, so no candidate can be told apart; the
   most likely candidate is returned as a guess with ``found = False`` and
-  ``confidence = pattern_confidence(rank) × CATCH_ALL_FACTOR`` (at most 0.57), well below
+  ``confidence = prior × CATCH_ALL_FACTOR`` (at most 0.6), well below
   any verified find. Only the probe is sent: further RCPTs would prove nothing. The same
   status (and formula) is used when a candidate was accepted but the catch-all probe got
   no clear answer (verdict ``likely_valid``): the address is plausible, not verified.
