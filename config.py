@@ -126,7 +126,15 @@ class Settings(BaseSettings):
         10, ge=0, description="Credits charged for one verified Email Finder find."
     )
     finder_max_probes: int = Field(
-        8, ge=1, description="Candidate addresses the finder tries per person."
+        20,
+        ge=1,
+        description="Most candidate addresses (RCPTs) the finder sends per person; the "
+        "catch-all probe is one more, once per domain.",
+    )
+    finder_pattern_scope: Literal["all", "account"] = Field(
+        "all",
+        description="Whose finds teach a domain's pattern to a lookup: `all` accounts "
+        "(pattern names and counts only, never an address) or the `account` itself.",
     )
 
     # --- jobs and uploads ----------------------------------------------------------

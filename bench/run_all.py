@@ -15,7 +15,7 @@ import time
 
 from bench.common import REPO
 
-BENCHES = ("throughput", "scaling", "ingest", "api")
+BENCHES = ("throughput", "scaling", "ingest", "api", "finder")
 
 
 def main(argv: list[str] | None = None) -> int:

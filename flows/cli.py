@@ -36,6 +36,25 @@ def _cli_account(store, settings):  # type: ignore[no-untyped-def]
     return account
 
 
+def _cli_patterns():  # type: ignore[no-untyped-def]
+    """The store's learned domain patterns for a single ``verimail find`` (finds booked to
+    the operator account); None when the database cannot be opened: the lookup then works
+    as before, it only neither uses nor teaches a pattern."""
+    quiet_prefect()  # (flows.finder imports Prefect)
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from verimail.flows.context import store_for
+    from verimail.flows.finder import StoredPatterns
+
+    settings = get_settings()
+    try:
+        store = store_for(settings)
+        return StoredPatterns(store, _cli_account(store, settings).id, settings)
+    except SQLAlchemyError as exc:
+        console.print(f"(learned domain patterns not used: {type(exc).__name__})")
+        return None
+
+
 def quiet_prefect() -> None:
     """Prefect's INFO lines (each task started, finished) would bury the progress bar and
     the results (or the demo's own output); its warnings still show. Called before Prefect
@@ -158,7 +177,14 @@ def find_command(
             raise typer.BadParameter("--out names the results CSV of --file", param_hint="--out")
         from verimail.tasks.cli_find import find_one
 
-        find_one(first_name, last_name, domain, as_json=as_json, max_probes=max_probes)
+        find_one(
+            first_name,
+            last_name,
+            domain,
+            as_json=as_json,
+            max_probes=max_probes,
+            patterns=_cli_patterns(),
+        )
         return
     quiet_prefect()
     from verimail.flows.context import store_for

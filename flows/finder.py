@@ -5,7 +5,9 @@ Prefect tasks of several domains each, rows of one domain one after the other ov
 shared SMTP session (``smtp_probe.DomainSession``): the domain's DNS facts are resolved
 once, the catch-all probe is sent once, and every person's candidates go over the same
 connection (a fresh one only before the server's recipient or rejection limit). On a
-catch-all domain the other rows get their most likely pattern without any RCPT.
+catch-all domain the other rows get their most likely pattern without any RCPT. Each find
+teaches the domain's pattern (``StoredPatterns``): the rows after it try that pattern
+first, so they cost one RCPT each.
 
 Billing as the job goes: each verified find is charged ``finder_charge`` on its own
 (atomically). When a find cannot be paid for, the row is ``skipped_no_credits`` (its
@@ -25,15 +27,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import math
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import polars as pl
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from sqlalchemy.exc import SQLAlchemyError
 
 from verimail.config import Settings, current_settings
 from verimail.flows.context import db_retried, engine_for, no_such_job, store_for
@@ -48,17 +53,22 @@ from verimail.flows.heartbeat import (
 )
 from verimail.flows.notify import notify_job
 from verimail.store import jobs as job_store
+from verimail.store import patterns as pattern_store
 from verimail.store.credits import charges_under
 from verimail.store.db import Store
 from verimail.tasks.bulk_io import StagedFiles, job_dir, save_info
 from verimail.tasks.csv_detect import find_person_columns, inspect_csv
 from verimail.tasks.csv_io import load_person_rows, write_results_csv
 from verimail.tasks.finder import FinderInputError, find_email, normalise_finder_domain
+from verimail.tasks.finder_learned import DomainPattern
+from verimail.tasks.history import valid_locals
 from verimail.tasks.smtp_probe import DomainSession
 
 DOMAINS_PER_TASK = 50
 DOMAIN_CONCURRENCY = 20  # domains looked up at once within a task
 PROGRESS_SECONDS = 1.0  # at most one progress write per this many seconds, while rows finish
+
+log = logging.getLogger(__name__)
 
 # Where each row status is counted on the job row (finder jobs reuse the count columns).
 STATUS_COLUMN = {
@@ -68,6 +78,64 @@ STATUS_COLUMN = {
     "invalid_input": "risky_count",
     "skipped_no_credits": "unknown_count",
 }
+
+
+class StoredPatterns:
+    """The learned domain patterns in the store, as a lookup reads and teaches them
+    (:class:`~verimail.tasks.finder_learned.PatternMemory`).
+
+    Finds are counted under ``account_id``; lookups read every account's counts or this
+    account's only, as ``finder_pattern_scope`` says. A domain read once is kept here and
+    updated by this object's own finds, so a CSV job's rows learn from the rows before them
+    without a read per row. A database error never fails a lookup: it is logged, and the
+    lookup goes on without the learned pattern (or without teaching it).
+    """
+
+    def __init__(self, store: Store, account_id: int, settings: Settings) -> None:
+        self.store = store
+        self.account_id = account_id
+        self.shared = settings.finder_pattern_scope == "all"
+        self.data_dir = settings.data_dir
+        self._known: dict[str, DomainPattern] = {}
+        self._valid: dict[str, frozenset[str]] = {}
+
+    async def known_valid(self, domain: str) -> frozenset[str]:
+        """The account's valid addresses at ``domain`` in the verification history (read
+        once per domain); empty when the history cannot be read."""
+        valid = self._valid.get(domain)
+        if valid is None:
+            try:
+                valid = await asyncio.to_thread(
+                    valid_locals, self.data_dir, self.account_id, domain
+                )
+            except (duckdb.Error, OSError) as exc:
+                log.warning("verification history of %s not read: %s", domain, exc)
+                valid = frozenset()
+            self._valid[domain] = valid
+        return valid
+
+    async def load(self, domain: str) -> DomainPattern:
+        known = self._known.get(domain)
+        if known is None:
+            scope = None if self.shared else self.account_id
+            try:
+                counts = await db_retried(
+                    pattern_store.pattern_counts, self.store.engine, domain, scope
+                )
+            except SQLAlchemyError as exc:
+                log.warning("learned patterns of %s not read: %s", domain, exc)
+                counts = {}
+            known = self._known[domain] = DomainPattern(domain, counts)
+        return known
+
+    async def record(self, domain: str, pattern: str) -> None:
+        self._known[domain] = (await self.load(domain)).with_find(pattern)
+        try:
+            await db_retried(
+                pattern_store.record_find, self.store.engine, self.account_id, domain, pattern
+            )
+        except SQLAlchemyError as exc:
+            log.warning("pattern %s of %s not recorded: %s", pattern, domain, exc)
 
 
 class _Billing:
@@ -195,8 +263,10 @@ async def _domain(
     rows: list[dict[str, Any]],
     billing: _Billing,
     progress: _Progress,
+    patterns: StoredPatterns,
 ) -> None:
-    """Every row of one domain, in order, over one shared SMTP session."""
+    """Every row of one domain, in order, over one shared SMTP session; each find teaches
+    the rows after it the domain's pattern."""
     engine = engine_for(settings)
     async with DomainSession(engine.prober) as session:
         for row in rows:
@@ -215,6 +285,7 @@ async def _domain(
                     domain,
                     max_probes=settings.finder_max_probes,
                     session=session,
+                    patterns=patterns,
                 )
             except FinderInputError:
                 progress.record(row["row"], None, "invalid_input", 0.0)
@@ -247,10 +318,11 @@ async def find_domains(
     """Look up the rows of several domains (bounded concurrency); returns rows done."""
     settings = current_settings()
     gate = asyncio.Semaphore(DOMAIN_CONCURRENCY)
+    patterns = StoredPatterns(billing.store, billing.job.account_id, settings)
 
     async def one(rows: list[dict[str, Any]]) -> None:
         async with gate:
-            await _domain(settings, rows, billing, progress)
+            await _domain(settings, rows, billing, progress, patterns)
 
     await asyncio.gather(*(one(rows) for rows in by_domain))
     await progress.flush()

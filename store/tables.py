@@ -21,6 +21,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     String,
     Table,
     Text,
@@ -201,4 +202,24 @@ ended_sessions = Table(
     metadata,
     Column("sid_hash", String(64), primary_key=True),  # SHA-256 of the session id
     Column("expires_at", UTCDateTime, nullable=False, index=True),
+)
+
+# Email Finder: the local-part patterns found at each domain (store/patterns.py). Pattern
+# names and counts only, never an address or a name: what any lookup at the domain may use.
+domain_patterns = Table(
+    "domain_patterns",
+    metadata,
+    Column(
+        "account_id",
+        Integer,
+        ForeignKey("accounts.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("domain", String(255), nullable=False),
+    Column("pattern", String(64), nullable=False),
+    Column("finds", Integer, nullable=False, server_default="0"),
+    Column("last_found_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("account_id", "domain", "pattern", name="pk_domain_patterns"),
+    CheckConstraint("finds >= 0", name="finds_nonnegative"),
+    Index("ix_domain_patterns_domain", "domain"),
 )

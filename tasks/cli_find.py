@@ -1,7 +1,8 @@
 """``verimail find FIRST LAST DOMAIN``: one Email Finder lookup from the command line.
 
-Runs the engine directly: no API, no account, no credits. The command itself (with its
-``--file`` form, which runs the find-emails flow) is in ``flows/cli.py``.
+Runs the engine directly: no API, no credits. The caller may pass the store's learned
+domain patterns (``flows/cli.py`` does, booked to the CLI's operator account). The command
+itself (with its ``--file`` form, which runs the find-emails flow) is in ``flows/cli.py``.
 """
 
 from __future__ import annotations
@@ -17,19 +18,28 @@ from rich.text import Text
 from verimail.config import get_settings
 from verimail.tasks.engine import Engine
 from verimail.tasks.finder import FinderInputError, FinderResult, find_email
+from verimail.tasks.finder_learned import PatternMemory
 
 STATUS_STYLE = {"found": "green", "catch_all": "yellow", "not_found": "red"}
 
 
 def find_one(
-    first_name: str, last_name: str, domain: str, *, as_json: bool, max_probes: int | None
+    first_name: str,
+    last_name: str,
+    domain: str,
+    *,
+    as_json: bool,
+    max_probes: int | None,
+    patterns: PatternMemory | None = None,
 ) -> None:
     """Look one person up and print the answer (a table, or JSON)."""
     settings = get_settings()
     engine = Engine(settings)
     probes = max_probes or settings.finder_max_probes
     try:
-        result = asyncio.run(find_email(engine, first_name, last_name, domain, max_probes=probes))
+        result = asyncio.run(
+            find_email(engine, first_name, last_name, domain, max_probes=probes, patterns=patterns)
+        )
     except FinderInputError as exc:
         param = {"first_name": "FIRST", "last_name": "LAST", "domain": "DOMAIN"}
         raise typer.BadParameter(exc.detail, param_hint=param.get(exc.field or "")) from exc

@@ -13,17 +13,22 @@ Ranking rules:
   and so on, because a popular pattern on a variant name beats an obscure pattern on the
   plain name. ``first.last`` on the variants comes right after the base table's first
   :data:`EARLY` patterns, the other variant patterns after the whole base table: the finder
-  probes only its first few candidates (8 by default), and with every variant behind the
-  15 base patterns "Jürgen Müller" never reached ``juergen.mueller``.
+  probes only its first few candidates (``finder_max_probes``), and with every variant
+  behind the base patterns "Jürgen Müller" never reached ``juergen.mueller``.
 * A local part is kept at its first (best) rank; later duplicates are dropped. Locals over 64
   characters (RFC 5321) and role locals (``is_role``) are never returned.
-* ``Candidate.rank`` is the 0-based position in the returned list.
+* ``prefer`` (the domain's learned patterns, most established first) moves every candidate
+  of those patterns, variants included, to the front; the rest keep their order behind.
+* ``Candidate.rank`` is the 0-based position in the name's own order, before ``prefer``
+  moved anything (it is the position in the returned list when nothing is preferred): the
+  rank prior says how likely a pattern is in general, the learned pattern adds what the
+  domain has shown.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 from nameparser.config import CONSTANTS
@@ -86,12 +91,23 @@ class NameParts:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One address to probe; ``rank`` 0 is the most likely."""
+    """One address to probe; ``rank`` 0 is the most likely by the name alone."""
 
     email: str
     local: str
     pattern: str
     rank: int
+
+    @property
+    def base_pattern(self) -> str:
+        """The pattern without its name-variant tag: ``first.last[umlaut]`` -> ``first.last``
+        (what a domain uses; the variant depends on the person)."""
+        return base_pattern(self.pattern)
+
+
+def base_pattern(pattern: str) -> str:
+    """``first.last[umlaut]`` -> ``first.last``."""
+    return pattern.partition("[")[0]
 
 
 @dataclass(frozen=True)
@@ -106,7 +122,9 @@ class _Name:
 
 Pattern = Callable[[_Name], str]
 
-# Local-part patterns, most common in company mail systems first. Read as a table.
+# Local-part patterns, most common in company mail systems first. Read as a table. The
+# issue's list of "the patterns companies really use" plus ``lastfirst``, ``l.first``,
+# ``f_last`` and ``last-first``; see docs/finder.md for the order and why each is there.
 PATTERNS: tuple[tuple[str, Pattern], ...] = (
     ("first.last", lambda n: f"{n.first}.{n.last}"),
     ("first", lambda n: n.first),
@@ -118,11 +136,15 @@ PATTERNS: tuple[tuple[str, Pattern], ...] = (
     ("first.l", lambda n: f"{n.first}.{n.l}"),
     ("last.first", lambda n: f"{n.last}.{n.first}"),
     ("lastf", lambda n: f"{n.last}{n.f}"),
+    ("last.f", lambda n: f"{n.last}.{n.f}"),
     ("last", lambda n: n.last),
     ("first-last", lambda n: f"{n.first}-{n.last}"),
+    ("last_first", lambda n: f"{n.last}_{n.first}"),
     ("lastfirst", lambda n: f"{n.last}{n.first}"),
     ("l.first", lambda n: f"{n.l}.{n.first}"),
-    ("last_first", lambda n: f"{n.last}_{n.first}"),
+    ("fl", lambda n: f"{n.f}{n.l}"),
+    ("f_last", lambda n: f"{n.f}_{n.last}"),
+    ("last-first", lambda n: f"{n.last}-{n.first}"),
 )
 
 _TOP = ("first.last", "first", "flast", "firstlast", "f.last", "first_last", "last.first", "last")
@@ -284,12 +306,17 @@ def candidate_addresses(
     *,
     is_role: Callable[[str], bool],
     limit: int | None = None,
+    prefer: Sequence[str] = (),
+    known: Collection[str] = (),
 ) -> list[Candidate]:
     """Candidate addresses for a person at ``domain``, most likely first.
 
     Empty when the name normalises to nothing. ``domain`` is used as given (the caller has
     validated it). ``is_role`` keeps shared inboxes out: the finder promises a person's
-    address, so a person called "Info Sales" must never yield ``info@``.
+    address, so a person called "Info Sales" must never yield ``info@``. ``prefer``: base
+    pattern names to try first, in that order (the domain's learned patterns); ``known``:
+    local parts known to exist (the account's verified addresses), whose candidates go
+    before even those. ``limit`` applies after the moves, so none of them is cut off.
     """
     if limit is not None and limit < 0:
         raise ValueError("limit must be >= 0")
@@ -301,7 +328,7 @@ def candidate_addresses(
     out: list[Candidate] = []
     seen: set[str] = set()
     for pattern, local in _raw_candidates(parts, umlaut):
-        if limit is not None and len(out) >= limit:
+        if limit is not None and not (prefer or known) and len(out) >= limit:
             break
         if local in seen:
             continue
@@ -310,7 +337,10 @@ def candidate_addresses(
         if len(local) > MAX_LOCAL_LENGTH or len(email) > MAX_ADDRESS_LENGTH or is_role(local):
             continue
         out.append(Candidate(email=email, local=local, pattern=pattern, rank=len(out)))
-    return out
+    if prefer or known:
+        order = {name: i for i, name in enumerate(prefer)}
+        out.sort(key=lambda c: (c.local not in known, order.get(c.base_pattern, len(order))))
+    return out if limit is None else out[:limit]
 
 
 # Prior that the address at a given rank is the person's, before any SMTP evidence.

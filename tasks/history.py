@@ -112,3 +112,26 @@ def latest_statuses(data_dir: Path, emails: list[str] | None = None) -> pl.DataF
         )
     finally:
         con.close()
+
+
+def valid_locals(data_dir: Path, account_id: int, domain: str) -> frozenset[str]:
+    """Local parts of the addresses at ``domain`` whose latest verification by
+    ``account_id`` was ``valid``: the Email Finder tries a person's candidate that is one of
+    them first (the account's own history, whatever the pattern scope)."""
+    con = connect(data_dir)
+    try:
+        rows = con.execute(
+            """
+            SELECT email, status FROM (
+              SELECT email, status,
+                row_number() OVER (PARTITION BY email ORDER BY verified_at DESC) AS rn
+              FROM history WHERE account_id = ? AND domain = ?)
+            WHERE rn = 1
+            """,
+            [account_id, domain],
+        ).fetchall()
+    finally:
+        con.close()
+    return frozenset(
+        email.rpartition("@")[0].lower() for email, status in rows if status == "valid"
+    )

@@ -886,6 +886,14 @@ class DomainSession:
                 # The server is closing the session: this is no answer about the candidate,
                 # which is asked again in a new session (as the bulk path retries it).
                 await session.close(polite=False)
+                if not run.result.findings and session.rejections <= 1:
+                    # Before any candidate was answered, and after at most the catch-all
+                    # probe's refusal (no error limit is that low): the server turns us away.
+                    # Asking the other candidates would only be turned away too; this answer
+                    # stands for them and for every later row.
+                    self.prober._record(run, item, finding)
+                    self._failure = finding
+                    return SequenceResult(None, run.result.findings, None, stats, finding)
                 if not self.prober._hung_up(session):
                     self.prober._broken(run, session.host.name, finding)
                 item.attempts += 1
@@ -899,10 +907,11 @@ class DomainSession:
             run.broken[session.host.name] = 0  # it answered
             _tally(session, finding.outcome)
             self.prober._record(run, item, finding)
-            if finding.outcome in _PUT_OFF:
-                # Greylisting or "try later" puts off every new recipient alike: asking the
-                # other candidates, and every later row, would only hammer a server that
-                # said to wait. They all get this answer.
+            if finding.outcome in _PUT_OFF or finding.outcome is SmtpOutcome.BLOCKED:
+                # Greylisting or "try later" puts off every new recipient alike, and a policy
+                # block (5.7.x) is about us, not the mailbox: asking the other candidates,
+                # and every later row, would only hammer a server that said to wait or
+                # refused us. They all get this answer.
                 self._failure = finding
                 findings = run.result.findings
                 return SequenceResult(self.catch_all, findings, None, stats, failure=finding)

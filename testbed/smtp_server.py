@@ -28,8 +28,8 @@ codes, silence after EHLO, or a TCP reset on ``RCPT TO``. Streaming modes send a
 cannot make the testbed spin for ever; sessions are counted like any other.
 
 A *rejection* is any 450/550/552/554 reply to ``RCPT TO`` (Postfix counts 4xx and 5xx alike);
-the 452 recipient-limit reply is not one. After the first rejection of a session every reply
-waits ``tarpit_delay`` more, on top of ``reply_delay``.
+the 452 recipient-limit reply is not one. Once a session has ``tarpit_after_rejections``
+rejections (1 by default) every reply waits ``tarpit_delay`` more, on top of ``reply_delay``.
 """
 
 from __future__ import annotations
@@ -260,7 +260,8 @@ class TestbedSMTP(SMTP):
         text = status.decode("ascii", "replace") if isinstance(status, bytes) else status
         if not self._in_multiline:
             behaviour = self.runtime.behaviour
-            delay = behaviour.reply_delay + (behaviour.tarpit_delay if self.rejections else 0.0)
+            tarpit = self.rejections >= max(1, behaviour.tarpit_after_rejections)
+            delay = behaviour.reply_delay + (behaviour.tarpit_delay if tarpit else 0.0)
             if delay > 0:
                 await asyncio.sleep(delay)
         self._in_multiline = text[3:4] == "-"
@@ -358,6 +359,7 @@ class TestbedSMTP(SMTP):
         self.pending_rejection = False
         self.rejections += 1
         self.runtime.stats.count(self.runtime.name, "rejections")
+        self.runtime.stats.session_rejections(self.runtime.name, self.rejections)
         limit = self.runtime.behaviour.disconnect_after_rejections
         if limit is not None and self.rejections >= limit:
             self.runtime.stats.count(self.runtime.name, "hangups")

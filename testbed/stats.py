@@ -25,6 +25,7 @@ class HostStats:
     active: int = 0
     rejections: int = 0
     hangups: int = 0  # sessions the server closed itself (``disconnect_after_rejections``)
+    peak_session_rejections: int = 0  # the most rejections one session reached
     rcpts: list[str] = field(default_factory=list)
 
     def copy(self) -> HostStats:
@@ -80,6 +81,13 @@ class StatsRegistry:
             stats = self._host(host)
             setattr(stats, what, getattr(stats, what) + 1)
 
+    def session_rejections(self, host: str, rejections: int) -> None:
+        """A session of ``host`` has now had ``rejections`` rejections."""
+        with self._changed:
+            self._changed.notify_all()
+            stats = self._host(host)
+            stats.peak_session_rejections = max(stats.peak_session_rejections, rejections)
+
     def rcpt(self, host: str, address: str) -> None:
         with self._changed:
             self._changed.notify_all()
@@ -113,6 +121,9 @@ class StatsRegistry:
                 ):
                     setattr(total, name, getattr(total, name) + getattr(stats, name))
                 total.rcpts.extend(stats.rcpts)
+                total.peak_session_rejections = max(
+                    total.peak_session_rejections, stats.peak_session_rejections
+                )
             total.active = self._active_total
             total.peak_concurrent = self._peak_total
             return total

@@ -65,7 +65,8 @@ class HostBehaviour:
     - ``full_mailboxes``: 552 5.2.2 (they exist, so they need not be in ``mailboxes`` too).
     - ``block``: 554 5.7.1 to every RCPT, as after a block-list hit.
     - ``reply_delay``: seconds before every reply, banner included; ``tarpit_delay``: more
-      seconds before every reply after a session's first rejection.
+      seconds before every reply once a session has ``tarpit_after_rejections`` rejections
+      (1: from the first; Postfix's soft error limit is 10, see :func:`postfix_limits`).
     - ``disconnect_after_rejections``: after the Nth rejection in a session, 421 and close.
     - ``max_rcpts_per_session``: RCPTs beyond N in one connection get 452 4.5.3.
     - ``one_domain_per_transaction``: a RCPT for another domain than the transaction's
@@ -103,6 +104,7 @@ class HostBehaviour:
     block: bool = False
     reply_delay: float = 0.0
     tarpit_delay: float = 0.0
+    tarpit_after_rejections: int = 1
     disconnect_after_rejections: int | None = None
     max_rcpts_per_session: int | None = None
     one_domain_per_transaction: bool = False
@@ -149,6 +151,22 @@ class HostBehaviour:
     def is_full(self, address: str) -> bool:
         """Is ``address`` (or its local part) a mailbox that is over quota?"""
         return self._matches(self.full_mailboxes, address)
+
+
+POSTFIX_SOFT_ERROR_LIMIT = 10  # smtpd_soft_error_limit: replies slow down from here
+POSTFIX_HARD_ERROR_LIMIT = 20  # smtpd_hard_error_limit: 421 and the session is dropped
+POSTFIX_ERROR_SLEEP = 1.0  # smtpd_error_sleep_time, seconds
+
+
+def postfix_limits(**fields: Any) -> HostBehaviour:
+    """A host with Postfix's default error limits: from the 10th rejection of a session
+    every reply waits a second, at the 20th it answers 421 and hangs up."""
+    return HostBehaviour(
+        tarpit_delay=POSTFIX_ERROR_SLEEP,
+        tarpit_after_rejections=POSTFIX_SOFT_ERROR_LIMIT,
+        disconnect_after_rejections=POSTFIX_HARD_ERROR_LIMIT,
+        **fields,
+    )
 
 
 @dataclass

@@ -113,6 +113,15 @@ def test_ingest_smoke(tmp_path):
     assert runs["ours"]["wall_s"] == min(runs["ours"]["walls_s"])  # the lower middle of two
 
 
+def test_finder_smoke(tmp_path):
+    result = _run(tmp_path, "finder", "--people", "5")
+    assert _first_cells(result)[2] == "after: 20 probes, learning (CSV job)"
+    assert all(row[1] == "5/5" for row in result["tables"][0]["rows"][1:])
+    assert {row[2] for row in result["tables"][1]["rows"]} == {"yes"}
+    assert result["extra"]["max_rcpts_per_lookup"] <= 21
+    assert result["extra"]["peak_session_rejections"] < 10
+
+
 _GROUPS = """
 import json, sys
 import polars as pl

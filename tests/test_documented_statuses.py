@@ -195,6 +195,7 @@ CHEAP: dict[tuple[str, str], Call] = {
         "GET", f"/api/find-email/csv/{UNKNOWN_FINDER_ID}/download"
     ),
     ("GET", "/api/account"): Call("GET", "/api/account"),
+    ("GET", "/api/domain-pattern"): Call("GET", "/api/domain-pattern"),
 }
 """Every authenticated operation; the 401, 429, 500 and 503 recipes are built from these."""
 
@@ -446,6 +447,37 @@ async def find_invalid(ctx: Ctx) -> None:
     customer = ctx.idle.customer()
     response = await ctx.idle.client.post(
         "/api/find-email", json={**ALICE, "domain": "127.0.0.1"}, headers=customer.headers
+    )
+    assert_error_body(response, 422)
+
+
+# GET /api/domain-pattern
+
+
+@recipe("GET", "/api/domain-pattern", 200)
+async def domain_pattern_ok(ctx: Ctx) -> None:
+    customer = ctx.idle.customer(credits=0)
+    response = await ctx.idle.client.get(
+        "/api/domain-pattern", params={"domain": "acme.test"}, headers=customer.headers
+    )
+    assert assert_json(response)["domain"] == "acme.test"
+
+
+@recipe("GET", "/api/domain-pattern", 403)
+async def domain_pattern_disabled(ctx: Ctx) -> None:
+    customer = ctx.idle.customer()
+    set_finder(ctx.idle.store.engine, customer.account_id, False)
+    response = await ctx.idle.client.get(
+        "/api/domain-pattern", params={"domain": "acme.test"}, headers=customer.headers
+    )
+    assert_error_body(response, 403)
+
+
+@recipe("GET", "/api/domain-pattern", 422)
+async def domain_pattern_invalid(ctx: Ctx) -> None:
+    customer = ctx.idle.customer()
+    response = await ctx.idle.client.get(
+        "/api/domain-pattern", params={"domain": "127.0.0.1"}, headers=customer.headers
     )
     assert_error_body(response, 422)
 

@@ -6,6 +6,7 @@ from itertools import pairwise
 
 import pytest
 
+from verimail.config import Settings
 from verimail.tasks.finder_patterns import (
     EARLY,
     MAX_LOCAL_LENGTH,
@@ -51,20 +52,56 @@ def test_exact_pattern_order_for_john_smith() -> None:
         ("first.l", "john.s"),
         ("last.first", "smith.john"),
         ("lastf", "smithj"),
+        ("last.f", "smith.j"),
         ("last", "smith"),
         ("first-last", "john-smith"),
+        ("last_first", "smith_john"),
         ("lastfirst", "smithjohn"),
         ("l.first", "s.john"),
-        ("last_first", "smith_john"),
+        ("fl", "js"),
+        ("f_last", "j_smith"),
+        ("last-first", "smith-john"),
     ]
-    assert [c.rank for c in found] == list(range(15))
+    assert [c.rank for c in found] == list(range(19))
     assert all(c.email == f"{c.local}@{DOMAIN}" for c in found)
+
+
+ISSUE_26_PATTERNS = (
+    "first.last", "flast", "first", "firstl", "f.last", "first_last", "first-last",
+    "last.first", "lastf", "last.f", "last_first", "last", "fl",
+)  # fmt: skip
 
 
 def test_pattern_table_names_are_unique_and_start_with_first_dot_last() -> None:
     names = [name for name, _ in PATTERNS]
-    assert len(names) == len(set(names)) == 15
+    assert len(names) == len(set(names)) == 19
     assert names[0] == "first.last"
+    assert set(ISSUE_26_PATTERNS) <= set(names)
+
+
+def test_the_default_probes_reach_every_base_pattern() -> None:
+    """Sean O'Connor's oconnor.s (last.f) was candidate 11, behind the 8 default probes."""
+    default = Settings.model_fields["finder_max_probes"].default
+    found = candidate_addresses("Sean", "O'Connor", DOMAIN, is_role=is_role, limit=default)
+    assert {name for name, _ in PATTERNS} <= {c.pattern for c in found}
+    assert "oconnor.s" in [c.local for c in found]
+
+
+def test_preferred_patterns_go_first_with_their_variants_and_keep_their_rank() -> None:
+    plain = candidate_addresses("Jürgen", "Müller", DOMAIN, is_role=is_role)
+    found = candidate_addresses(
+        "Jürgen", "Müller", DOMAIN, is_role=is_role, prefer=["flast", "last.f"], limit=3
+    )
+    assert [c.pattern for c in found] == ["flast", "flast[umlaut]", "last.f"]
+    assert [c.local for c in found] == ["jmuller", "jmueller", "muller.j"]
+    natural = {c.local: c.rank for c in plain}
+    assert all(c.rank == natural[c.local] for c in found)  # the name's own likelihood
+    assert [c.base_pattern for c in found] == ["flast", "flast", "last.f"]
+
+
+def test_a_preferred_pattern_the_name_cannot_fill_changes_nothing() -> None:
+    plain = candidate_addresses("John", "Smith", DOMAIN, is_role=is_role)
+    assert candidate_addresses("John", "Smith", DOMAIN, is_role=is_role, prefer=["x"]) == plain
 
 
 def test_variants_only_name_patterns_of_the_table() -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from anyio import to_thread
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
@@ -34,6 +34,7 @@ from verimail.api.errors import (
     error_doc,
 )
 from verimail.config import Settings
+from verimail.flows.finder import StoredPatterns
 from verimail.store.accounts import Account
 from verimail.store.credits import balance
 from verimail.tasks.finder import (
@@ -134,7 +135,8 @@ class FindEmailResponse(BaseModel):
     confidence: float = Field(
         ge=0.0,
         le=1.0,
-        description="0.0 to 1.0; 0 when not found. Found: pattern likelihood × verification "
+        description="0.0 to 1.0; 0 when not found. Found: pattern likelihood (raised by "
+        "the domain's learned pattern, see `GET /api/domain-pattern`) × verification "
         "confidence (≈0.92 for first.last). Catch-all guesses stay at or below 0.6.",
     )
     elapsed_ms: int = Field(ge=0, description="Lookup time in milliseconds.")
@@ -189,7 +191,10 @@ SettingsDep = Annotated[Settings, Depends(app_settings)]
     "never role inboxes), then checks them over one SMTP session with the domain's mail "
     "server until one is accepted. Charged only for a verified find (`credits_used`); "
     "`not_found` and `catch_all` cost nothing. The balance must cover one find before "
-    "the lookup starts (else 402, nothing is looked up).",
+    "the lookup starts (else 402, nothing is looked up). The domain's learned pattern "
+    "(`GET /api/domain-pattern`) is tried first, and a find teaches it. At most "
+    "`VERIMAIL_FINDER_MAX_PROBES` candidates (20) are asked; a policy block or a 421 on the "
+    "first ends the lookup as `not_found` (see `reason`), not charged.",
     responses={
         **AUTH_ERRORS,
         402: error_doc(
@@ -229,6 +234,7 @@ async def find_email_route(
                 body.last_name,
                 body.domain,
                 max_probes=settings.finder_max_probes,
+                patterns=StoredPatterns(store, account.id, settings),
             )
     except FinderInputError as exc:  # the model validated already; kept for safety
         where = exc.field or "body"
@@ -239,3 +245,110 @@ async def find_email_route(
         return FindEmailResponse.of(result, credits_used=0)
     async with charged(store, account.id, price, reason=f"email finder: {result.email}"):
         return FindEmailResponse.of(result, credits_used=price)
+
+
+# --- GET /api/domain-pattern ------------------------------------------------------------
+
+
+class LearnedPattern(BaseModel):
+    """One pattern found at the domain and how often."""
+
+    pattern: str = Field(description="Local-part pattern, e.g. `last.f`.")
+    finds: int = Field(ge=0, description="Verified finds of this pattern at the domain.")
+    confidence: float = Field(
+        ge=0.0, le=1.0, description="share of the domain's finds × finds / (finds + 1)."
+    )
+
+
+class DomainPatternResponse(BaseModel):
+    """A domain's learned local-part pattern (pattern names and counts only)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "example": {
+                "domain": "example.com",
+                "pattern": "last.f",
+                "confidence": 0.95,
+                "finds": 20,
+                "total_finds": 20,
+                "scope": "all",
+                "patterns": [{"pattern": "last.f", "finds": 20, "confidence": 0.95}],
+            }
+        }
+    )
+
+    domain: str = Field(description="The domain (normalised: lower case, IDNA).")
+    pattern: str | None = Field(
+        description="The pattern most finds at the domain used; null before any find. The "
+        "finder tries it first."
+    )
+    confidence: float = Field(
+        ge=0.0,
+        le=1.0,
+        description="How established `pattern` is: its share of the domain's finds × "
+        "finds / (finds + 1); one find gives 0.5, twenty 0.95, 0 before any find.",
+    )
+    finds: int = Field(ge=0, description="Verified finds of `pattern` at the domain.")
+    total_finds: int = Field(ge=0, description="Verified finds at the domain, all patterns.")
+    scope: Literal["all", "account"] = Field(
+        description="Whose finds are counted: `all` accounts or this `account` only (the "
+        "server's `VERIMAIL_FINDER_PATTERN_SCOPE`)."
+    )
+    patterns: list[LearnedPattern] = Field(
+        description="Every pattern found at the domain, most found first (the order the "
+        "finder tries them in)."
+    )
+
+
+@router.get(
+    "/api/domain-pattern",
+    response_model=DomainPatternResponse,
+    summary="A domain's learned email pattern",
+    description="The local-part pattern (e.g. `first.last`, `last.f`) that verified finds "
+    "at the domain used, with a confidence that grows with the number of finds. The finder "
+    "tries this pattern first at the domain. Free of charge (no credits), no SMTP or DNS "
+    "traffic; pattern names and counts only, never an address. A domain without finds "
+    "answers 200 with `pattern` null and `confidence` 0.",
+    responses={
+        **AUTH_ERRORS,
+        403: error_doc(FINDER_DISABLED),
+        422: {
+            "model": ValidationErrorBody,
+            "description": "`domain` is missing or not a domain name (e.g. an IP address).",
+        },
+        **COMMON_ERRORS,
+    },
+)
+async def domain_pattern_route(
+    account: FinderAccountDep,
+    store: StoreDep,
+    settings: SettingsDep,
+    domain: Annotated[
+        str,
+        Query(
+            min_length=1,
+            max_length=DOMAIN_MAX_LENGTH,
+            description="Company domain, e.g. `example.com` (a URL or `www.` is trimmed).",
+            examples=["example.com"],
+        ),
+    ],
+) -> DomainPatternResponse:
+    try:
+        ascii_domain = normalise_finder_domain(domain)
+    except FinderInputError as exc:
+        raise RequestValidationError(
+            [{"type": "finder_input", "loc": ("query", "domain"), "msg": exc.detail}]
+        ) from exc
+    learned = await StoredPatterns(store, account.id, settings).load(ascii_domain)
+    return DomainPatternResponse(
+        domain=ascii_domain,
+        pattern=learned.pattern,
+        confidence=learned.confidence,
+        finds=learned.finds,
+        total_finds=learned.total,
+        scope=settings.finder_pattern_scope,
+        patterns=[
+            LearnedPattern(pattern=p, finds=learned.counts[p], confidence=learned.confidence_of(p))
+            for p in learned.ranked
+        ],
+    )
