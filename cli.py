@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from verimail import API_VERSION, __version__
+from verimail.cli_output import plain_help
 
 app = typer.Typer(
     name="verimail",
@@ -19,6 +20,7 @@ app = typer.Typer(
     add_completion=False,
 )
 console = Console()
+plain_help()
 
 
 @app.command()

@@ -81,7 +81,9 @@ def _results_path(out: Path | None, default: Path) -> Path:
 
 
 def bulk_command(
-    file: Path = typer.Argument(..., exists=True, dir_okay=False, help="CSV of addresses."),
+    file: Path = typer.Argument(
+        ..., metavar="FILE", exists=True, dir_okay=False, help="CSV with an email column."
+    ),
     column: str | None = typer.Option(None, "--column", "-c", help="The email column."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Where to write results CSV."),
 ) -> None:
@@ -206,7 +208,9 @@ def find_command(
 
 @history_app.command("query")
 def history_query(
-    sql: str = typer.Argument(..., help="SQL over the views history, latest, changes."),
+    sql: str = typer.Argument(
+        ..., metavar="SQL", help="SQL over the views history, latest, changes."
+    ),
     limit: int = typer.Option(50, min=1, help="Rows to print at most."),
 ) -> None:
     """Run DuckDB SQL over the history, e.g. "SELECT status, count(*) FROM latest GROUP BY 1"."""
