@@ -2,7 +2,7 @@
 
     verimail accounts create --plan starter [--finder/--no-finder] [--email E] [--admin]
     verimail accounts list
-    verimail accounts set --id N [--plan P] [--finder/--no-finder]
+    verimail accounts set --account N [--plan P] [--finder/--no-finder]
     verimail keys create --account N [--name X]
     verimail keys list --account N
     verimail keys revoke --account N KEY_ID
@@ -167,7 +167,12 @@ def accounts_list(
 
 @accounts_app.command("set")
 def accounts_set(
-    account_id: Annotated[int, typer.Option("--id", min=1, max=MAX_INT, help="Account id.")],
+    account_id: Annotated[
+        int,
+        typer.Option(
+            "--account", "-a", "--id", min=1, max=MAX_INT, help="Account id (--id: the old name)."
+        ),
+    ],
     plan: Annotated[str | None, typer.Option(help=PlanHelp)] = None,
     finder: Annotated[
         bool | None, typer.Option("--finder/--no-finder", help="Email Finder.")

@@ -39,6 +39,13 @@ def _command_paths() -> list[list[str]]:
 def test_every_help_page_names_arguments_one_way_and_flags_without_a_type():
     paths = _command_paths()
     assert ["history", "query"] in paths and ["testbed", "up"] in paths
+    accounts = [
+        "accounts set",
+        "accounts set-password",
+        "keys create",
+        "keys list",
+        "credits grant",
+    ]
     for path in paths:
         # (a fixed wide terminal: nothing below depends on how Rich wraps)
         result = CliRunner().invoke(_app(), [*path, "--help"], terminal_width=200)
@@ -54,6 +61,8 @@ def test_every_help_page_names_arguments_one_way_and_flags_without_a_type():
                 continue
             assert re.fullmatch(r"[A-Z][A-Z_]*", name), (path, usage)
             assert not word.startswith("{"), (path, usage)
+        if " ".join(path) in accounts:  # (one name for the account everywhere)
+            assert "--account" in page, (path, page)
 
 
 def test_make_demo_takes_a_port():

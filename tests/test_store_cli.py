@@ -99,7 +99,7 @@ def test_keys_create_and_revoke(database_url: str) -> None:
 def test_accounts_set_and_credits(database_url: str) -> None:
     run("accounts", "create", "--plan", "free")
     assert "plan pro, finder off" in run(
-        "accounts", "set", "--id", "1", "--plan", "pro", "--no-finder"
+        "accounts", "set", "--account", "1", "--plan", "pro", "--no-finder"
     )
     bad = CliRunner().invoke(app, ["accounts", "set", "--id", "1", "--plan", "gold"])
     assert bad.exit_code == 1 and "unknown plan" in bad.output
