@@ -87,8 +87,8 @@ class Rate:
             self.started, self.first_done = self.clock(), done
 
     def per_second(self, done: int) -> float | None:
-        if self.started is None:
-            return None
+        if self.started is None or done == self.first_done:
+            return None  # (nothing more done yet: "0.0/s" would read as stuck for good)
         elapsed = self.clock() - self.started
         return (done - self.first_done) / elapsed if elapsed >= 0.5 else None
 

@@ -26,6 +26,7 @@ def test_pace_and_eta_count_from_the_first_progress_not_from_start_up():
     assert progress_text(0, 160, {"valid": 0}, rate, None) == ("–/s, ETA –", "no results yet")
     rate.update(10)
     clock.now += 5
+    assert progress_text(10, 160, {}, rate, None)[0] == "–/s, ETA –"
     rate.update(60)
     pace, counts = progress_text(60, 160, {"valid": 50, "catchall": 0, "invalid": 10}, rate, None)
     assert pace == "10.0/s, ETA 0:10"
