@@ -16,8 +16,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
+# make demo PORT=8080 serves the API on another port (default 8000).
+PORT ?= 8000
 demo: $(STAMP)
-	$(BIN)/verimail demo
+	$(BIN)/verimail demo --port $(PORT)
 
 test: $(STAMP) chromium
 	$(BIN)/ruff check .

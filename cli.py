@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from verimail import API_VERSION, __version__
+from verimail.cli_output import plain_help
 
 app = typer.Typer(
     name="verimail",
@@ -19,6 +20,7 @@ app = typer.Typer(
     add_completion=False,
 )
 console = Console()
+plain_help()
 
 
 @app.command()
@@ -32,7 +34,8 @@ def _register() -> None:
     from verimail.api.dashboard.cli import set_password_command
     from verimail.api.demo import demo_command
     from verimail.api.serve import serve_command
-    from verimail.flows.cli import bulk_command, deploy_command, find_command, history_app
+    from verimail.flows.cli import bulk_command, deploy_command, find_command
+    from verimail.flows.cli_history import history_app
     from verimail.store.cli import accounts_app, credits_app, keys_app
     from verimail.tasks.cli_verify import verify_command
     from verimail.testbed.cli import app as testbed_app

@@ -3,8 +3,9 @@
 It starts the simulated mail world (``data/worlds/demo.yaml``: real DNS and SMTP servers on
 loopback addresses), points a fresh API at it with its own data dir (``.verimail/demo``,
 SQLite), creates or reuses a demo account, serves the API, and then calls it itself — a
-``valid``, an ``invalid`` and a ``catchall`` address — printing each response and a
-``curl`` line to repeat it. Then it keeps serving until Ctrl-C (``--once`` exits instead).
+``valid``, an ``invalid`` and a ``catchall`` address, then a bulk CSV upload, its polling
+and download — printing before each request the ``curl`` line that repeats it. Then it
+keeps serving until Ctrl-C (``--once`` exits instead).
 
 The raw demo key is kept in ``<data dir>/demo-api-key`` (the store only has its hash) so a
 second run prints the same key; if it no longer works a new one is issued.
@@ -90,14 +91,25 @@ def _top_up(store: Store, key: str) -> None:
         grant(store.engine, account.id, DEMO_TOP_UP - have, reason="demo top-up")
 
 
-def curl_line(base_url: str, key: str, email: str) -> str:
-    """A ready-to-paste shell command repeating one showcase request."""
-    body = json.dumps({"email": email})
-    return (
-        f"curl -s -X POST {base_url}/api/verify/single "
-        f"-H {shlex.quote('Authorization: Bearer ' + key)} "
-        f"-H 'Content-Type: application/json' -d {shlex.quote(body)}"
-    )
+def curl_line(
+    base_url: str,
+    key: str,
+    path: str,
+    *,
+    body: dict[str, object] | None = None,
+    upload: Path | None = None,
+) -> str:
+    """A ready-to-paste shell command making the same request as the demo just made: a GET,
+    a JSON POST (``body``) or a multipart file upload (``upload``)."""
+    words = ["curl", "-s"]
+    if body is not None or upload is not None:
+        words += ["-X", "POST"]
+    words += [f"{base_url}{path}", "-H", f"Authorization: Bearer {key}"]
+    if body is not None:
+        words += ["-H", "Content-Type: application/json", "-d", json.dumps(body)]
+    if upload is not None:
+        words += ["-F", f"file=@{upload}"]
+    return shlex.join(words)
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -116,8 +128,11 @@ DEMO_CSV = (
 )
 
 
-async def _show_bulk(console: Console, client: httpx.AsyncClient, key: str, base_url: str) -> bool:
-    """Upload a small CSV as a bulk job, follow it to the end, print the results CSV.
+async def _show_bulk(
+    console: Console, client: httpx.AsyncClient, key: str, base_url: str, data_dir: Path
+) -> bool:
+    """Upload a small CSV as a bulk job, follow it to the end, print the results CSV, with
+    the curl line of each request (the CSV is saved in the data dir for the upload's).
 
     Returns True when something went wrong. The job runs as a Prefect flow in this process
     (the local runner); the first one waits for Prefect's embedded server to start.
@@ -125,6 +140,9 @@ async def _show_bulk(console: Console, client: httpx.AsyncClient, key: str, base
     plain = {"markup": False, "highlight": False, "soft_wrap": True}
     headers = {"Authorization": f"Bearer {key}"}
     console.rule("a bulk job: upload a CSV, poll, download")
+    upload = data_dir / "demo.csv"
+    upload.write_text(DEMO_CSV, encoding="utf-8")
+    console.print("$ " + curl_line(base_url, key, "/api/bulk", upload=upload), **plain)
     created = await client.post(
         "/api/bulk", headers=headers, files={"file": ("demo.csv", DEMO_CSV.encode(), "text/csv")}
     )
@@ -134,10 +152,11 @@ async def _show_bulk(console: Console, client: httpx.AsyncClient, key: str, base
         return True
     job_id = created.json()["job_id"]
     console.print(
-        f"job {job_id}: {created.json()['total_emails']} addresses; polling "
-        "(the first job waits for Prefect's embedded server, ~20 s)…",
+        f"job {job_id}: {created.json()['total_emails']} addresses; polling every 0.25 s "
+        "until it is completed (the first job waits for Prefect's embedded server, ~20 s):",
         **plain,
     )
+    console.print("$ " + curl_line(base_url, key, f"/api/bulk/{job_id}"), **plain)
     last = None
     for _ in range(1200):
         job = (await client.get(f"/api/bulk/{job_id}", headers=headers)).json()
@@ -165,15 +184,10 @@ async def _show_bulk(console: Console, client: httpx.AsyncClient, key: str, base
         )
     }
     console.print(f"BULK job={job_id} status=completed {json.dumps(counts)}", **plain)
+    console.print("$ " + curl_line(base_url, key, f"/api/bulk/{job_id}/download"), **plain)
     download = await client.get(f"/api/bulk/{job_id}/download", headers=headers)
     console.print(f"GET /api/bulk/{job_id}/download -> HTTP {download.status_code}", **plain)
     console.print(download.text, **plain)
-    console.print("Try it yourself:", **plain)
-    console.print(
-        f"curl -s {base_url}/api/bulk/{job_id}/download "
-        f"-H {shlex.quote('Authorization: Bearer ' + key)}",
-        **plain,
-    )
     return download.status_code != 200
 
 
@@ -208,12 +222,14 @@ async def _serve_and_show(
     failed = False
     async with httpx.AsyncClient(base_url=base_url, timeout=60) as client:
         for email, what in SHOWCASE:
+            console.rule(f"{email} — {what}")
+            line = curl_line(base_url, key, "/api/verify/single", body={"email": email})
+            console.print("$ " + line, **plain)
             response = await client.post(
                 "/api/verify/single",
                 json={"email": email},
                 headers={"Authorization": f"Bearer {key}"},
             )
-            console.rule(f"{email} — {what}")
             console.print(f"POST /api/verify/single -> HTTP {response.status_code}", **plain)
             try:
                 console.print_json(data=response.json())
@@ -224,10 +240,8 @@ async def _serve_and_show(
                 console.print(f"RESULT {email} status={result['status']}", **plain)
             else:
                 failed = True
-            console.print("Try it yourself:", **plain)
-            console.print(curl_line(base_url, key, email), **plain)
         if bulk:
-            failed = await _show_bulk(console, client, key, base_url) or failed
+            failed = await _show_bulk(console, client, key, base_url, settings.data_dir) or failed
     console.rule()
     console.print("More addresses of the demo world to try: " + ", ".join(MORE), **plain)
     console.print(f"Dashboard: {base_url}/dashboard (sign up there, or use the key above)")

@@ -1,4 +1,4 @@
-"""``verimail bulk``, ``verimail history query`` and ``verimail deploy``: flows from a shell."""
+"""``verimail bulk``, ``verimail find`` and ``verimail deploy``: flows from a shell."""
 
 from __future__ import annotations
 
@@ -9,14 +9,12 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-from rich.table import Table
 from rich.text import Text
 
 from verimail.config import get_settings
+from verimail.flows.cli_progress import JobProgress, finder_counts, status_counts, summary_table
 
 console = Console(stderr=True)
-history_app = typer.Typer(help="Query the verification history (DuckDB over Parquet).")
 
 CLI_ACCOUNT_EMAIL = "cli@verimail.localhost"
 
@@ -69,13 +67,12 @@ def _run_here(settings, store, kind: str, job_id: int, total: int):  # type: ign
 
     runner = LocalRunner(settings)
     runner.submit(kind, job_id)
-    columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
-        bar = progress.add_task("working", total=max(total, 1))
+    counts_of = finder_counts if kind == "finder" else status_counts
+    with JobProgress(console, total, counts_of) as progress:
         while True:
             current = job_store.get_job_any(store.engine, job_id)
             assert current is not None
-            progress.update(bar, completed=current.processed_emails)
+            progress.update(current, final=current.finished)
             if current.finished:
                 break
             time.sleep(0.2)
@@ -100,7 +97,9 @@ def _results_path(out: Path | None, default: Path) -> Path:
 
 
 def bulk_command(
-    file: Path = typer.Argument(..., exists=True, dir_okay=False, help="CSV of addresses."),
+    file: Path = typer.Argument(
+        ..., metavar="FILE", exists=True, dir_okay=False, help="CSV with an email column."
+    ),
     column: str | None = typer.Option(None, "--column", "-c", help="The email column."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Where to write results CSV."),
 ) -> None:
@@ -147,10 +146,7 @@ def bulk_command(
     )
     current = _run_here(settings, store, "bulk", job.id, count)
     shutil.copyfile(current.result_path or "", target)
-    table = Table("status", "addresses")
-    for name in ("valid", "invalid", "catch_all", "disposable", "unknown", "risky"):
-        table.add_row(name, str(getattr(current, f"{name}_count")))
-    Console().print(table)
+    Console().print(summary_table(status_counts(current)))
     console.print(Text(f"results: {target}"))
 
 
@@ -228,33 +224,6 @@ def find_command(
         f"{current.found_count} found, {current.catch_all_count} catch-all guesses, "
         f"{current.invalid_count} not found of {rows.height} rows; results: {target}"
     )
-
-
-@history_app.command("query")
-def history_query(
-    sql: str = typer.Argument(..., help="SQL over the views history, latest, changes."),
-    limit: int = typer.Option(50, min=1, help="Rows to print at most."),
-) -> None:
-    """Run DuckDB SQL over the history, e.g. "SELECT status, count(*) FROM latest GROUP BY 1"."""
-    import duckdb
-
-    from verimail.tasks.history import query_rows
-
-    try:
-        columns, rows, more = query_rows(get_settings().data_dir, sql, limit)
-    except duckdb.Error as exc:
-        raise typer.BadParameter(str(exc).splitlines()[0], param_hint="SQL") from exc
-    if not columns:
-        console.print("(no result)")
-        return
-    table = Table()
-    for name in columns:
-        table.add_column(Text(name))  # (Text: data, never markup or emoji)
-    for row in rows:
-        table.add_row(*(Text("" if v is None else str(v)) for v in row))
-    Console().print(table)
-    if more:
-        console.print(f"(more rows: raise --limit, or add LIMIT/OFFSET, to see past {limit})")
 
 
 def deploy_command(

@@ -2,7 +2,7 @@
 
     verimail accounts create --plan starter [--finder/--no-finder] [--email E] [--admin]
     verimail accounts list
-    verimail accounts set --id N [--plan P] [--finder/--no-finder]
+    verimail accounts set --account N [--plan P] [--finder/--no-finder]
     verimail keys create --account N [--name X]
     verimail keys list --account N
     verimail keys revoke --account N KEY_ID
@@ -28,6 +28,7 @@ from rich.table import Table
 from rich.text import Text
 from sqlalchemy.exc import IntegrityError
 
+from verimail.cli_output import print_table
 from verimail.config import get_settings
 from verimail.store import accounts as acc
 from verimail.store import credits as cr
@@ -142,25 +143,36 @@ def accounts_list(
             (a, cr.balance(store.engine, a.id))
             for a in acc.list_accounts(store.engine, limit, offset)
         ]
-    table = Table("id", "email", "plan", "finder", "admin", "prepaid", "allowance left", "created")
-    table.columns[1].overflow = "fold"  # (an address is shown whole, over lines if need be)
-    for account, bal in rows:
-        table.add_row(
-            str(account.id),
-            Text(account.email or "—"),  # (Text: stored input is not markup)
-            account.plan,
-            "on" if account.finder_enabled else "off",
-            "yes" if account.is_admin else "",
-            str(bal.prepaid),
-            "—" if bal.allowance is None else f"{bal.allowance_remaining}/{bal.allowance}",
-            _when(account.created_at),
-        )
-    console.print(table)
+    # An address is never broken over lines ("ali" + "ce@acme.test" was copied as two
+    # words): on a terminal too narrow for the table, one block per account.
+    columns = ["id", "email", "plan", "finder", "admin", "prepaid", "allowance left", "created"]
+    print_table(
+        console,
+        columns,
+        [
+            [
+                str(account.id),
+                account.email or "—",
+                account.plan,
+                "on" if account.finder_enabled else "off",
+                "yes" if account.is_admin else "",
+                str(bal.prepaid),
+                "—" if bal.allowance is None else f"{bal.allowance_remaining}/{bal.allowance}",
+                _when(account.created_at),
+            ]
+            for account, bal in rows
+        ],
+    )
 
 
 @accounts_app.command("set")
 def accounts_set(
-    account_id: Annotated[int, typer.Option("--id", min=1, max=MAX_INT, help="Account id.")],
+    account_id: Annotated[
+        int,
+        typer.Option(
+            "--account", "-a", "--id", min=1, max=MAX_INT, help="Account id (--id: the old name)."
+        ),
+    ],
     plan: Annotated[str | None, typer.Option(help=PlanHelp)] = None,
     finder: Annotated[
         bool | None, typer.Option("--finder/--no-finder", help="Email Finder.")
@@ -227,7 +239,9 @@ def keys_list(account: AccountOpt) -> None:
 @keys_app.command("revoke")
 def keys_revoke(
     account: AccountOpt,
-    key_id: Annotated[int, typer.Argument(min=1, max=MAX_INT, help="Key id (see `keys list`).")],
+    key_id: Annotated[
+        int, typer.Argument(metavar="KEY_ID", min=1, max=MAX_INT, help="Key id (see `keys list`).")
+    ],
 ) -> None:
     """Revoke a key; requests with it fail with 401 from now on."""
     with _store() as store:
@@ -243,7 +257,9 @@ def keys_revoke(
 @credits_app.command("grant")
 def credits_grant(
     account: AccountOpt,
-    amount: Annotated[int, typer.Argument(min=1, max=MAX_INT, help="Prepaid credits to add.")],
+    amount: Annotated[
+        int, typer.Argument(metavar="AMOUNT", min=1, max=MAX_INT, help="Prepaid credits to add.")
+    ],
     reason: Annotated[str, typer.Option(help="Why (kept in the ledger).")] = "operator grant",
 ) -> None:
     """Add prepaid credits (they never expire)."""

@@ -42,9 +42,11 @@ def looks_like_csv(lines: list[str]) -> bool:
 
 
 def verify_command(
-    addresses: list[str] = typer.Argument(None, help="Addresses to verify."),
+    addresses: list[str] = typer.Argument(None, metavar="ADDRESS", help="Addresses to verify."),
     file: Path | None = typer.Option(None, "--file", "-f", help="File of addresses, one a line."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON lines (SPEC §2.2 objects)."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print JSON lines (the API's result objects)."
+    ),
     show_stats: bool = typer.Option(False, "--stats", help="Print DNS/SMTP counters."),
 ) -> None:
     """Verify addresses: syntax, DNS, SMTP, catch-all, lists, verdict."""
@@ -91,6 +93,7 @@ def _print_table(outcome: BatchResult) -> None:
     table = Table(
         "email", "status", "sub_status", "score", "did_you_mean", "reason", show_lines=False
     )
+    table.columns[0].no_wrap = True  # (an address stays whole; the reason wraps instead)
     for r in outcome.results:
         style = STATUS_STYLE.get(r.status.value, "")
         # Text, not markup: an address or a server's reply may hold "[/]" or ":x:".

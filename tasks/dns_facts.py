@@ -1,6 +1,6 @@
 """Domain facts: where mail for a domain goes, resolved once and cached for the TTL.
 
-Rules (DESIGN.md "Domain facts"):
+Rules:
 
 - MX records by preference; an RFC 7505 null MX (``0 .``) means the domain takes no mail.
 - No MX but an A/AAAA record: the domain itself is the mail host (RFC 5321 §5.1).

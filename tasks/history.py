@@ -85,13 +85,16 @@ def query(data_dir: Path, sql: str) -> pl.DataFrame:
         con.close()
 
 
-def query_rows(data_dir: Path, sql: str, limit: int) -> tuple[list[str], list[tuple], bool]:
+def query_rows(
+    data_dir: Path, sql: str, limit: int, params: list[object] | None = None
+) -> tuple[list[str], list[tuple], bool]:
     """(column names, the first ``limit`` rows as Python values, whether more follow): for
     printing any result, which a frame cannot always hold (two columns of one name, an
-    ``INTERVAL``); a statement without a result gives no columns."""
+    ``INTERVAL``); a statement without a result gives no columns. ``params`` fill the
+    ``?`` of ``sql`` (an address typed by a user is never pasted into SQL)."""
     con = connect(data_dir)
     try:
-        relation = con.sql(sql)
+        relation = con.sql(sql, params=params)
         if relation is None:
             return [], [], False
         rows = relation.limit(limit + 1).fetchall()

@@ -1,6 +1,6 @@
 """Reply codes → outcome: how one SMTP reply to ``RCPT TO`` is read.
 
-The table (DESIGN.md "Reply codes → outcome"), first matching row wins:
+The table, first matching row wins:
 
 | reply | outcome | why |
 |---|---|---|

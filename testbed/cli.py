@@ -1,11 +1,13 @@
 """``verimail testbed ...``: run the simulated mail world in the foreground, to poke at by hand.
 
-``verimail testbed up`` prints where everything listens, then serves until Ctrl-C (or SIGTERM),
-so ``dig @<nameserver> -p <port> acme.test MX`` and ``swaks``/``telnet`` sessions work against it.
+``verimail testbed up`` prints where everything listens and the ``export VERIMAIL_...`` line
+that points the CLI or API of another shell at it, then serves until Ctrl-C (or SIGTERM), so
+``dig @<nameserver> -p <port> acme.test MX`` and ``swaks``/``telnet`` sessions work against it.
 """
 
 from __future__ import annotations
 
+import shlex
 import signal
 import threading
 from pathlib import Path
@@ -141,6 +143,12 @@ def print_world(console: Console, tb: Testbed) -> None:
     console.print(domains)
 
 
+def export_line(tb: Testbed) -> str:
+    """``export VERIMAIL_...=...`` for every setting that points verimail at ``tb``."""
+    pairs = (f"{name}={shlex.quote(value)}" for name, value in tb.environment().items())
+    return "export " + " ".join(pairs)
+
+
 @app.command()
 def up(
     world: Path | None = typer.Option(
@@ -172,6 +180,13 @@ def up(
             print_world(console, tb)
             example = next(iter(loaded.domains), "example.test")
             console.print(f"Try: dig @{ns_ip} -p {ns_port} {example} MX", soft_wrap=True)
+            # The addresses change on every start (a free loopback address and port), so the
+            # exact line to paste into another shell is printed, plain and unwrapped.
+            console.print(
+                "Point verimail in another shell at this testbed (verify, bulk, serve):",
+                highlight=False,
+            )
+            console.print(export_line(tb), soft_wrap=True, markup=False, highlight=False)
             # One plain, unwrapped line that scripts (and our tests) wait for.
             console.print(
                 READY_LINE.format(ns=f"{ns_ip}:{ns_port}", port=tb.smtp_port),

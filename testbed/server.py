@@ -332,6 +332,15 @@ class Testbed:
             "smtp_allow_networks": ["127.0.0.0/8"],
         }
 
+    def environment(self) -> dict[str, str]:
+        """The same settings as ``VERIMAIL_*`` variables, for a shell or a child process."""
+        overrides = self.settings_overrides()
+        return {
+            "VERIMAIL_DNS_NAMESERVERS": ",".join(overrides["dns_nameservers"]),
+            "VERIMAIL_SMTP_PORT": str(overrides["smtp_port"]),
+            "VERIMAIL_SMTP_ALLOW_NETWORKS": ",".join(overrides["smtp_allow_networks"]),
+        }
+
     @property
     def dns_queries(self) -> Counter[tuple[str, str]]:
         """Snapshot of queries received, keyed by (lower-case name, type text like "MX")."""

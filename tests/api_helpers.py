@@ -155,11 +155,8 @@ def free_port() -> int:
 
 def env_for_testbed(tb: Testbed) -> dict[str, str]:
     """The environment that points a ``verimail`` process at the testbed."""
-    overrides = tb.settings_overrides()
     return {
-        "VERIMAIL_DNS_NAMESERVERS": ",".join(overrides["dns_nameservers"]),
-        "VERIMAIL_SMTP_PORT": str(overrides["smtp_port"]),
-        "VERIMAIL_SMTP_ALLOW_NETWORKS": ",".join(str(n) for n in overrides["smtp_allow_networks"]),
+        **tb.environment(),
         "VERIMAIL_SMTP_CONNECT_TIMEOUT": "3",
         "VERIMAIL_SMTP_COMMAND_TIMEOUT": "5",
         "VERIMAIL_DNS_TIMEOUT": "2",

@@ -3,7 +3,9 @@ job on Prefect's embedded server (nothing else started), exit 0."""
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -24,7 +26,22 @@ def test_demo_once_shows_valid_invalid_and_catch_all(tmp_path: Path) -> None:
     assert statuses["anyone@catchall.test"] in ("catchall", "likely_valid"), output
     key = re.search(r"\bvm_[A-Za-z0-9_-]{43}\b", run.stdout)
     assert key, output
-    assert f"curl -s -X POST http://127.0.0.1:{port}/api/verify/single" in run.stdout
+    # Before each request, the curl line that repeats it: the three single verifications,
+    # the upload (of a CSV saved where the line says), the polling and the download.
+    curls = [shlex.split(line[2:]) for line in run.stdout.splitlines() if line.startswith("$ ")]
+    base = f"http://127.0.0.1:{port}"
+    assert [words[-1] for words in curls[:3]] == [
+        json.dumps({"email": email})
+        for email in ("alice@acme.test", "nobody@acme.test", "anyone@catchall.test")
+    ], output
+    assert all(f"{base}/api/verify/single" in words for words in curls[:3])
+    upload, poll, download = curls[3:]
+    assert f"{base}/api/bulk" in upload and f"Authorization: Bearer {key.group(0)}" in upload
+    saved = Path(upload[upload.index("-F") + 1].removeprefix("file=@"))
+    assert saved.read_text().splitlines()[1] == "alice,alice@acme.test"
+    job = re.search(r"^BULK job=(\d+) ", run.stdout, re.MULTILINE)
+    assert job and f"{base}/api/bulk/{job.group(1)}" in poll, output
+    assert f"{base}/api/bulk/{job.group(1)}/download" in download
     assert (tmp_path / ".verimail" / "demo" / "verimail.db").exists()
     assert re.search(r"^BULK job=\d+ status=completed ", run.stdout, re.MULTILINE), output
     assert "alice,alice@acme.test,Yes" in run.stdout

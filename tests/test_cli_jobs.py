@@ -4,6 +4,8 @@ the installed command in a subprocess, against the testbed, on the session's Pre
 from __future__ import annotations
 
 import csv
+import io
+import json
 import re
 import subprocess
 
@@ -43,6 +45,21 @@ def test_bulk_find_and_history_commands(testbed_factory, tmp_path):
     people.write_text("Name,E-mail\nAlice,alice@acme.test\nNo,nobody@acme.test\n")
     bulk = _run(["bulk", str(people), "--out", str(tmp_path / "out.csv")], env)
     assert bulk.returncode == 0, bulk.stderr
+    # Not on a terminal, progress is plain lines: done/total, pace, counts by API status.
+    progress = [line for line in bulk.stderr.splitlines() if line.startswith("progress ")]
+    assert progress, bulk.stderr
+    assert progress[-1].startswith("progress 2/2: ")
+    assert progress[-1].endswith("; valid 1, invalid 1"), progress[-1]
+    summary = dict(re.findall(r"(\w+)\s*\W\s*(\d+)\s*\W\s*[\d.]+%", bulk.stdout))
+    assert summary == {
+        "valid": "1",
+        "likely_valid": "0",
+        "catchall": "0",
+        "risky": "0",
+        "disposable": "0",
+        "invalid": "1",
+        "unknown": "0",
+    }, bulk.stdout
     with open(tmp_path / "out.csv", newline="") as fh:
         rows = list(csv.reader(fh))
     assert rows == [
@@ -77,6 +94,28 @@ def test_bulk_find_and_history_commands(testbed_factory, tmp_path):
     assert "alice@acme.test" in history.stdout and "invalid" in history.stdout
     bad_sql = _run(["history", "query", "SELEC nonsense"], env)
     assert bad_sql.returncode == 2 and "syntax" in folded(bad_sql.stderr).lower()
+    # The shortcuts: a job's results as JSON, an address's history as CSV (any letter
+    # case), a domain's latest verdicts as a table; csv/json carry every column.
+    job_id = re.search(r"^job (\d+):", bulk.stderr, re.MULTILINE).group(1)  # type: ignore[union-attr]
+    as_json = _run(["history", "job", job_id, "--format", "json"], env)
+    assert as_json.returncode == 0, as_json.stderr
+    records = json.loads(as_json.stdout)
+    assert sorted((r["email"], r["status"]) for r in records) == [
+        ("alice@acme.test", "valid"),
+        ("nobody@acme.test", "invalid"),
+    ]
+    assert {"sub_status", "confidence_score", "reason", "verified_at", "job_id"} <= set(records[0])
+    as_csv = _run(["history", "address", "ALICE@acme.test", "--format", "csv"], env)
+    assert as_csv.returncode == 0, as_csv.stderr
+    rows = list(csv.DictReader(io.StringIO(as_csv.stdout)))
+    assert [(r["status"], r["job_id"]) for r in rows] == [("valid", job_id)]
+    table = _run(["history", "domain", "acme.test"], env)
+    assert table.returncode == 0, table.stderr
+    assert "alice@acme.test" in table.stdout and "nobody@acme.test" in table.stdout
+    nothing = _run(["history", "address", "nobody@else.test", "--format", "csv"], env)
+    assert nothing.returncode == 0 and len(nothing.stdout.splitlines()) == 1  # (the header)
+    wrong = _run(["history", "job", "1", "--format", "xml"], env)
+    assert wrong.returncode == 2
     missing_column = tmp_path / "nocol.csv"
     missing_column.write_text("name,phone\nann,1\n")
     refused = _run(["bulk", str(missing_column)], env)

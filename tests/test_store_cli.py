@@ -100,7 +100,7 @@ def test_keys_create_and_revoke(database_url: str) -> None:
 def test_accounts_set_and_credits(database_url: str) -> None:
     run("accounts", "create", "--plan", "free")
     assert "plan pro, finder off" in run(
-        "accounts", "set", "--id", "1", "--plan", "pro", "--no-finder"
+        "accounts", "set", "--account", "1", "--plan", "pro", "--no-finder"
     )
     bad = CliRunner().invoke(app, ["accounts", "set", "--id", "1", "--plan", "gold"])
     assert bad.exit_code == 1 and "unknown plan" in folded(bad.output)
@@ -185,3 +185,19 @@ def test_serve_refuses_a_port_that_does_not_exist(port: str, tmp_path: Path) -> 
     env = {"PATH": "/usr/bin:/bin", "VERIMAIL_DATA_DIR": str(tmp_path)}
     result = run_verimail(["serve", "--port", port], env)
     assert result.returncode == 2 and "Invalid value" in folded(result.stderr), result.stderr
+
+
+def test_accounts_list_never_breaks_an_address(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 80 columns the address was folded mid-word over several lines; now it stays whole
+    on one line (a table when one fits, else one block per account). Rich sizes its output
+    by COLUMNS when it does not write to a terminal, so the width is fixed here."""
+    monkeypatch.setenv("COLUMNS", "80")
+    long = "maria.gonzalez-fernandez@subsidiary.example-company.test"
+    run("accounts", "create", "--email", long, "--plan", "enterprise")
+    run("accounts", "create", "--email", "bo@x.test")
+    listed = run("accounts", "list").splitlines()
+    assert any(long in line for line in listed), listed
+    assert any("bo@x.test" in line for line in listed), listed
+    assert any("enterprise" in line for line in listed) and not any("…" in x for x in listed)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import selectors
+import shlex
 import smtplib
 import socket
 import subprocess
@@ -260,6 +262,21 @@ def test_cli_up_prints_the_world_and_serves_it() -> None:
             client.ehlo("probe")
             client.mail(SENDER)
             assert client.rcpt("alice@acme.test")[0] == 250
+        # The printed export line is all another shell needs: verify through it.
+        export = next(line for line in output.splitlines() if line.startswith("export "))
+        exported = dict(word.split("=", 1) for word in shlex.split(export)[1:])
+        assert set(exported) >= {"VERIMAIL_DNS_NAMESERVERS", "VERIMAIL_SMTP_PORT"}
+        shell = {k: v for k, v in os.environ.items() if not k.startswith("VERIMAIL_")}
+        verify = subprocess.run(
+            [str(exe), "verify", "--json", "alice@acme.test", "nobody@acme.test"],
+            env={**shell, **exported},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert verify.returncode == 0, verify.stderr
+        statuses = [json.loads(line)["status"] for line in verify.stdout.splitlines()]
+        assert statuses == ["valid", "invalid"]
     finally:
         proc.terminate()
         rest, _ = proc.communicate(timeout=15)

@@ -1,4 +1,4 @@
-"""``verimail accounts set-password --id N``: give an account a dashboard password.
+"""``verimail accounts set-password --account N``: give an account a dashboard password.
 
 Accounts made with ``verimail accounts create`` (operators' ``--admin`` accounts among them)
 have no password, so they cannot log in to the dashboard until an operator sets one here.
@@ -25,7 +25,12 @@ err_console = Console(stderr=True)
 
 
 def set_password_command(
-    account_id: Annotated[int, typer.Option("--id", min=1, max=MAX_INT, help="Account id.")],
+    account_id: Annotated[
+        int,
+        typer.Option(
+            "--account", "-a", "--id", min=1, max=MAX_INT, help="Account id (--id: the old name)."
+        ),
+    ],
     password: Annotated[
         str | None,
         typer.Option(
