@@ -148,6 +148,13 @@ class Settings(BaseSettings):
         True, description="Start Prefect's embedded server at API start-up (local runner)."
     )
     prefect_work_pool: str = Field("verimail", description="Work pool of the deployments.")
+    prefect_ui_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="`verimail serve` (local runner) starts a Prefect server with its UI on "
+        "127.0.0.1 at this port; unset: no UI (the demo's default is 4200).",
+    )
 
     # --- webhooks ------------------------------------------------------------------
     webhook_allow_networks: Annotated[list[IPNetwork], NoDecode] = Field(
