@@ -168,6 +168,11 @@ class Settings(BaseSettings):
     # --- API server ----------------------------------------------------------------
     api_host: str = Field("127.0.0.1", description="Address `verimail serve` binds.")
     api_port: int = Field(8000, ge=1, le=65535, description="Port `verimail serve` binds.")
+    public_url: str | None = Field(
+        None,
+        description="Address people reach the API at (e.g. `https://verify.example.com`), "
+        "for the download links in job summaries; default `http://<api_host>:<api_port>`.",
+    )
 
     # --- dashboard -----------------------------------------------------------------
     session_secret: SecretStr | None = Field(
