@@ -162,7 +162,7 @@ def create_job_for_file(
     except UploadError as exc:
         raise FormError(f"{path.name}: {exc.detail}") from None
     count = job_input.address_rows
-    options: dict[str, Any] = {"source": "prefect", "file_name": path.name}
+    options: dict[str, Any] = {"source": "prefect", "filename": path.name}
     if webhook_url:
         options["webhook_secret"] = secrets.token_urlsafe(32)
     job = job_store.create_job(

@@ -71,4 +71,6 @@ def refused(sentence: str) -> State:
     from prefect.states import Failed
 
     _to_run_log("%s", sentence)
-    return Failed(message=sentence)
+    # (The error as the state's data: a caller that runs the flow directly still gets it
+    # raised, as a ValueError with the same sentence.)
+    return Failed(message=sentence, data=ValueError(sentence))

@@ -34,6 +34,7 @@ from typing import Any
 import polars as pl
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from pydantic.json_schema import SkipJsonSchema
 
 from verimail.config import Settings, current_settings
 from verimail.flows.context import db_retried, engine_for, no_such_job, store_for
@@ -47,6 +48,7 @@ from verimail.flows.heartbeat import (
     superseded_outcome,
 )
 from verimail.flows.notify import notify_job
+from verimail.flows.summary import name_this_run, publish_job_summary, run_name
 from verimail.store import jobs as job_store
 from verimail.store.credits import charges_under
 from verimail.store.db import Store
@@ -286,7 +288,7 @@ def _appended_names(columns: tuple[str, ...]) -> tuple[str, str, str]:
 
 
 @flow(name="find-emails", persist_result=False, log_prints=True)
-async def find_emails(job_id: int, attempt: int | None = None) -> dict[str, Any]:
+async def find_emails(job_id: int, attempt: SkipJsonSchema[int | None] = None) -> dict[str, Any]:
     """Run an Email Finder CSV job (created by ``POST /api/find-email/csv``) as run
     ``attempt`` (the number it was submitted as)."""
     settings = current_settings()
@@ -294,6 +296,7 @@ async def find_emails(job_id: int, attempt: int | None = None) -> dict[str, Any]
     job = await asyncio.to_thread(job_store.get_job_any, store.engine, job_id)
     if job is None:
         raise no_such_job(store, job_id)
+    await name_this_run(run_name(job))
     if job.finished:
         return {"job_id": job.id, "status": job.status}
     if started_late(job, attempt):
@@ -323,9 +326,11 @@ async def find_emails(job_id: int, attempt: int | None = None) -> dict[str, Any]
         )
         with contextlib.suppress(Exception):
             await notify_job(settings, job.id)
+        await publish_job_summary(settings, store, job.id)
         raise
     # (Outside the try: a run cancelled while it delivers must not deliver again as failed.)
     await notify_job(settings, job.id)
+    await publish_job_summary(settings, store, job.id)
     return summary
 
 

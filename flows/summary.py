@@ -25,6 +25,7 @@ from typing import Any
 
 from verimail.config import Settings
 from verimail.store import jobs as job_store
+from verimail.store.db import Store
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +78,7 @@ def artifact_key(settings: Settings, what: str) -> str:
 def run_name(job: job_store.Job) -> str:
     """A flow run's name for a job: ``bulk job 12 · leads.csv``."""
     name = f"{_KIND_WORD.get(job.kind, job.kind)} job {job.id}"
-    source = (job.options or {}).get("file_name") or (
-        Path(job.upload_path).name if job.upload_path else None
-    )
-    if job.kind == "bulk_json":
-        source = "JSON list"
+    source = "JSON list" if job.kind == "bulk_json" else (job.options or {}).get("filename")
     return f"{name} · {source}" if source else name
 
 
@@ -151,7 +148,7 @@ async def publish_table(
         log.warning("could not publish the %s artifact: %s", what, exc)
 
 
-async def publish_job_summary(settings: Settings, store: Any, job_id: int) -> None:
+async def publish_job_summary(settings: Settings, store: Store, job_id: int) -> None:
     """The summary artifact of an ended job, read fresh from its row."""
     job = await asyncio.to_thread(job_store.get_job_any, store.engine, job_id)
     if job is None:

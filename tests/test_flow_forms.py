@@ -28,10 +28,10 @@ pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.prefect]
 LEADS = "name,work email\nAlice,alice@acme.test\nNobody,nobody@acme.test\nAny,x@catchall.test\n"
 
 
-def _world() -> World:
+def _world(mailboxes: frozenset[str] = frozenset({"alice"})) -> World:
     return World.of(
         [
-            HostSpec("mx.acme.test", HostBehaviour(mailboxes={"alice"})),
+            HostSpec("mx.acme.test", HostBehaviour(mailboxes=set(mailboxes))),
             HostSpec("mx.catchall.test", HostBehaviour(accept_all=True)),
         ],
         [
@@ -42,8 +42,12 @@ def _world() -> World:
 
 
 @pytest.fixture
-def setup(testbed_factory, testbed_settings, tmp_path):
-    tb = testbed_factory(_world())
+def tb(testbed_factory):
+    return testbed_factory(_world())
+
+
+@pytest.fixture
+def setup(tb, testbed_settings, tmp_path):
     settings = testbed_settings(tb, tmp_path, public_url="https://verify.example.com")
     store = store_for(settings)
     account = accounts.create_account(
@@ -148,3 +152,40 @@ async def test_a_wrong_input_fails_the_run_with_one_sentence(setup, form, expect
     assert message.endswith(".") and message.count(". ") == 0, message  # one sentence
     assert job_store.list_jobs(store.engine, account.id) == []  # nothing made or charged
     assert credits.balance(store.engine, account.id).total == before
+
+
+async def test_reverify_names_its_run_and_leaves_a_table_of_transitions(setup, tb):
+    """reverify-stored started as the UI does (its described parameters): the run says what
+    it re-verifies and its artifact counts the status changes."""
+    from prefect.artifacts import Artifact
+    from prefect.client.orchestration import get_client
+    from prefect.flow_engine import run_flow_async
+
+    from verimail.flows.reverify import reverify_stored
+
+    settings, store, account = setup
+    _, first = await _run_from_form(
+        settings, {"verify": {"account": str(account.id), "file": "inbox/leads.csv"}}
+    )
+    assert first.state.is_completed(), first.state
+    (job,) = job_store.list_jobs(store.engine, account.id)
+    tb.replace_world(_world(frozenset({"nobody"})))  # Alice left, Nobody joined
+
+    deployment = await reverify_stored.ato_deployment(name="reverify-form-test")
+    deployment_id = await deployment.apply()
+    async with get_client() as client:
+        schema = (await client.read_deployment(deployment_id)).parameter_openapi_schema
+        assert set(schema["properties"]) == {"job_id", "file_path", "older_than_days"}
+        assert all(field.get("description") for field in schema["properties"].values())
+        created = await client.create_flow_run_from_deployment(
+            deployment_id, parameters={"job_id": job.id}
+        )
+        with using_settings(settings):
+            await run_flow_async(reverify_stored, flow_run=created, parameters=created.parameters)
+        run = await client.read_flow_run(created.id)
+    assert run.state.is_completed(), run.state
+    assert run.name == f"reverify job {job.id}"
+    artifact = await Artifact.aget(artifact_key(settings, f"reverify-job-{job.id}"))
+    assert artifact is not None and str(artifact.flow_run_id) == str(run.id)
+    rows = {(r["from"], r["to"]): r["addresses"] for r in json.loads(artifact.data)}
+    assert rows == {("valid", "invalid"): 1, ("invalid", "valid"): 1}
