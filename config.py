@@ -174,6 +174,13 @@ class Settings(BaseSettings):
         "for the download links in job summaries; default `http://<api_host>:<api_port>`.",
     )
 
+    # --- metrics -------------------------------------------------------------------
+    metrics_token: SecretStr | None = Field(
+        None,
+        description="Turns on `GET /metrics` (Prometheus), answered only to "
+        "`Authorization: Bearer <token>`; unset: no metrics endpoint.",
+    )
+
     # --- dashboard -----------------------------------------------------------------
     session_secret: SecretStr | None = Field(
         None,

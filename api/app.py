@@ -28,6 +28,7 @@ from sqlalchemy.exc import OperationalError
 from verimail import API_VERSION
 from verimail.api.dashboard import install_dashboard
 from verimail.api.errors import install_error_handlers
+from verimail.api.metrics import install_metrics
 from verimail.api.ratelimit import Limiter
 from verimail.api.routes import bulk, finder, finder_csv, health, verify
 from verimail.api.routes.health import verifier_ready
@@ -130,4 +131,5 @@ def create_app(settings: Settings | None = None, *, rate_limit_prefix: str = "ve
     app.include_router(bulk.router)
     app.include_router(finder_csv.router)
     install_dashboard(app)
+    install_metrics(app, settings)
     return app

@@ -51,6 +51,7 @@ from verimail.schemas.results import VerificationResult
 from verimail.store import jobs as job_store
 from verimail.store.credits import balance
 from verimail.store.db import Store
+from verimail.tasks import metrics
 from verimail.tasks.bulk_io import (
     JobInput,
     ResultSink,
@@ -236,6 +237,7 @@ async def bulk_verify(
         return superseded_outcome(job, attempt)
     if job.status == "pending":
         await _db(job_store.mark_processing, store.engine, job.id, flow_run_id=_flow_run_id())
+        metrics.observe_queue_wait(job.kind, job.created_at)
     try:
         summary = await as_owner(store, job, settings.job_stale_after, _run(settings, store, job))
     except Superseded:  # a later run has the job: it is not this run's to fail

@@ -52,6 +52,7 @@ from verimail.flows.summary import name_this_run, publish_job_summary, run_name
 from verimail.store import jobs as job_store
 from verimail.store.credits import charges_under
 from verimail.store.db import Store
+from verimail.tasks import metrics
 from verimail.tasks.bulk_io import StagedFiles, job_dir, save_info
 from verimail.tasks.csv_detect import find_person_columns, inspect_csv
 from verimail.tasks.csv_io import load_person_rows, write_results_csv
@@ -303,6 +304,7 @@ async def find_emails(job_id: int, attempt: SkipJsonSchema[int | None] = None) -
         return superseded_outcome(job, attempt)
     if job.status == "pending":
         await asyncio.to_thread(job_store.mark_processing, store.engine, job.id)
+        metrics.observe_queue_wait(job.kind, job.created_at)
     billing = _Billing(store, job, settings.finder_charge)
     progress = _Progress(store, job, billing)
     try:
