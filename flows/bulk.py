@@ -227,7 +227,6 @@ async def bulk_verify(
     job = await _db(job_store.get_job_any, store.engine, job_id)
     if job is None:
         raise no_such_job(store, job_id)
-    await name_this_run(run_name(job))
     if verify is not None and job.webhook_url and job.status == "pending":
         secret = (job.options or {}).get("webhook_secret")
         get_run_logger().info("job %s: its webhook signing key is %s", job.id, secret)
@@ -265,6 +264,8 @@ async def bulk_verify(
 
 async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str, Any]:
     logger = get_run_logger()
+    # (Here, under the job's heartbeat: a slow Prefect API must not make the job look dead.)
+    await name_this_run(run_name(job))
     engine = engine_for(settings)
     directory = job_dir(settings.data_dir, job.id)
     upload = Path(job.upload_path or directory / "upload.csv")

@@ -297,7 +297,6 @@ async def find_emails(job_id: int, attempt: SkipJsonSchema[int | None] = None) -
     job = await asyncio.to_thread(job_store.get_job_any, store.engine, job_id)
     if job is None:
         raise no_such_job(store, job_id)
-    await name_this_run(run_name(job))
     if job.finished:
         return {"job_id": job.id, "status": job.status}
     if started_late(job, attempt):
@@ -344,6 +343,8 @@ async def _run(
     progress: _Progress,
 ) -> dict[str, Any]:
     logger = get_run_logger()
+    # (Here, under the job's heartbeat: a slow Prefect API must not make the job look dead.)
+    await name_this_run(run_name(job))
     upload = Path(job.upload_path or "")
     info, rows = await asyncio.to_thread(
         read_finder_upload, upload, job.options or {}, settings.upload_max_rows

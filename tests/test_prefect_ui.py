@@ -1,4 +1,5 @@
-"""The demo serves the Prefect UI on the port it prints, analytics off, and stops it on exit."""
+"""The demo (by default) and ``verimail serve --prefect-ui-port`` serve the Prefect UI on the
+port they print, analytics off, and stop it when they stop."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import httpx
-from api_helpers import VERIMAIL_BIN, clean_env, free_port
+from api_helpers import VERIMAIL_BIN, clean_env, free_port, serve_processes
 
 
 def test_demo_prints_the_prefect_ui_and_it_answers(tmp_path: Path) -> None:
@@ -50,11 +51,45 @@ def test_demo_prints_the_prefect_ui_and_it_answers(tmp_path: Path) -> None:
     finally:
         if demo.poll() is None:
             demo.kill()
-    # The Prefect server went with the demo (no server left running per demo started).
+    _assert_gone(url)  # (no server left running per demo started)
+
+
+def _assert_gone(url: str) -> None:
     with httpx.Client(timeout=2) as client:
         try:
             client.get(f"{url}/api/health")
         except httpx.TransportError:
-            pass
-        else:
-            raise AssertionError(f"the Prefect server at {url} outlived the demo")
+            return
+    raise AssertionError(f"the Prefect server at {url} outlived the process that started it")
+
+
+def test_serve_with_a_prefect_ui_port_serves_it_and_its_jobs_report_there(tmp_path: Path) -> None:
+    ui_port = free_port()
+    env = {"VERIMAIL_DATA_DIR": str(tmp_path / "data")}
+    args = ["--prefect-ui-port", str(ui_port)]
+    with serve_processes(1, env, tmp_path, ready_timeout=180, args=args) as (server,):
+        printed = re.search(r"^Prefect UI: (http://\S+)$", server.log(), re.MULTILINE)
+        assert printed, server.log()
+        url = printed.group(1)
+        assert url == f"http://127.0.0.1:{ui_port}"
+        with httpx.Client(timeout=10) as client:
+            page = client.get(url, headers={"Accept": "text/html"}, follow_redirects=True)
+            assert page.status_code == 200 and "prefect" in page.text.lower()
+        assert (tmp_path / "data" / "prefect.db").exists()  # (its state in the data dir)
+    assert server.process.returncode == 0, server.log()
+    _assert_gone(url)
+
+
+def test_serve_refuses_a_ui_port_when_prefect_is_elsewhere(tmp_path: Path) -> None:
+    """With PREFECT_API_URL the runs report to that server: its UI is the one to use."""
+    env = clean_env({"PREFECT_API_URL": "http://127.0.0.1:9/api"})
+    run = subprocess.run(
+        [str(VERIMAIL_BIN), "serve", "--port", str(free_port()), "--prefect-ui-port", "4999"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "PREFECT_API_URL" in run.stderr and "Traceback" not in run.stderr
