@@ -156,6 +156,13 @@ class Settings(BaseSettings):
         True, description="Start Prefect's embedded server at API start-up (local runner)."
     )
     prefect_work_pool: str = Field("verimail", description="Work pool of the deployments.")
+    prefect_ui_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="`verimail serve` (local runner) starts a Prefect server with its UI on "
+        "127.0.0.1 at this port; unset: no UI (the demo's default is 4200).",
+    )
 
     # --- webhooks ------------------------------------------------------------------
     webhook_allow_networks: Annotated[list[IPNetwork], NoDecode] = Field(
@@ -169,6 +176,18 @@ class Settings(BaseSettings):
     # --- API server ----------------------------------------------------------------
     api_host: str = Field("127.0.0.1", description="Address `verimail serve` binds.")
     api_port: int = Field(8000, ge=1, le=65535, description="Port `verimail serve` binds.")
+    public_url: str | None = Field(
+        None,
+        description="Address people reach the API at (e.g. `https://verify.example.com`), "
+        "for the download links in job summaries; default `http://<api_host>:<api_port>`.",
+    )
+
+    # --- metrics -------------------------------------------------------------------
+    metrics_token: SecretStr | None = Field(
+        None,
+        description="Turns on `GET /metrics` (Prometheus), answered only to "
+        "`Authorization: Bearer <token>`; unset: no metrics endpoint.",
+    )
 
     # --- dashboard -----------------------------------------------------------------
     session_secret: SecretStr | None = Field(

@@ -22,11 +22,13 @@ from datetime import UTC, datetime
 
 from anyio import to_thread
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 from sqlalchemy.exc import OperationalError
 
 from verimail import API_VERSION
 from verimail.api.dashboard import install_dashboard
 from verimail.api.errors import install_error_handlers
+from verimail.api.metrics import install_metrics
 from verimail.api.ratelimit import Limiter
 from verimail.api.routes import account, bulk, finder, finder_csv, health, verify
 from verimail.api.routes.health import verifier_ready
@@ -37,6 +39,8 @@ from verimail.store.db import Store, init_store, make_engine
 from verimail.tasks.engine import Engine
 
 log = logging.getLogger("verimail.api")
+
+DOCS_ASSETS_URL = "/docs-assets"  # Swagger UI and ReDoc scripts, served by the app
 
 DESCRIPTION = """\
 Email verification: syntax, DNS/MX, live SMTP and catch-all checks, billed in credits.
@@ -108,12 +112,16 @@ def create_app(settings: Settings | None = None, *, rate_limit_prefix: str = "ve
                 state.engine.close()
             state.store.close()
 
-    app = FastAPI(
+    # Swagger UI (/docs) and ReDoc (/redoc) load their scripts from the app itself (the
+    # fastapi-offline package ships them), not from a CDN: the pages work without internet.
+    app = FastAPIOffline(
         title="verimail",
         version=API_VERSION,
         description=DESCRIPTION,
         openapi_url="/openapi.json",
         docs_url="/docs",
+        redoc_url="/redoc",
+        static_url=DOCS_ASSETS_URL,
         lifespan=lifespan,
     )
     install_error_handlers(app)
@@ -124,4 +132,5 @@ def create_app(settings: Settings | None = None, *, rate_limit_prefix: str = "ve
     app.include_router(finder_csv.router)
     app.include_router(account.router)
     install_dashboard(app)
+    install_metrics(app, settings)
     return app

@@ -14,11 +14,11 @@ second run prints the same key; if it no longer works a new one is issued.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shlex
 import signal
-import socket
 from pathlib import Path
 from types import FrameType
 
@@ -28,6 +28,7 @@ from rich.console import Console
 
 from verimail.config import Settings
 from verimail.flows.cli import quiet_prefect
+from verimail.flows.prefect_ui import port_free
 from verimail.store.accounts import (
     authenticate,
     create_account,
@@ -44,6 +45,7 @@ DEMO_EMAIL = "demo@verimail.localhost"
 DEMO_PLAN = "business"
 DEMO_TOP_UP = 100
 KEY_FILE = "demo-api-key"
+DEMO_PREFECT_UI_PORT = 4200  # Prefect's own default port
 
 # (address, what the demo world makes of it)
 SHOWCASE = [
@@ -110,15 +112,6 @@ def curl_line(
     if upload is not None:
         words += ["-F", f"file=@{upload}"]
     return shlex.join(words)
-
-
-def _port_free(host: str, port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 DEMO_CSV = (
@@ -199,6 +192,7 @@ async def _serve_and_show(
     key: str,
     once: bool,
     bulk: bool = True,
+    prefect_url: str | None = None,
 ) -> int:
     import uvicorn
 
@@ -245,6 +239,8 @@ async def _serve_and_show(
     console.rule()
     console.print("More addresses of the demo world to try: " + ", ".join(MORE), **plain)
     console.print(f"Dashboard: {base_url}/dashboard (sign up there, or use the key above)")
+    if prefect_url is not None:
+        console.print(f"Prefect UI: {prefect_url} (flow runs, job summaries, deployments)")
 
     if once:
         server.should_exit = True
@@ -253,6 +249,26 @@ async def _serve_and_show(
     console.print(f"Serving on {base_url}; press Ctrl-C to stop.", **plain)
     await serving
     return 1 if failed else 0
+
+
+def _start_prefect_ui(
+    console: Console, stack: contextlib.ExitStack, port: int, data_dir: Path
+) -> str | None:
+    """Start the Prefect server with its UI (stopped with ``stack``); its URL, or None (and
+    a line saying why) when it cannot start: the demo then runs on Prefect's temporary
+    server, without a UI."""
+    from verimail.flows.prefect_ui import PrefectUIError, prefect_ui
+
+    try:
+        with console.status(f"starting the Prefect UI on 127.0.0.1:{port} (~15 s)…"):
+            server = stack.enter_context(prefect_ui(port, data_dir))
+    except PrefectUIError as exc:
+        console.print(
+            f"[yellow]No Prefect UI: {exc}; choose another port with --prefect-ui-port.[/yellow]"
+        )
+        return None
+    console.print(f"[bold]Prefect UI[/bold] {server.url}")
+    return server.url
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -270,6 +286,12 @@ def demo_command(
         Path(".verimail/demo"), "--data-dir", help="Where the demo keeps its database."
     ),
     bulk: bool = typer.Option(True, "--bulk/--no-bulk", help="Also show a bulk CSV job."),
+    prefect_ui: bool = typer.Option(
+        True, "--prefect-ui/--no-prefect-ui", help="Serve the Prefect UI (runs, artifacts)."
+    ),
+    prefect_ui_port: int = typer.Option(
+        DEMO_PREFECT_UI_PORT, "--prefect-ui-port", min=1, max=65535, help="Port of the Prefect UI."
+    ),
     smtp_port: SmtpPortOption = None,
     dns_port: DnsPortOption = None,
 ) -> None:
@@ -277,7 +299,7 @@ def demo_command(
     quiet_prefect()
     console = Console()
     host = "127.0.0.1"
-    if not _port_free(host, port):
+    if not port_free(port, host):
         console.print(f"[red]Port {port} on {host} is in use; choose another with --port.[/red]")
         raise typer.Exit(2)
     data_dir = data_dir.resolve()
@@ -301,12 +323,19 @@ def demo_command(
         finally:
             store.close()
         console.print(f"[bold]Data dir[/bold] {data_dir}")
+        ui = contextlib.ExitStack()
+        prefect_url = None
+        if prefect_ui:
+            prefect_url = _start_prefect_ui(console, ui, prefect_ui_port, data_dir)
         # SIGTERM ends the demo as Ctrl-C does. uvicorn captures it while serving and raises
         # it again once stopped, which killed the process there: "demo stopped" was never
         # printed and the testbed never closed.
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
-            code = asyncio.run(_serve_and_show(console, settings, host, port, key, once, bulk))
+            with ui:
+                code = asyncio.run(
+                    _serve_and_show(console, settings, host, port, key, once, bulk, prefect_url)
+                )
         except KeyboardInterrupt:
             code = 0
         finally:

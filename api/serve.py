@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
 from enum import StrEnum
+from types import FrameType
 
 import typer
 
-from verimail.config import get_settings
+from verimail.config import Settings, get_settings
 
 
 class LogLevel(StrEnum):
@@ -41,6 +46,14 @@ def serve_command(
         "behind a TLS-terminating proxy, so that the client's address is rate-limited and the "
         "dashboard cookie is Secure. Unset: the headers are ignored (a client could forge them).",
     ),
+    prefect_ui_port: int | None = typer.Option(
+        None,
+        "--prefect-ui-port",
+        min=1,
+        max=65535,
+        help="Also serve the Prefect UI (runs, artifacts, deployments) on 127.0.0.1 at this "
+        "port (default: VERIMAIL_PREFECT_UI_PORT, else off). Local runner only.",
+    ),
 ) -> None:
     """Serve the HTTP API (one process; run several behind a proxy with PostgreSQL + Redis)."""
     import uvicorn
@@ -58,11 +71,53 @@ def serve_command(
                 err=True,
             )
             raise typer.Exit(2)
-    uvicorn.run(
-        create_app(settings),
-        host=host or settings.api_host,
-        port=port or settings.api_port,
-        log_level=log_level.value,
-        proxy_headers=forwarded_allow_ips is not None,
-        forwarded_allow_ips=forwarded_allow_ips,
-    )
+    ui_port = prefect_ui_port or settings.prefect_ui_port
+    with _prefect_ui(settings, ui_port):
+        uvicorn.run(
+            create_app(settings),
+            host=host or settings.api_host,
+            port=port or settings.api_port,
+            log_level=log_level.value,
+            proxy_headers=forwarded_allow_ips is not None,
+            forwarded_allow_ips=forwarded_allow_ips,
+        )
+
+
+@contextlib.contextmanager
+def _prefect_ui(settings: Settings, port: int | None) -> Iterator[None]:
+    """The Prefect UI server while the API serves, when asked for (see flows/prefect_ui).
+
+    While it runs, SIGTERM ends the API as Ctrl-C does: uvicorn raises the signal again once
+    it has shut down, which (default handler) killed the process before it could stop the
+    Prefect server it started."""
+    if port is None:
+        yield
+        return
+    from verimail.flows.prefect_ui import PrefectUIError, prefect_ui
+
+    if settings.runner != "local" or os.environ.get("PREFECT_API_URL"):
+        typer.echo(
+            "--prefect-ui-port: this process reports to the Prefect server of PREFECT_API_URL; "
+            "the UI is that server's.",
+            err=True,
+        )
+        raise typer.Exit(2)
+    typer.echo(f"Starting the Prefect UI on 127.0.0.1:{port}…", err=True)
+    with contextlib.ExitStack() as stack:
+        try:
+            server = stack.enter_context(prefect_ui(port, settings.data_dir))
+        except PrefectUIError as exc:
+            typer.echo(f"The Prefect UI could not start: {exc}.", err=True)
+            raise typer.Exit(1) from None
+        typer.echo(f"Prefect UI: {server.url}", err=True)
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            yield
+        except KeyboardInterrupt:
+            pass
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import secrets
 from asyncio import FIRST_COMPLETED
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -24,10 +25,18 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import acreate_progress_artifact, aupdate_progress_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.context import get_run_context
+from pydantic.json_schema import SkipJsonSchema
 
 from verimail.config import Settings, current_settings
 from verimail.flows.context import db_retried, engine_for, no_such_job, store_for
-from verimail.flows.failures import customer_reason, ends_the_process
+from verimail.flows.failures import customer_reason, ends_the_process, refused
+from verimail.flows.forms import (
+    BulkVerifyForm,
+    FormError,
+    checked_webhook,
+    find_account,
+    shared_file,
+)
 from verimail.flows.heartbeat import (
     Superseded,
     as_owner,
@@ -37,9 +46,12 @@ from verimail.flows.heartbeat import (
     superseded_outcome,
 )
 from verimail.flows.notify import notify_job
+from verimail.flows.summary import artifact_key, name_this_run, publish_job_summary, run_name
 from verimail.schemas.results import VerificationResult
 from verimail.store import jobs as job_store
+from verimail.store.credits import balance
 from verimail.store.db import Store
+from verimail.tasks import metrics
 from verimail.tasks.bulk_io import (
     JobInput,
     ResultSink,
@@ -48,6 +60,7 @@ from verimail.tasks.bulk_io import (
     read_job_input,
     write_job_results,
 )
+from verimail.tasks.csv_detect import UploadError
 from verimail.tasks.engine import Prepared
 from verimail.tasks.smtp_probe import GroupResult, HostGroup
 
@@ -135,12 +148,24 @@ def _flow_run_id() -> str | None:
 
 
 def create_job_for_file(
-    store: Store, settings: Settings, file_path: str, account_id: int, email_column: str | None
+    store: Store,
+    settings: Settings,
+    file_path: str,
+    account_id: int,
+    email_column: str | None,
+    webhook_url: str | None = None,
 ) -> int:
-    """A job row for a run started from the Prefect UI: reserve like the API does."""
+    """A job row for a run started without one (the Prefect UI, a script): reserve like the
+    API does. :class:`FormError` (one sentence) when the file or the balance will not do."""
     path = Path(file_path)
-    job_input = read_job_input(path, email_column, settings.upload_max_rows)
+    try:
+        job_input = read_job_input(path, email_column, settings.upload_max_rows)
+    except UploadError as exc:
+        raise FormError(f"{path.name}: {exc.detail}") from None
     count = job_input.address_rows
+    options: dict[str, Any] = {"source": "prefect", "filename": path.name}
+    if webhook_url:
+        options["webhook_secret"] = secrets.token_urlsafe(32)
     job = job_store.create_job(
         store.engine,
         account_id,
@@ -149,40 +174,69 @@ def create_job_for_file(
         reserve=count,
         upload_path=str(path.resolve()),
         email_column=job_input.info.email_reference,
-        options={"source": "prefect"},
+        options=options,
+        webhook_url=webhook_url,
     )
     if job is None:
-        raise ValueError(f"account {account_id} has fewer than {count} credits for this file")
+        have = balance(store.engine, account_id).total
+        raise FormError(
+            f"Account {account_id} has {have} credits and {path.name} needs {count} "
+            "(1 per address row); nothing was charged."
+        )
     return job.id
+
+
+def create_job_for_form(store: Store, settings: Settings, form: BulkVerifyForm) -> int:
+    """The job of a run started from the deployment's form, its inputs checked first."""
+    account = find_account(store, form.account)
+    path = shared_file(settings, form.file)
+    webhook_url = checked_webhook(settings, form.webhook_url)
+    return create_job_for_file(
+        store, settings, str(path), account.id, form.email_column, webhook_url
+    )
 
 
 @flow(name="bulk-verify", persist_result=False, log_prints=True)
 async def bulk_verify(
-    job_id: int | None = None,
-    file_path: str | None = None,
-    account_id: int | None = None,
-    email_column: str | None = None,
-    attempt: int | None = None,
-) -> dict[str, Any]:
-    """Verify a bulk job's addresses. Give ``job_id`` (and the run number it was submitted
-    as), or ``file_path`` + ``account_id``."""
+    job_id: SkipJsonSchema[int | None] = None,
+    file_path: SkipJsonSchema[str | None] = None,
+    account_id: SkipJsonSchema[int | None] = None,
+    email_column: SkipJsonSchema[str | None] = None,
+    attempt: SkipJsonSchema[int | None] = None,
+    verify: BulkVerifyForm | SkipJsonSchema[None] = None,
+) -> Any:
+    """Verify a CSV file for an account, or (the API's runs) a bulk job.
+
+    Args:
+        verify: The account, the file on the shared data dir, the email column, a webhook.
+    """
     settings = current_settings()
     store = store_for(settings)
     if job_id is None:
-        if file_path is None or account_id is None:
-            raise ValueError("give job_id, or file_path and account_id")
-        job_id = await _db(
-            create_job_for_file, store, settings, file_path, account_id, email_column
-        )
+        try:
+            if verify is not None:
+                job_id = await _db(create_job_for_form, store, settings, verify)
+            elif file_path is not None and account_id is not None:
+                job_id = await _db(
+                    create_job_for_file, store, settings, file_path, account_id, email_column
+                )
+            else:
+                raise FormError("Fill in the form: the account and the CSV file to verify.")
+        except FormError as exc:
+            return refused(str(exc))
     job = await _db(job_store.get_job_any, store.engine, job_id)
     if job is None:
         raise no_such_job(store, job_id)
+    if verify is not None and job.webhook_url and job.status == "pending":
+        secret = (job.options or {}).get("webhook_secret")
+        get_run_logger().info("job %s: its webhook signing key is %s", job.id, secret)
     if job.finished:
         return {"job_id": job.id, "status": job.status}
     if started_late(job, attempt):
         return superseded_outcome(job, attempt)
     if job.status == "pending":
         await _db(job_store.mark_processing, store.engine, job.id, flow_run_id=_flow_run_id())
+        metrics.observe_queue_wait(job.kind, job.created_at)
     try:
         summary = await as_owner(store, job, settings.job_stale_after, _run(settings, store, job))
     except Superseded:  # a later run has the job: it is not this run's to fail
@@ -200,14 +254,18 @@ async def bulk_verify(
         )
         with contextlib.suppress(Exception):
             await notify_job(settings, job.id)
+        await publish_job_summary(settings, store, job.id)
         raise
     # (Outside the try: a run cancelled while it delivers must not deliver again as failed.)
     await notify_job(settings, job.id)
+    await publish_job_summary(settings, store, job.id)
     return summary
 
 
 async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str, Any]:
     logger = get_run_logger()
+    # (Here, under the job's heartbeat: a slow Prefect API must not make the job look dead.)
+    await name_this_run(run_name(job))
     engine = engine_for(settings)
     directory = job_dir(settings.data_dir, job.id)
     upload = Path(job.upload_path or directory / "upload.csv")
@@ -233,7 +291,7 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
         async with asyncio.timeout(ARTIFACT_TIMEOUT):
             artifact = await acreate_progress_artifact(
                 progress=100.0 * tally.processed / total,
-                key=f"bulk-job-{job.id}",
+                key=artifact_key(settings, f"bulk-job-{job.id}-progress"),
                 description=f"Bulk job {job.id}: {job_input.address_rows} addresses",
             )
     await db_retried(_progress, store, job, tally)

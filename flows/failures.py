@@ -12,8 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from typing import TYPE_CHECKING
 
 from verimail.tasks.csv_detect import UploadError
+
+if TYPE_CHECKING:
+    from prefect.states import State
 
 log = logging.getLogger("verimail.flows")
 
@@ -59,3 +63,14 @@ def ends_the_process(error: BaseException) -> bool:
     from prefect.exceptions import ExternalSignal  # (imported only by flows, when it matters)
 
     return isinstance(error, ExternalSignal)
+
+
+def refused(sentence: str) -> State:
+    """The end of a run whose input cannot be used (a form filled in wrong): a Failed state
+    whose message is ``sentence``, also in the run's log, and no traceback."""
+    from prefect.states import Failed
+
+    _to_run_log("%s", sentence)
+    # (The error as the state's data: a caller that runs the flow directly still gets it
+    # raised, as a ValueError with the same sentence.)
+    return Failed(message=sentence, data=ValueError(sentence))

@@ -38,6 +38,7 @@ import duckdb
 import polars as pl
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from pydantic.json_schema import SkipJsonSchema
 from sqlalchemy.exc import SQLAlchemyError
 
 from verimail.config import Settings, current_settings
@@ -52,10 +53,12 @@ from verimail.flows.heartbeat import (
     superseded_outcome,
 )
 from verimail.flows.notify import notify_job
+from verimail.flows.summary import name_this_run, publish_job_summary, run_name
 from verimail.store import jobs as job_store
 from verimail.store import patterns as pattern_store
 from verimail.store.credits import charges_under
 from verimail.store.db import Store
+from verimail.tasks import metrics
 from verimail.tasks.bulk_io import StagedFiles, job_dir, save_info
 from verimail.tasks.csv_detect import find_person_columns, inspect_csv
 from verimail.tasks.csv_io import load_person_rows, write_results_csv
@@ -358,7 +361,7 @@ def _appended_names(columns: tuple[str, ...]) -> tuple[str, str, str]:
 
 
 @flow(name="find-emails", persist_result=False, log_prints=True)
-async def find_emails(job_id: int, attempt: int | None = None) -> dict[str, Any]:
+async def find_emails(job_id: int, attempt: SkipJsonSchema[int | None] = None) -> dict[str, Any]:
     """Run an Email Finder CSV job (created by ``POST /api/find-email/csv``) as run
     ``attempt`` (the number it was submitted as)."""
     settings = current_settings()
@@ -372,6 +375,7 @@ async def find_emails(job_id: int, attempt: int | None = None) -> dict[str, Any]
         return superseded_outcome(job, attempt)
     if job.status == "pending":
         await asyncio.to_thread(job_store.mark_processing, store.engine, job.id)
+        metrics.observe_queue_wait(job.kind, job.created_at)
     billing = _Billing(store, job, settings.finder_charge)
     progress = _Progress(store, job, billing)
     try:
@@ -395,9 +399,11 @@ async def find_emails(job_id: int, attempt: int | None = None) -> dict[str, Any]
         )
         with contextlib.suppress(Exception):
             await notify_job(settings, job.id)
+        await publish_job_summary(settings, store, job.id)
         raise
     # (Outside the try: a run cancelled while it delivers must not deliver again as failed.)
     await notify_job(settings, job.id)
+    await publish_job_summary(settings, store, job.id)
     return summary
 
 
@@ -409,6 +415,8 @@ async def _run(
     progress: _Progress,
 ) -> dict[str, Any]:
     logger = get_run_logger()
+    # (Here, under the job's heartbeat: a slow Prefect API must not make the job look dead.)
+    await name_this_run(run_name(job))
     upload = Path(job.upload_path or "")
     info, rows = await asyncio.to_thread(
         read_finder_upload, upload, job.options or {}, settings.upload_max_rows

@@ -13,6 +13,7 @@ previous_verified_at, reason) and returns the transitions counted, e.g.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,8 +25,12 @@ from prefect import flow, get_run_logger
 from verimail.config import current_settings
 from verimail.flows.bulk import chunk_groups, prepare_addresses, verify_host_groups
 from verimail.flows.context import engine_for, store_for
+from verimail.flows.failures import refused
+from verimail.flows.forms import FormError, shared_file
+from verimail.flows.summary import name_this_run, publish_table, transition_rows
 from verimail.store import jobs as job_store
 from verimail.tasks.bulk_io import append_history, job_dir, read_job_input, results_frame
+from verimail.tasks.csv_detect import UploadError
 from verimail.tasks.csv_io import distinct_in_order
 from verimail.tasks.history import latest_statuses, query
 
@@ -37,11 +42,15 @@ def _addresses(
     if job_id is not None:
         job = job_store.get_job_any(store_for(settings).engine, job_id)
         if job is None or job.status != "completed" or job.kind not in ("bulk_csv", "bulk_json"):
-            raise ValueError(f"job {job_id} is not a completed verification job")
+            raise FormError(f"Job {job_id} is not a completed verification job.")
         frame = pl.read_parquet(job_dir(settings.data_dir, job_id) / "results.parquet")
         return distinct_in_order(frame.get_column("normalised")).to_list()
     if file_path is not None:
-        return read_job_input(Path(file_path), None, max_rows).uniques
+        path = shared_file(settings, file_path)
+        try:
+            return read_job_input(path, None, max_rows).uniques
+        except UploadError as exc:
+            raise FormError(f"{path.name}: {exc.detail}") from None
     cutoff = datetime.now(UTC) - timedelta(days=older_than_days)
     frame = query(
         settings.data_dir,
@@ -50,16 +59,46 @@ def _addresses(
     return frame.get_column("email").to_list()
 
 
+def _artifact_name(job_id: int | None, file_path: str | None, older_than_days: int) -> str:
+    """One artifact key per list re-verified (its versions are the list's history)."""
+    if job_id is not None:
+        return f"reverify-job-{job_id}"
+    if file_path is not None:
+        stem = re.sub(r"[^a-z0-9]+", "-", Path(file_path).stem.lower()).strip("-")
+        return f"reverify-file-{stem or 'file'}"
+    return f"reverify-older-than-{older_than_days}-days"
+
+
 @flow(name="reverify-stored", persist_result=False, log_prints=True)
 async def reverify_stored(
     job_id: int | None = None, file_path: str | None = None, older_than_days: int = 30
-) -> dict[str, Any]:
-    """Re-verify a job's, a file's, or all stale addresses; report status changes."""
+) -> Any:
+    """Re-verify a job's, a file's, or all stale addresses; report status changes.
+
+    Args:
+        job_id: A completed bulk job to verify again (its number). Leave empty for a file
+            or for the stale addresses.
+        file_path: A CSV file inside the shared data dir (e.g. inbox/leads.csv) to verify
+            again and compare with the history. Leave empty for a job or the stale addresses.
+        older_than_days: With neither a job nor a file: re-verify every address whose
+            latest verification is older than this many days.
+    """
     settings = current_settings()
     logger = get_run_logger()
-    addresses = await asyncio.to_thread(
-        _addresses, job_id, file_path, older_than_days, settings.upload_max_rows
+    what = (
+        f"job {job_id}"
+        if job_id is not None
+        else Path(file_path).name
+        if file_path is not None
+        else f"addresses older than {older_than_days} days"
     )
+    await name_this_run(f"reverify {what}")
+    try:
+        addresses = await asyncio.to_thread(
+            _addresses, job_id, file_path, older_than_days, settings.upload_max_rows
+        )
+    except FormError as exc:
+        return refused(str(exc))
     engine = engine_for(settings)
     prepared = await prepare_addresses(addresses)
     chunks = chunk_groups(prepared.groups)
@@ -109,6 +148,13 @@ async def reverify_stored(
     }
     pl.DataFrame(changed, schema=schema).write_csv(report)
     logger.info("re-verified %s addresses, %s changed", len(addresses), len(changed))
+    await publish_table(
+        settings,
+        _artifact_name(job_id, file_path, older_than_days),
+        transition_rows(transitions),
+        f"reverify {what}: {len(addresses)} addresses, {len(changed)} changed status; "
+        f"report {report}",
+    )
     return {
         "addresses": len(addresses),
         "changed": len(changed),

@@ -188,14 +188,14 @@ def _stop_embedded_prefect() -> None:
         return
     from prefect.server.api.server import SubprocessASGIServer
 
-    _send_pending_logs()
+    send_pending_logs()
     SubprocessASGIServer().stop()
 
 
 LOG_DRAIN_SECONDS = 10.0  # the most a stop waits to hand Prefect its last log lines
 
 
-def _send_pending_logs() -> None:
+def send_pending_logs() -> None:
     """Send the runs' last log lines to the server before it stops. Left queued, Prefect's
     log worker sends them at exit, to a server that is gone, retrying for a minute before
     it prints "Error logging to API" (`verimail bulk` hung that long after its results).

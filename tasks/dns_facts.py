@@ -32,6 +32,7 @@ import dns.resolver
 
 from verimail.config import Settings
 from verimail.schemas.outcomes import DomainOutcome
+from verimail.tasks import metrics
 
 MAX_MX_HOSTS = 10  # a domain with thousands of MX records gets its best ten tried
 MAX_MX_LOOKUPS = 50  # MX names looked up at most, ten at a time, while none has an address
@@ -265,6 +266,7 @@ class DomainResolver:
 
     async def _fetch(self, key: tuple, rdtype: str) -> _Lookup:
         result, ttl = await self._query(key[1], rdtype)
+        metrics.DNS_QUERIES.labels(type=rdtype, outcome=result.status).inc()
         if ttl > 0:
             _store(key, time.monotonic() + ttl, result)
         return result

@@ -25,6 +25,7 @@ from verimail import API_VERSION
 from verimail.config import Settings
 from verimail.schemas.outcomes import DomainOutcome, SmtpOutcome
 from verimail.schemas.results import VerificationResult
+from verimail.tasks import metrics
 from verimail.tasks.dns_facts import DnsStats, DomainFacts, DomainResolver, MailHost
 from verimail.tasks.lists import ReferenceLists
 from verimail.tasks.smtp_probe import Finding, GroupResult, HostGroup, Prober, SmtpStats
@@ -392,6 +393,7 @@ class Engine:
             email, mx_records = item.email, list(fact.mx_records)
             suggestion = self.lists.did_you_mean(item.email)
         verdict = decide(gathered)
+        metrics.VERIFICATIONS.labels(status=verdict.status.value).inc()
         return VerificationResult(
             email=email,
             safe_to_send=verdict.safe_to_send,

@@ -48,6 +48,7 @@ from aiosmtplib.errors import (
 
 from verimail.config import Settings
 from verimail.schemas.outcomes import SmtpOutcome
+from verimail.tasks import metrics
 from verimail.tasks.dns_facts import MailHost
 from verimail.tasks.host_slots import HeldSlots, HostSlots
 from verimail.tasks.netguard import smtp_address_allowed
@@ -174,6 +175,10 @@ class _AskAgain(_Stopped):
 
 class _NoSession(_Stopped):
     """No MX host of the group could be reached: the finding applies to all its work."""
+
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(finding)
+        metrics.SMTP_SESSIONS_REFUSED.labels(reason=finding.outcome.value).inc()
 
 
 CROWDED_WAITS = (0.5, 1.0, 2.0, 4.0, 8.0)
@@ -683,6 +688,7 @@ class Prober:
                         raise
                 else:
                     await smtp.ehlo()
+            metrics.SMTP_SESSIONS_OPENED.inc()
             return smtp
         except SMTPConnectResponseError as exc:
             smtp.close()

@@ -63,8 +63,9 @@ def test_using_settings_overrides_only_inside(tmp_path):
 
 
 def test_every_setting_is_documented_in_the_readme():
-    docs = sorted((README.parent / "docs").glob("*.md"))  # (the reference moves to docs/)
-    text = "\n".join(p.read_text(encoding="utf-8") for p in [README, *docs])
+    """In the README or one of the reference pages under docs/ it links."""
+    pages = [README, *sorted(README.parent.joinpath("docs").glob("*.md"))]
+    text = "\n".join(page.read_text(encoding="utf-8") for page in pages)
     documented = set(re.findall(r"`(VERIMAIL_[A-Z_]+)`", text))
     missing = {f"VERIMAIL_{name.upper()}" for name in Settings.model_fields} - documented
     assert not missing, f"README settings table lacks {sorted(missing)}"

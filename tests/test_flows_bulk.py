@@ -24,6 +24,7 @@ from verimail.flows.context import forget, store_for
 from verimail.flows.failures import ends_the_process
 from verimail.flows.recovery import recover_stale_jobs
 from verimail.flows.runner import LocalRunner
+from verimail.flows.summary import artifact_key
 from verimail.schemas.results import VerificationResult
 from verimail.store import accounts, credits
 from verimail.store import jobs as job_store
@@ -278,7 +279,9 @@ def test_run_started_from_the_ui_creates_its_job_and_progress_artifact(setup, tm
                 # (this run's: other tests' databases have a job with this id too, and the
                 # Prefect server is the session's)
                 artifact_filter=ArtifactFilter(
-                    key=ArtifactFilterKey(any_=[f"bulk-job-{job.id}"]),
+                    key=ArtifactFilterKey(
+                        any_=[artifact_key(settings, f"bulk-job-{job.id}-progress")]
+                    ),
                     flow_run_id=ArtifactFilterFlowRunId(any_=[job.flow_run_id]),
                 )
             )

@@ -1,0 +1,95 @@
+"""The demo (by default) and ``verimail serve --prefect-ui-port`` serve the Prefect UI on the
+port they print, analytics off, and stop it when they stop."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+import httpx
+from api_helpers import VERIMAIL_BIN, clean_env, free_port, serve_processes
+
+
+def test_demo_prints_the_prefect_ui_and_it_answers(tmp_path: Path) -> None:
+    port, ui_port = free_port(), free_port()
+    command = [
+        str(VERIMAIL_BIN),
+        "demo",
+        "--no-bulk",
+        "--port",
+        str(port),
+        "--prefect-ui-port",
+        str(ui_port),
+    ]
+    demo = subprocess.Popen(
+        command, cwd=tmp_path, env=clean_env({}), stdout=subprocess.PIPE, text=True
+    )
+    seen: list[str] = []
+    try:
+        assert demo.stdout is not None
+        for line in demo.stdout:
+            seen.append(line)
+            if line.startswith("Serving on"):
+                break
+        else:
+            raise AssertionError("the demo ended before it served:\n" + "".join(seen))
+        printed = re.search(r"^Prefect UI (http://\S+)$", "".join(seen), re.MULTILINE)
+        assert printed, "".join(seen)
+        url = printed.group(1)
+        assert url == f"http://127.0.0.1:{ui_port}"
+        with httpx.Client(timeout=10) as client:
+            page = client.get(url, headers={"Accept": "text/html"}, follow_redirects=True)
+            assert page.status_code == 200
+            assert "<html" in page.text.lower() and "prefect" in page.text.lower()
+            settings = client.get(f"{url}/api/admin/settings").json()
+            assert settings["server"]["analytics_enabled"] is False
+        demo.send_signal(signal.SIGTERM)
+        rest = demo.stdout.read()
+        assert demo.wait(timeout=60) == 0, rest
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    _assert_gone(url)  # (no server left running per demo started)
+
+
+def _assert_gone(url: str) -> None:
+    with httpx.Client(timeout=2) as client:
+        try:
+            client.get(f"{url}/api/health")
+        except httpx.TransportError:
+            return
+    raise AssertionError(f"the Prefect server at {url} outlived the process that started it")
+
+
+def test_serve_with_a_prefect_ui_port_serves_it_and_its_jobs_report_there(tmp_path: Path) -> None:
+    ui_port = free_port()
+    env = {"VERIMAIL_DATA_DIR": str(tmp_path / "data")}
+    args = ["--prefect-ui-port", str(ui_port)]
+    with serve_processes(1, env, tmp_path, ready_timeout=180, args=args) as (server,):
+        printed = re.search(r"^Prefect UI: (http://\S+)$", server.log(), re.MULTILINE)
+        assert printed, server.log()
+        url = printed.group(1)
+        assert url == f"http://127.0.0.1:{ui_port}"
+        with httpx.Client(timeout=10) as client:
+            page = client.get(url, headers={"Accept": "text/html"}, follow_redirects=True)
+            assert page.status_code == 200 and "prefect" in page.text.lower()
+        assert (tmp_path / "data" / "prefect.db").exists()  # (its state in the data dir)
+    assert server.process.returncode == 0, server.log()
+    _assert_gone(url)
+
+
+def test_serve_refuses_a_ui_port_when_prefect_is_elsewhere(tmp_path: Path) -> None:
+    """With PREFECT_API_URL the runs report to that server: its UI is the one to use."""
+    env = clean_env({"PREFECT_API_URL": "http://127.0.0.1:9/api"})
+    run = subprocess.run(
+        [str(VERIMAIL_BIN), "serve", "--port", str(free_port()), "--prefect-ui-port", "4999"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "PREFECT_API_URL" in run.stderr and "Traceback" not in run.stderr
