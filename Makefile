@@ -13,7 +13,10 @@ $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "verimail needs Python 3.11, found " + sys.version' 
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	@# setuptools says "Editable installation." (an InformationOnly notice) for every editable
+	@# install of a mapped package; the log is kept, and shown whole when the install fails.
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]' > $(VENV)/install.log 2>&1 \
+	  || { cat $(VENV)/install.log; exit 1; }
 	touch $(STAMP)
 
 # make demo PORT=8080 serves the API on another port (default 8000).
