@@ -25,6 +25,7 @@ from fastapi import FastAPI
 from sqlalchemy.exc import OperationalError
 
 from verimail import API_VERSION
+from verimail.api.body_limit import BodyLimitMiddleware
 from verimail.api.dashboard import install_dashboard
 from verimail.api.errors import install_error_handlers
 from verimail.api.ratelimit import Limiter
@@ -123,4 +124,9 @@ def create_app(settings: Settings | None = None, *, rate_limit_prefix: str = "ve
     app.include_router(bulk.router)
     app.include_router(finder_csv.router)
     install_dashboard(app)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=settings.http_max_body_bytes,
+        read_timeout=settings.http_body_timeout,
+    )
     return app

@@ -19,6 +19,7 @@ from fastapi.responses import FileResponse
 from pydantic import AfterValidator, AnyHttpUrl, BaseModel, Field
 from pydantic_core import PydanticCustomError
 
+from verimail.api.body_limit import streams_own_body
 from verimail.api.deps import AccountDep, JobId, StoreDep
 from verimail.api.downloads import WholeFileResponse, csv_response
 from verimail.api.errors import ApiError, ValidationErrorBody, error_doc, pick_error_docs
@@ -92,6 +93,7 @@ UPLOAD_BODY = upload_body(
     responses=_docs(402, 413, 422),
     openapi_extra=UPLOAD_BODY,
 )
+@streams_own_body
 async def create_bulk(request: Request, account: AccountDep, store: StoreDep) -> BulkJob:
     settings = request.app.state.settings
     folder = uploads_dir(request) / uuid.uuid4().hex

@@ -15,6 +15,7 @@ from anyio import to_thread
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 
+from verimail.api.body_limit import streams_own_body
 from verimail.api.deps import AccountDep, StoreDep
 from verimail.api.downloads import csv_response
 from verimail.api.errors import (
@@ -83,6 +84,7 @@ UPLOAD_BODY = upload_body(
     responses=_docs(402, 403, 413, 422),
     openapi_extra=UPLOAD_BODY,
 )
+@streams_own_body
 async def create_finder_job(
     request: Request, account: FinderAccountDep, store: StoreDep, settings: SettingsDep
 ) -> FinderJob:
