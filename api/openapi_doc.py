@@ -520,6 +520,21 @@ def _add_body_refusals(method: str, operation: dict[str, Any]) -> None:
     operation["responses"] = dict(sorted(responses.items()))
 
 
+def _schema_example(document: dict[str, Any], schema: Any) -> dict[str, Any] | None:
+    """The example a response's model declares (``json_schema_extra``), for operations this
+    module has no example of its own for."""
+    if not isinstance(schema, dict):
+        return None
+    ref = schema.get("$ref", "")
+    if ref.startswith("#/components/schemas/"):
+        schema = document.get("components", {}).get("schemas", {}).get(ref.rsplit("/", 1)[1], {})
+    if "example" in schema:
+        return {"example": schema["example"]}
+    if schema.get("examples"):
+        return {"example": schema["examples"][0]}
+    return None
+
+
 def complete_document(document: dict[str, Any]) -> dict[str, Any]:
     """``document`` with examples on every response and the edge refusals documented."""
     for path, operations in document.get("paths", {}).items():
@@ -531,6 +546,7 @@ def complete_document(document: dict[str, Any]) -> dict[str, Any]:
                         continue
                     if status.startswith("2"):
                         found = SUCCESS.get((method, path), {}).get(media_type)
+                        found = found or _schema_example(document, content.get("schema"))
                     elif status == "503" and path == "/api/health":
                         found = _one("Unhealthy: the database did not answer", UNHEALTHY)
                     else:

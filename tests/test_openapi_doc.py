@@ -122,6 +122,18 @@ def test_examples_declared_on_a_route_are_kept() -> None:
     assert completed["paths"]["/x"]["get"]["responses"]["404"]["content"]["j"] == mine
 
 
+def test_an_operation_without_examples_of_its_own_gets_its_models_example() -> None:
+    """(So an operation added later is documented as soon as its model has an example.)"""
+    ok = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Thing"}}}}
+    document = {
+        "paths": {"/api/thing": {"get": {"responses": {"200": ok}}}},
+        "components": {"schemas": {"Thing": {"type": "object", "example": {"id": 1}}}},
+    }
+    completed = complete_document(document)
+    content = completed["paths"]["/api/thing"]["get"]["responses"]["200"]["content"]
+    assert content["application/json"]["example"] == {"id": 1}
+
+
 def test_the_openapi_document_has_no_developer_notes(document: dict[str, Any]) -> None:
     leaks = [(where, text) for where, text in _strings(document) if LEAKS.search(text)]
     assert not leaks, leaks
