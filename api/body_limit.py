@@ -74,9 +74,14 @@ class BodyLimitMiddleware:
         received = 0
         started = False
         capped: bool | None = None  # decided at the first read, once the route is known
+        body_done = False
 
         async def bounded_receive() -> Message:
-            nonlocal received, capped
+            nonlocal received, capped, body_done
+            if body_done:
+                # After the body, a read waits for the client to hang up (a streamed
+                # download listens so): that wait is the response's, not bounded here.
+                return await receive()
             if capped is None:
                 capped = not getattr(scope.get("endpoint"), STREAMS_OWN_BODY, False)
                 if capped and _declared_length(scope) > self.max_bytes:
@@ -90,6 +95,7 @@ class BodyLimitMiddleware:
                 received += len(message.get("body", b""))
                 if capped and received > self.max_bytes:
                     raise self._refusal(413, self.too_large)
+                body_done = not message.get("more_body", False)
             return message
 
         async def tracking_send(message: Message) -> None:

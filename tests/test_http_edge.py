@@ -8,6 +8,7 @@ server's memory is read from ``/proc/<pid>/status``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import select
@@ -281,3 +282,31 @@ def test_over_the_connection_cap_the_answer_is_503(edge: Edge) -> None:
             assert time.monotonic() < deadline, "still over the cap"
             time.sleep(0.05)
     assert status == 200
+
+
+async def test_a_slow_streamed_response_is_not_cut_by_the_body_timeout() -> None:
+    """The body timeout bounds waiting for the request body, not the client's wait for the
+    end of a response (Starlette's streamed responses listen for a hang-up meanwhile)."""
+    from starlette.applications import Starlette
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+
+    from verimail.api.body_limit import BodyLimitMiddleware
+
+    timeout = 0.1
+
+    async def slow(request):  # a download whose pieces come slower than the body timeout
+        async def pieces():
+            for i in range(3):
+                await asyncio.sleep(2 * timeout)
+                yield f"piece {i}\n".encode()
+
+        return StreamingResponse(pieces(), media_type="text/plain")
+
+    app = Starlette(routes=[Route("/slow", slow)])
+    app.add_middleware(BodyLimitMiddleware, max_bytes=1024, read_timeout=timeout)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://edge.test") as client:
+        response = await client.get("/slow")
+    assert response.status_code == 200
+    assert response.text == "piece 0\npiece 1\npiece 2\n"
