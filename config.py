@@ -182,6 +182,32 @@ class Settings(BaseSettings):
         "for the download links in job summaries; default `http://<api_host>:<api_port>`.",
     )
 
+    http_max_body_bytes: int = Field(
+        4 * 1024 * 1024,
+        ge=1024,
+        description="Largest request body of every route but the CSV uploads (which have "
+        "`upload_max_bytes`); refused with 413 while it streams in, before the key is checked. "
+        "The largest legal JSON body (10,000 addresses of 320 characters) is about 3.3 MB.",
+    )
+    http_max_header_bytes: int = Field(
+        16 * 1024,
+        ge=1024,
+        description="Largest request line plus header section; beyond it, 431.",
+    )
+    http_header_timeout: float = Field(
+        10.0, gt=0, description="Seconds a client has to send a request's whole header section."
+    )
+    http_body_timeout: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds the server waits for the next piece of a request body; then 408.",
+    )
+    http_max_connections: int = Field(
+        500,
+        ge=1,
+        description="Open HTTP connections per process; a request on one more gets 503.",
+    )
+
     # --- metrics -------------------------------------------------------------------
     metrics_token: SecretStr | None = Field(
         None,

@@ -26,9 +26,11 @@ from fastapi_offline import FastAPIOffline
 from sqlalchemy.exc import OperationalError
 
 from verimail import API_VERSION
+from verimail.api.body_limit import BodyLimitMiddleware
 from verimail.api.dashboard import install_dashboard
 from verimail.api.errors import install_error_handlers
 from verimail.api.metrics import install_metrics
+from verimail.api.openapi_doc import install_openapi
 from verimail.api.ratelimit import Limiter
 from verimail.api.routes import account, bulk, finder, finder_csv, health, verify
 from verimail.api.routes.health import verifier_ready
@@ -49,6 +51,12 @@ Every endpoint except `/api/health` needs an API key: `Authorization: Bearer <AP
 Every error body is `{"detail": "<readable explanation>"}` (422 adds a structured `errors`).
 Requests per minute and requests in flight are limited per account by its plan; over the
 limit the answer is 429 with `Retry-After`.
+
+The server bounds every request before it reaches an endpoint: a body over the body limit
+(4 MiB by default; CSV uploads have their own, larger limit) is 413 and a body that stops
+arriving is 408, whatever the endpoint; a request line and headers over 16 KiB are 431;
+headers not complete within 10 s are 408; a connection over the server's connection cap
+gets 503 with `Retry-After`. Each of these closes the connection.
 """
 
 
@@ -125,6 +133,7 @@ def create_app(settings: Settings | None = None, *, rate_limit_prefix: str = "ve
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    install_openapi(app)
     app.include_router(health.router)
     app.include_router(verify.router)
     app.include_router(finder.router)
@@ -133,4 +142,9 @@ def create_app(settings: Settings | None = None, *, rate_limit_prefix: str = "ve
     app.include_router(account.router)
     install_dashboard(app)
     install_metrics(app, settings)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=settings.http_max_body_bytes,
+        read_timeout=settings.http_body_timeout,
+    )
     return app

@@ -197,8 +197,15 @@ async def _serve_and_show(
     import uvicorn
 
     from verimail.api.app import create_app
+    from verimail.api.http_edge import server_options
 
-    config = uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning")
+    config = uvicorn.Config(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level="warning",
+        **server_options(settings),
+    )
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve())
     while not server.started:  # uvicorn offers no event to await; its own flag is polled

@@ -32,7 +32,7 @@ DATABASE_RETRY_AFTER = 5  # seconds suggested to clients when the database is do
 
 
 class ErrorBody(BaseModel):
-    """The body of every error response (SPEC §2.9)."""
+    """The body of every error response."""
 
     model_config = ConfigDict(json_schema_extra={"example": {"detail": "Invalid API key."}})
 

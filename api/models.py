@@ -23,10 +23,12 @@ EmailText = Annotated[
     Field(
         strict=True,
         max_length=MAX_EMAIL_LENGTH,
-        json_schema_extra={"format": "email"},
+        # No `format: email`: any string is taken, the empty one too, and charged; what is
+        # not an address is answered as an `invalid` result, not refused.
         description=(
-            "Address to verify. Any string up to 320 characters is accepted: a malformed "
-            "address is not a 422 but a result with status `invalid` and the syntax reason."
+            "Address to verify. Any string up to 320 characters is accepted, the empty "
+            "string too: a malformed address is not a 422 but a result with status "
+            "`invalid` and the syntax reason (and it costs its credit like any other)."
         ),
         examples=["alice@example.com"],
     ),
@@ -34,7 +36,7 @@ EmailText = Annotated[
 
 
 class SingleRequest(BaseModel):
-    """Body of `POST /api/verify/single` (SPEC §2.1)."""
+    """Body of `POST /api/verify/single`: the address to verify."""
 
     model_config = ConfigDict(json_schema_extra={"example": {"email": "alice@example.com"}})
 
@@ -42,7 +44,7 @@ class SingleRequest(BaseModel):
 
 
 class BatchRequest(BaseModel):
-    """Body of `POST /api/verify/batch` (SPEC §2.3)."""
+    """Body of `POST /api/verify/batch`: the addresses to verify."""
 
     model_config = ConfigDict(
         json_schema_extra={"example": {"emails": ["alice@example.com", "bob@example.org"]}}
@@ -57,11 +59,10 @@ class BatchRequest(BaseModel):
 
 
 class VerifyResult(VerificationResult):
-    """One verification result (SPEC §2.2) with our extra fields, as the API returns it.
+    """One verified address: the verdict (`status`, `sub_status`, `safe_to_send`), how
+    sure it is, why, and what was learned about the domain and its mail server."""
 
-    The fields and their descriptions live in ``schemas/results.py``; this name is the
-    API's (and the OpenAPI document's) for the same record.
-    """
+    # (The fields are the engine's VerificationResult; this is the API's name for it.)
 
     @classmethod
     def of(cls, result: VerificationResult) -> VerifyResult:
@@ -94,7 +95,7 @@ class BatchResponse(BaseModel):
 
 
 class HealthResult(BaseModel):
-    """Service health (SPEC §2.8); 200 when healthy, 503 with the same body when not."""
+    """Service health; 200 when healthy, 503 with the same body when not."""
 
     status: Literal["healthy", "unhealthy"] = Field(
         description="`healthy` when the database answers and the verifier is ready."

@@ -59,6 +59,7 @@ def serve_command(
     import uvicorn
 
     from verimail.api.app import create_app
+    from verimail.api.http_edge import server_options
 
     settings = get_settings()
     if settings.runner == "deployment":
@@ -80,6 +81,7 @@ def serve_command(
             log_level=log_level.value,
             proxy_headers=forwarded_allow_ips is not None,
             forwarded_allow_ips=forwarded_allow_ips,
+            **server_options(settings),
         )
 
 

@@ -20,6 +20,7 @@ from typing import Any, BinaryIO
 
 from fastapi import Request
 from python_multipart.multipart import MultipartParser, parse_options_header
+from starlette.exceptions import HTTPException
 
 from verimail.api.errors import ApiError
 
@@ -151,7 +152,7 @@ async def receive_upload(
         parser.finalize()
         if problem:
             raise problem[0]
-    except ApiError:
+    except (ApiError, HTTPException):  # (HTTPException: the body limit's 408, see body_limit)
         _discard(current, result)
         raise
     except Exception as exc:  # malformed multipart, client went away

@@ -22,7 +22,7 @@ def percent_complete(done: int, total: int, completed: bool) -> float:
 
 
 class BulkJob(BaseModel):
-    """A bulk verification job (SPEC §2.4) with progress and settlement details."""
+    """A bulk verification job: its state, progress, counts by status and credits."""
 
     job_id: int = Field(description="Unique job identifier.")
     status: Literal["pending", "processing", "completed", "failed"] = Field(
@@ -97,8 +97,8 @@ class JsonBulkJob(BulkJob):
 
     results: list[dict[str, Any]] | None = Field(
         None,
-        description="SPEC §2.2 records in submission order, `limit` from `offset`; null "
-        "until the job completes.",
+        description="Verification results in submission order, `limit` of them from "
+        "`offset`; null until the job completes.",
     )
     offset: int = Field(0, description="Index of the first result on this page.")
     limit: int = Field(100, description="Results per page (at most 1,000).")
@@ -106,7 +106,7 @@ class JsonBulkJob(BulkJob):
 
 
 class FinderJob(BaseModel):
-    """An Email Finder CSV job (SPEC §2.7: `job_id`, `status`, and these further fields)."""
+    """An Email Finder CSV job: its state, progress, counts by outcome and credits used."""
 
     model_config = ConfigDict(extra="allow")
 

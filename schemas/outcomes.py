@@ -9,7 +9,7 @@ from enum import StrEnum
 
 
 class Status(StrEnum):
-    """The public ``status`` of SPEC §2.2."""
+    """The overall verdict about an address."""
 
     VALID = "valid"
     INVALID = "invalid"

@@ -8,8 +8,8 @@ from verimail.schemas.outcomes import Status, SubStatus
 
 
 class VerificationResult(BaseModel):
-    """One verified address (SPEC §2.2) with ``sub_status``, ``did_you_mean`` and
-    ``catch_all_score`` added."""
+    """One verified address: the verdict, how sure it is, why, and what was learned about
+    the domain and its mail server."""
 
     email: str = Field(
         description="Address that was verified: as submitted, trimmed, with its domain "

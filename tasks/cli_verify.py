@@ -44,9 +44,7 @@ def looks_like_csv(lines: list[str]) -> bool:
 def verify_command(
     addresses: list[str] = typer.Argument(None, metavar="ADDRESS", help="Addresses to verify."),
     file: Path | None = typer.Option(None, "--file", "-f", help="File of addresses, one a line."),
-    as_json: bool = typer.Option(
-        False, "--json", help="Print JSON lines (the API's result objects)."
-    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON lines, one result per address."),
     show_stats: bool = typer.Option(False, "--stats", help="Print DNS/SMTP counters."),
 ) -> None:
     """Verify addresses: syntax, DNS, SMTP, catch-all, lists, verdict."""

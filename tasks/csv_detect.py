@@ -45,7 +45,9 @@ _SAMPLE_CHARS = 64 * 1024
 MAX_COLUMN_REFERENCE = 200
 """Longest header a job row keeps as its ``email_column`` (``String(200)`` in
 ``store/tables.py``); a longer one is referred to by position."""
-_SAMPLE_MAX_CHARS = 4 * 1024 * 1024
+MAX_COLUMNS = 1_000_000
+"""Most columns a file may have (header or widest row); beyond it the upload is refused (413).
+The header is read whole, however long, so every column up to this limit can be found."""
 _SAMPLE_RECORDS = 200
 
 _BOMS: dict[str, bytes] = {
@@ -698,7 +700,12 @@ def _lines_match(facts: dict[str, Any], data: bytes, body: int, height: int) -> 
 
 
 def _read_sample(path: Path, encoding: str, has_bom: bool) -> tuple[str, bool]:
-    """The first ≥64 K characters cut at a line end, and whether that is the whole file."""
+    """The first ≥64 K characters cut at a line end, and whether that is the whole file.
+
+    The sample grows until it holds a line end, so a first line (the header) is read whole
+    however long it is: the file itself is bounded by the upload limit, and a header cut
+    short would hide the columns past the cut.
+    """
     size = _SAMPLE_CHARS
     while True:
         with open_text(path, encoding, has_bom) as f:
@@ -707,8 +714,8 @@ def _read_sample(path: Path, encoding: str, has_bom: bool) -> tuple[str, bool]:
             return text, True
         text = text[:size]
         cut = max(text.rfind("\n"), text.rfind("\r"))
-        if cut > 0 or size >= _SAMPLE_MAX_CHARS:
-            return (text[: cut + 1] if cut > 0 else text), False
+        if cut > 0:
+            return text[: cut + 1], False
         size *= 4
 
 
@@ -938,6 +945,11 @@ def inspect_csv_cells(
     has_header = not any(_holds_address(cell) for cell in first)
     data = rows[1:] if has_header else rows
     width = Counter(len(r) for r in data).most_common(1)[0][0] if data else len(first)
+    if max(width, len(first)) > MAX_COLUMNS:
+        raise UploadTooLarge(
+            f"The file has {max(width, len(first)):,} columns; at most {MAX_COLUMNS:,} "
+            "columns are accepted."
+        )
     if has_header:
         columns = tuple(first) + tuple(f"column_{i + 1}" for i in range(len(first), width))
     else:

@@ -26,6 +26,7 @@ a crashing health probe) to show the documented answer is what a bug gets.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -58,6 +59,10 @@ MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
 
 UPLOAD_MAX_BYTES = 1024
 """Tiny, so that a 413 needs only a couple of kilobytes."""
+BODY_MAX_BYTES = 4096
+"""The body limit of the JSON routes here (the setting's smallest is 1 KiB)."""
+BODY_TIMEOUT = 1.0
+"""Seconds the apps here wait for the next piece of a body before the 408."""
 
 UNKNOWN_BULK_ID = "987654321"
 UNKNOWN_FINDER_ID = "fj_unknown"
@@ -83,7 +88,12 @@ def _settings(tb: Testbed, data_dir: Path) -> Settings:
     from conftest import make_testbed_settings
 
     return make_testbed_settings(
-        tb, data_dir, upload_max_bytes=UPLOAD_MAX_BYTES, upload_max_rows=100
+        tb,
+        data_dir,
+        upload_max_bytes=UPLOAD_MAX_BYTES,
+        upload_max_rows=100,
+        http_max_body_bytes=BODY_MAX_BYTES,
+        http_body_timeout=BODY_TIMEOUT,
     )
 
 
@@ -316,6 +326,56 @@ for (_method, _path), _call in CHEAP.items():
     recipe(_method, _path, 429)(_rate_limited(_call))
     recipe(_method, _path, 500)(_internal_error(_call))
     recipe(_method, _path, 503)(_database_down(_call))
+
+
+# 413 and 408: the body limit answers them before any route with a body runs.
+
+JSON_ROUTES = ("/api/verify/single", "/api/verify/batch", "/api/find-email", "/api/verify/bulk")
+UPLOAD_ROUTES = ("/api/bulk", "/api/find-email/csv")
+MULTIPART = "multipart/form-data; boundary=statuses"
+
+
+def _body_too_large(path: str) -> Recipe:
+    async def run(ctx: Ctx) -> None:
+        """A streamed body past the limit, with an unknown key: 413 before the key is read."""
+
+        async def body() -> AsyncIterator[bytes]:
+            yield b'{"emails": ['
+            for _ in range(100):
+                yield b'"alice@acme.test", ' * 20
+
+        headers = {"Authorization": "Bearer vm_" + "k" * 43, "Content-Type": "application/json"}
+        response = await ctx.idle.client.post(path, content=body(), headers=headers)
+        assert "larger than the limit of 4 KiB" in assert_error_body(response, 413)
+        assert response.headers["connection"] == "close"
+
+    return run
+
+
+def _body_too_slow(path: str, content_type: str) -> Recipe:
+    async def run(ctx: Ctx) -> None:
+        """The client sends the start of a body, then nothing: 408 after the body timeout."""
+        stalled = asyncio.Event()  # never set: the client stops sending
+
+        async def body() -> AsyncIterator[bytes]:
+            yield b"--statuses\r\n" if content_type == MULTIPART else b'{"emails": ['
+            await stalled.wait()
+            yield b""
+
+        customer = ctx.idle.customer()
+        headers = {**customer.headers, "Content-Type": content_type}
+        response = await ctx.idle.client.post(path, content=body(), headers=headers)
+        assert "did not arrive in time" in assert_error_body(response, 408)
+        assert response.headers["connection"] == "close"
+
+    return run
+
+
+for _path in JSON_ROUTES:
+    recipe("POST", _path, 413)(_body_too_large(_path))
+    recipe("POST", _path, 408)(_body_too_slow(_path, "application/json"))
+for _path in UPLOAD_ROUTES:
+    recipe("POST", _path, 408)(_body_too_slow(_path, MULTIPART))
 
 
 # GET /api/health

@@ -28,6 +28,7 @@ from fastapi.routing import APIRoute
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from verimail.api.billing import charged
+from verimail.api.body_limit import streams_own_body
 from verimail.api.dashboard import finder as finder_pages
 from verimail.api.dashboard import results as results_pages
 from verimail.api.dashboard.insights import account_charts
@@ -698,6 +699,7 @@ async def _column_picker(
 
 
 @router.post("/upload")
+@streams_own_body
 async def upload(request: Request, account: CurrentAccount, store: StoreDep) -> Response:
     """A CSV from the browser: streamed to disk with the API's size cap, then a job."""
     settings = request.app.state.settings

@@ -19,6 +19,7 @@ from fastapi.responses import FileResponse
 from pydantic import AfterValidator, AnyHttpUrl, BaseModel, Field
 from pydantic_core import PydanticCustomError
 
+from verimail.api.body_limit import streams_own_body
 from verimail.api.deps import AccountDep, JobId, StoreDep
 from verimail.api.downloads import WholeFileResponse, csv_response
 from verimail.api.errors import ApiError, ValidationErrorBody, error_doc, pick_error_docs
@@ -100,6 +101,7 @@ UPLOAD_BODY = upload_body(
     responses=_docs(402, 413, 422),
     openapi_extra=UPLOAD_BODY,
 )
+@streams_own_body
 async def create_bulk(request: Request, account: AccountDep, store: StoreDep) -> BulkJob:
     settings = request.app.state.settings
     folder = uploads_dir(request) / uuid.uuid4().hex
@@ -146,6 +148,11 @@ async def _job(store: StoreDep, account_id: int, job_id: int) -> job_store.Job:
     "/api/bulk/{job_id}",
     response_model=BulkJob,
     summary="Poll a bulk job",
+    description="The job's state (`pending` → `processing` → `completed` or `failed`), its "
+    "progress and counts by status, and the credits reserved and refunded. Poll every few "
+    "seconds until `completed` (then download the results) or `failed` (`failed_reason` "
+    "says why; addresses not verified were refunded). Another account's job is a 404, as "
+    "an unknown one.",
     responses=_docs(404, 422),
 )
 async def get_bulk(job_id: JobId, account: AccountDep, store: StoreDep) -> BulkJob:
@@ -174,7 +181,15 @@ def _not_ready(job: job_store.Job) -> ApiError:
     "the rows of one segment (e.g. `valid_and_catchall` for a list to send to).",
     response_class=FileResponse,
     responses={
-        200: {"content": {"text/csv": {}, "application/vnd.apache.parquet": {}}},
+        200: {
+            "description": "The results file (CSV by default, Parquet with `format=parquet`).",
+            "content": {
+                "text/csv": {"schema": {"type": "string"}},
+                "application/vnd.apache.parquet": {
+                    "schema": {"type": "string", "format": "binary"}
+                },
+            },
+        },
         **_docs(404, 409, 422),
     },
 )
@@ -241,7 +256,15 @@ def _storable(entry: str) -> str:
     return core if any(unicodedata.category(c) == "Cc" for c in entry) else entry
 
 
-JsonBulkEntry = Annotated[str, Field(max_length=MAX_EMAIL_LENGTH), AfterValidator(_storable)]
+STORABLE_ENTRY = r"^\s*[^\x00-\x1f\x7f-\x9f]*\s*$"
+"""What :func:`_storable` lets through, for the schema: no control character but in the
+whitespace around the entry."""
+
+JsonBulkEntry = Annotated[
+    str,
+    Field(max_length=MAX_EMAIL_LENGTH, json_schema_extra={"pattern": STORABLE_ENTRY}),
+    AfterValidator(_storable),
+]
 
 _CONTROL_NAMES = {"\x00": "NUL", "\t": "tab", "\n": "line feed", "\r": "carriage return"}
 
@@ -253,7 +276,9 @@ class JsonBulkRequest(BaseModel):
         min_length=1,
         max_length=MAX_JSON_BULK,
         description="1 to 10,000 addresses, one per entry; an entry holding a control "
-        "character (a line break, a tab, NUL) is a 422.",
+        "character (a line break, a tab, NUL) is a 422. Empty entries are dropped (not "
+        "charged), but at least one entry must hold an address.",
+        json_schema_extra={"contains": {"type": "string", "pattern": r"\S"}},
     )
     webhook_url: AnyHttpUrl | None = Field(
         None,
@@ -306,6 +331,10 @@ async def create_json_bulk(
     "/api/verify/bulk/{job_id}",
     response_model=JsonBulkJob,
     summary="Poll a JSON bulk job; its results once completed",
+    description="The job as `GET /api/bulk/{job_id}` gives it, plus, once `completed`, a "
+    "page of its results in submission order: `limit` results (1 to 1,000, default 100) "
+    "from `offset`; `next_offset` is the offset of the next page, null on the last. "
+    "Results are null while the job is `pending` or `processing`, and for a `failed` job.",
     responses=_docs(404, 422),
 )
 async def get_json_bulk(

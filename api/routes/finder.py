@@ -59,7 +59,7 @@ def _input_error(exc: FinderInputError) -> PydanticCustomError:
 
 
 class FindEmailRequest(BaseModel):
-    """Body of `POST /api/find-email` (SPEC §2.5)."""
+    """Body of `POST /api/find-email`: the person and their company's domain."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -104,7 +104,7 @@ class FindEmailRequest(BaseModel):
 
 
 class FindEmailResponse(BaseModel):
-    """Email Finder result (SPEC §2.6) plus `pattern`, `alternatives` and `reason`."""
+    """What the Email Finder found: the address (when any), how sure, and why."""
 
     model_config = ConfigDict(
         json_schema_extra={

@@ -15,6 +15,7 @@ from anyio import to_thread
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 
+from verimail.api.body_limit import streams_own_body
 from verimail.api.deps import AccountDep, StoreDep
 from verimail.api.downloads import csv_response
 from verimail.api.errors import (
@@ -86,6 +87,7 @@ UPLOAD_BODY = upload_body(
     responses=_docs(402, 403, 413, 422),
     openapi_extra=UPLOAD_BODY,
 )
+@streams_own_body
 async def create_finder_job(
     request: Request, account: FinderAccountDep, store: StoreDep, settings: SettingsDep
 ) -> FinderJob:
@@ -167,19 +169,32 @@ async def _job(store: StoreDep, account_id: int, job_id: str) -> job_store.Job:
     "/api/find-email/csv/{job_id}",
     response_model=FinderJob,
     summary="Poll an Email Finder CSV job",
+    description="The job's state (`pending` → `processing` → `completed` or `failed`), its "
+    "progress, counts by outcome and the credits used so far. Any key of the account may "
+    "poll it, also after the account's Email Finder is switched off. Another account's job "
+    "is a 404, as an unknown one.",
     responses=_docs(404, 422),
 )
 async def get_finder_job(job_id: str, account: AccountDep, store: StoreDep) -> FinderJob:
-    """(Any key of the account: a job made while the finder was on stays the account's to
-    poll and download after it is switched off — SPEC §7 gives 403 to endpoints 6 and 7.)"""
+    # Not FinderAccountDep: a job made while the finder was on stays the account's to poll
+    # and download after it is switched off (only creating jobs needs the finder).
     return FinderJob.of(await _job(store, account.id, job_id))
 
 
 @router.get(
     "/api/find-email/csv/{job_id}/download",
     summary="Download an Email Finder job's results CSV",
+    description="The uploaded file byte for byte with `email`, `status` (`found`, "
+    "`not_found`, `catch_all`, `invalid_input`, `skipped_no_credits`) and `confidence` "
+    "columns appended. 409 until the job is `completed`.",
     response_class=FileResponse,
-    responses={200: {"content": {"text/csv": {}}}, **_docs(404, 409, 422)},
+    responses={
+        200: {
+            "description": "The results CSV.",
+            "content": {"text/csv": {"schema": {"type": "string"}}},
+        },
+        **_docs(404, 409, 422),
+    },
 )
 async def download_finder_job(job_id: str, account: AccountDep, store: StoreDep) -> FileResponse:
     job = await _job(store, account.id, job_id)
