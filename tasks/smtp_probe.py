@@ -261,6 +261,18 @@ class _Session:
             self._slots.release()
 
 
+def _in_range(reply: aiosmtplib.SMTPResponse, session: _Session) -> aiosmtplib.SMTPResponse:
+    """``reply``, unless its code is outside 2xx-5xx (``999``): that is no answer, just as
+    a code that is no number is none (aiosmtplib raises on those). Both break the session,
+    so the recipient is asked again and a host that keeps doing it is dropped for the next
+    MX host, rather than its nonsense being recorded as every recipient's answer."""
+    if 200 <= reply.code < 600:
+        return reply
+    raise _SessionLost(
+        Finding(SmtpOutcome.PROTOCOL_ERROR, one_line(reply.code, reply.message), session.host.name)
+    )
+
+
 def _tally(session: _Session, outcome: SmtpOutcome) -> None:
     """Count an answered recipient against the session's limits: accepted ones against the
     transaction's (452), refused ones against the rejections a server tolerates."""
@@ -573,7 +585,7 @@ class Prober:
         if session.smtputf8:
             args.append(b"SMTPUTF8")
         stats.mail_from += 1
-        reply = await smtp.execute_command(b"MAIL", *args)
+        reply = _in_range(await smtp.execute_command(b"MAIL", *args), session)
         if reply.code == 421:
             raise _SessionLost(self._lost(session, reply.code, reply.message))
         if not 200 <= reply.code < 300:
@@ -588,6 +600,7 @@ class Prober:
         if item.is_probe:
             stats.catch_all_probes += 1
         reply = await session.smtp.execute_command(b"RCPT", b"TO:<" + item.rcpt.encode() + b">")
+        reply = _in_range(reply, session)
         return reply.code, reply.message
 
     def _lost(self, session: _Session, code: int, message: str) -> Finding:
