@@ -1,8 +1,11 @@
 """SMTP session slots per mail host, held by the service as a whole, not by one job.
 
 Politeness is a promise to the mail host: at most ``smtp_max_sessions_per_host`` sessions
-at once from us. Every event loop of a process draws from one set of slots (the local
-runner runs each job on its own loop, and the API verifies on another), and with Redis
+at once from us. A "host" here is the server's IP address, not an MX name: two names (of
+two domains, or an MX and its alias) that lead to one server share its slots.
+
+Every event loop of a process draws from one set of slots (the local runner runs each
+job on its own loop, and the API verifies on another), and with Redis
 (``VERIMAIL_REDIS_URL``) every process and machine draws from one set too, so ten workers
 open five sessions to a host between them, not fifty.
 

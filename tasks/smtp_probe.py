@@ -1,7 +1,8 @@
 """The SMTP prober: many ``RCPT TO`` per session, grouped by mail host. Never ``DATA``.
 
 A *host group* is every domain served by the same MX hosts. For each group the prober
-opens at most ``smtp_max_sessions_per_host`` sessions (and no more than the work needs),
+opens at most ``smtp_max_sessions_per_host`` sessions (and no more than the work needs;
+the cap holds per server IP address across every group and MX name that reach it),
 and each session walks a shared queue of recipients ordered by domain:
 
 - ``MAIL FROM`` once per session: recipients of all the group's domains share one
@@ -243,7 +244,6 @@ class _Session:
         self.tx_domains: set[str] = set()  # recipients' domains in the open transaction
         self.rcpts = 0
         self.rejections = 0
-        self.tx_rcpts = 0
         self.smtputf8 = smtp.supports_extension("smtputf8")
         self.closed = False
 
@@ -274,11 +274,10 @@ def _in_range(reply: aiosmtplib.SMTPResponse, session: _Session) -> aiosmtplib.S
 
 
 def _tally(session: _Session, outcome: SmtpOutcome) -> None:
-    """Count an answered recipient against the session's limits: accepted ones against the
-    transaction's (452), refused ones against the rejections a server tolerates."""
-    if outcome is SmtpOutcome.ACCEPTED:
-        session.tx_rcpts += 1
-    else:
+    """Count an answered recipient against the session's limits: a refused one against
+    the rejections a server tolerates (every RCPT counts against the recipient cap as it
+    is sent)."""
+    if outcome is not SmtpOutcome.ACCEPTED:
         session.rejections += 1
 
 
@@ -429,9 +428,12 @@ class Prober:
             return
         run.broken[host] = 0  # it answered: whatever broke before was not the host itself
         if _too_many_recipients(code, message, session.rcpts - 1):
+            # No answer about the recipient, and no try of it either: it goes first in the
+            # next session, where as the first RCPT it cannot be "too many". (The session
+            # answered others before, so the queue still shrinks.)
             self._learn_rcpt_limit(session)
             await session.close()
-            self._retry(run, item, Finding(SmtpOutcome.TEMP_FAILURE, one_line(code, message), host))
+            run.queue.appendleft(item)
             return
         outcome = classify_rcpt(code, message)
         finding = Finding(outcome, one_line(code, message), host)
@@ -455,11 +457,20 @@ class Prober:
         self._again(run, item, session.host.name, finding)
 
     def _learn_rcpt_limit(self, session: _Session) -> None:
-        """A 452 "too many recipients": the host takes the recipients accepted in this
-        transaction; none (a transaction just begun again) means the limit is the
-        connection's, the recipients it took before."""
-        learned = session.tx_rcpts or session.rcpts - 1
-        self._rcpt_limit[session.host.name] = max(1, learned)
+        """A 452 "too many recipients" after ``session.rcpts - 1`` RCPTs of this connection.
+
+        Servers count differently: Postfix the recipients it accepted in the transaction,
+        others every RCPT of the connection. The cap learnt here counts every RCPT of a
+        session, and by that count the server took ``session.rcpts - 1`` — its limit or
+        more, whichever way it counts, so never too low. (The recipients accepted in the
+        transaction were too low on a server that counts the connection: rejections and
+        earlier transactions count there too, and the cap came out at 2 for a limit of 5,
+        3-5 times the sessions needed.) The lowest reading stands: a session opened under a
+        higher cap may report a higher one after a lower one was learnt, and a cap too
+        high only costs another 452 and a fresh session."""
+        name = session.host.name
+        learned = max(1, session.rcpts - 1)
+        self._rcpt_limit[name] = min(learned, self._rcpt_limit.get(name, learned))
 
     def _hung_up(self, session: _Session) -> bool:
         """The server ended the session (421 or a disconnect). After some rejections that is
@@ -580,7 +591,6 @@ class Prober:
             await smtp.execute_command(b"RSET")
             session.in_tx = False
         session.tx_domains.clear()
-        session.tx_rcpts = 0
         args = [b"FROM:<" + self.settings.smtp_mail_from.encode() + b">"]
         if session.smtputf8:
             args.append(b"SMTPUTF8")
@@ -641,7 +651,7 @@ class Prober:
         worker as before."""
         waits = iter(CROWDED_WAITS)
         while True:
-            held = await self.slots.take(host.name)
+            held = await self.slots.take(address)  # (per server: names may share one)
             try:
                 smtp = await self._connect(host, address, run.result.stats)
             except _NoSession as failed:
@@ -653,7 +663,7 @@ class Prober:
                         # not both leave, with the queue unanswered)
                         run.workers -= 1
                         raise _Crowded(failed.finding) from None
-                    alive = host.name in run.greeted or self.slots.busy(host.name)
+                    alive = host.name in run.greeted or self.slots.busy(address)
                     wait = next(waits, None) if alive else None  # (sessions: this run's or others')
                     if wait is not None:
                         await asyncio.sleep(wait)

@@ -347,4 +347,4 @@ async def test_every_engine_in_a_process_shares_a_hosts_slots(
     assert tb.wait_idle()
     stats = tb.host_stats(host)
     assert stats.sessions >= 30 and stats.peak_concurrent == 2
-    assert host_semaphore(host, 2) is None
+    assert host_semaphore(tb.address_of(host), 2) is None  # (slots are per server address)

@@ -34,3 +34,55 @@ async def test_an_out_of_range_reply_code_breaks_the_session_and_the_next_mx_ans
         (Status.INVALID, SubStatus.MAILBOX_NOT_FOUND),
     ]
     assert tb.host_stats("mx2.odd.test").rcpt_to >= 2
+
+
+async def test_two_mx_names_for_one_server_share_its_session_cap(
+    testbed_factory, tmp_path, testbed_settings
+):
+    """Two domains whose MX names differ but lead to one server (one IP address) are two
+    host groups; the politeness cap is the server's, so together they hold at most
+    ``smtp_max_sessions_per_host`` sessions there (it was per name: twice as many)."""
+    boxes = {f"u{i}" for i in range(40)}
+    real = HostSpec("mx.real.test", HostBehaviour(mailboxes=boxes, reply_delay=0.01))
+    domains = [
+        DomainSpec("a.test", mx=[(10, "mx.real.test")]),
+        DomainSpec("b.test", mx=[(10, "mx.alias.test")]),
+    ]
+    tb = testbed_factory(World.of([real], domains[:1]))
+    alias = HostSpec("mx.alias.test", address=tb.address_of("mx.real.test"))
+    tb.replace_world(World.of([real, alias], domains))
+    settings = testbed_settings(
+        tb, tmp_path, smtp_max_sessions_per_host=2, smtp_rcpts_per_session=5
+    )
+    addresses = [f"u{i}@{d}" for d in ("a.test", "b.test") for i in range(40)]
+    batch = await Engine(settings).verify_many(addresses)
+    assert {r.status for r in batch.results} == {Status.VALID}
+    stats = tb.host_stats("mx.real.test")
+    assert stats.sessions >= 2 * 40 // 5  # (both groups' sessions went to the one server)
+    assert stats.peak_concurrent <= 2
+
+
+async def test_the_recipient_limit_learnt_from_a_452_is_the_servers(
+    testbed_factory, tmp_path, testbed_settings
+):
+    """A server that takes 5 RCPTs per connection, rejections included (Postfix counts
+    accepted ones per message; the cap here counts every RCPT, which is never too low for
+    either). The 452 taught the recipients *accepted in the transaction*: 3 here, and
+    later 2, so 3-5 times the sessions needed. Now it learns 5, and 31 RCPTs (30
+    addresses and the catch-all probe) take 7 sessions."""
+    good = [f"u{i}@five.test" for i in range(20)]
+    bad = [f"nobody{i}@five.test" for i in range(10)]
+    mixed = [a for pair in zip(good[::2], good[1::2], bad, strict=True) for a in pair]
+    host = HostBehaviour(mailboxes={a.split("@")[0] for a in good}, max_rcpts_per_session=5)
+    tb = testbed_factory(
+        World.of(
+            [HostSpec("mx.five.test", host)], [DomainSpec("five.test", mx=[(10, "mx.five.test")])]
+        )
+    )
+    engine = Engine(testbed_settings(tb, tmp_path, smtp_max_sessions_per_host=1))
+    batch = await engine.verify_many(mixed)
+    assert [r.status for r in batch.results] == [
+        Status.INVALID if a.startswith("nobody") else Status.VALID for a in mixed
+    ]
+    assert engine.prober._rcpt_limit["mx.five.test"] == 5
+    assert tb.host_stats("mx.five.test").sessions == 7
