@@ -179,8 +179,10 @@ class _NoSession(_Stopped):
 
 CROWDED_WAITS = (0.5, 1.0, 2.0, 4.0, 8.0)
 """Seconds the last worker of a run waits before dialling again a host that refused it for
-now while it is not down (it gave this run a session, or sessions of other runs hold it):
-other runs' sessions end, and a server's count of connections may lag our QUIT."""
+now while no session of this process is there but it gave this run one before: a server's
+count of connections may lag our QUIT, and other machines' sessions end. (While this
+process has sessions there, the worker queues for their slots instead:
+:meth:`~verimail.tasks.host_slots.HostSlots.learn_cap`.)"""
 
 
 class _Learned(dict):  # type: ignore[type-arg]
@@ -646,9 +648,12 @@ class Prober:
         banner, from a server that is not down — other workers of this run are at it, or it
         gave this run a session before and still counts that one, just closed, or other
         runs' sessions hold it — is the server's limit on connections at once: the worker
-        stops for the others to carry on (:class:`_Crowded`) or, the last one, waits a
-        moment and dials again (:data:`CROWDED_WAITS`). A host that is down fails the last
-        worker as before."""
+        stops for the others to carry on (:class:`_Crowded`) or, the last one, queues for
+        the slot of the next session of this process there to end (other host groups and
+        jobs sharing the server: it used to wait a fixed 15.5 s while they kept winning the
+        one connection, then wrote the host off), or with none there waits a moment and
+        dials again (:data:`CROWDED_WAITS`). A host that is down fails the last worker as
+        before."""
         waits = iter(CROWDED_WAITS)
         while True:
             held = await self.slots.take(address)  # (per server: names may share one)
@@ -663,8 +668,13 @@ class Prober:
                         # not both leave, with the queue unanswered)
                         run.workers -= 1
                         raise _Crowded(failed.finding) from None
-                    alive = host.name in run.greeted or self.slots.busy(address)
-                    wait = next(waits, None) if alive else None  # (sessions: this run's or others')
+                    if self.slots.learn_cap(address):
+                        # Sessions of this process (other groups', other jobs') fill the
+                        # server: queue for the next of them to end, however long they last.
+                        waits = iter(CROWDED_WAITS)
+                        continue
+                    alive = host.name in run.greeted  # (it gave this run a session before)
+                    wait = next(waits, None) if alive else None
                     if wait is not None:
                         await asyncio.sleep(wait)
                         continue
@@ -674,6 +684,7 @@ class Prober:
                 held.release()
                 raise
             run.greeted.add(host.name)
+            held.opened()
             return _Session(smtp, host, held)
 
     async def _connect(self, host: MailHost, address: str, stats: SmtpStats) -> aiosmtplib.SMTP:

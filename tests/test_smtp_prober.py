@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from verimail.schemas.outcomes import Status, SubStatus
+from verimail.tasks import smtp_probe
 from verimail.tasks.engine import Engine
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
@@ -86,3 +87,40 @@ async def test_the_recipient_limit_learnt_from_a_452_is_the_servers(
     ]
     assert engine.prober._rcpt_limit["mx.five.test"] == 5
     assert tb.host_stats("mx.five.test").sessions == 7
+
+
+def _shared_host_world(
+    groups: int, per_group: int, reply_delay: float = 0.0
+) -> tuple[World, list[str]]:
+    """``groups`` domains, each its own host group (a backup MX of its own, which is down),
+    all sharing one primary that takes one connection at once."""
+    boxes = {f"u{i}" for i in range(per_group)}
+    one = HostBehaviour(mailboxes=boxes, max_connections=1, reply_delay=reply_delay)
+    hosts = [HostSpec("mx.one.test", one)]
+    domains = []
+    for g in range(groups):
+        hosts.append(HostSpec(f"backup.g{g}.test", HostBehaviour(refuse_connections=True)))
+        domains.append(
+            DomainSpec(f"g{g}.test", mx=[(10, "mx.one.test"), (20, f"backup.g{g}.test")])
+        )
+    addresses = [f"u{i}@g{g}.test" for g in range(groups) for i in range(per_group)]
+    return World.of(hosts, domains), addresses
+
+
+async def test_a_one_connection_host_shared_by_several_groups_answers_them_all(
+    testbed_factory, tmp_path, testbed_settings, monkeypatch
+):
+    """Three host groups share a primary that takes one connection at once. The groups'
+    last workers waited a fixed schedule (15.5 s; shortened here so that the others'
+    work outlasts it) while the others kept winning the connection, then wrote the host
+    off (its backups are down): their addresses came back unknown. Now they queue for the
+    one connection as the sessions before them end, however long that takes."""
+    monkeypatch.setattr(smtp_probe, "CROWDED_WAITS", (0.05, 0.1))
+    world, addresses = _shared_host_world(groups=3, per_group=100, reply_delay=0.003)
+    tb = testbed_factory(world)
+    settings = testbed_settings(
+        tb, tmp_path, smtp_max_sessions_per_host=5, smtp_rcpts_per_session=10
+    )
+    batch = await Engine(settings).verify_many(addresses)
+    unknown = [(r.email, r.smtp_response) for r in batch.results if r.status is not Status.VALID]
+    assert unknown == []
