@@ -37,6 +37,7 @@ import math
 import re
 import secrets
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiosmtplib
@@ -228,6 +229,9 @@ class _Run:
     failures: list[Finding] = field(default_factory=list)  # why hosts were dropped mid-run
     workers: int = 0  # this run's workers still at work (opening or holding a session)
     greeted: set[str] = field(default_factory=set)  # hosts that gave this run a session
+    spawn: Callable[[], None] | None = None  # starts one more worker (while draining)
+    crowded: bool = False  # a server turned a session away for now: start no more
+    per_session: int | None = None  # recipients a session got through before ending early
 
 
 # Answers to a domain's first recipient in a mixed transaction that may be a refusal of
@@ -273,6 +277,22 @@ def _in_range(reply: aiosmtplib.SMTPResponse, session: _Session) -> aiosmtplib.S
     raise _SessionLost(
         Finding(SmtpOutcome.PROTOCOL_ERROR, one_line(reply.code, reply.message), session.host.name)
     )
+
+
+# How a session ends at a server's error limit after rejections: it hangs up, or it
+# tarpits (every reply after a rejection slower than our command timeout). See _hung_up.
+_SERVER_ENDED = (SmtpOutcome.CONNECTION_FAILED, SmtpOutcome.TIMEOUT)
+
+
+def _put_back(queue: deque[_Item], items: list[_Item], last: _Item | None) -> None:
+    """Return a claim's unasked ``items`` to the front of the queue, behind ``last`` when
+    the session ended under it and it went back first: it is asked first in the next
+    session. Behind the others it came after a rejection again, and a tarpit timed it out
+    again, until its tries were spent (9 of 200 valid addresses unknown in review)."""
+    head = queue.popleft() if last is not None and queue and queue[0] is last else None
+    queue.extendleft(reversed(items))
+    if head is not None:
+        queue.appendleft(head)
 
 
 def _tally(session: _Session, outcome: SmtpOutcome) -> None:
@@ -334,11 +354,47 @@ class Prober:
         return result
 
     async def _drain(self, run: _Run) -> None:
+        """Work the queue with as many sessions as it needs, up to the per-host cap: as
+        many as full sessions would take to begin with, more as sessions end early
+        (:meth:`_more_workers`)."""
         limit = self._session_rcpt_limit(run.group)
         workers = max(
             1, min(self.settings.smtp_max_sessions_per_host, math.ceil(len(run.queue) / limit))
         )
-        await asyncio.gather(*(self._worker(run) for _ in range(workers)))
+        tasks: list[asyncio.Future[None]] = []
+
+        def spawn() -> None:
+            run.workers += 1  # (counted now, so that a second call sees it)
+            tasks.append(asyncio.ensure_future(self._worker(run)))
+
+        run.spawn = spawn
+        try:
+            for _ in range(workers):
+                spawn()
+            while pending := [task for task in tasks if not task.done()]:
+                await asyncio.gather(*pending)
+            for task in tasks:  # (one that failed while another was awaited)
+                task.result()
+        finally:
+            run.spawn = None
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _more_workers(self, run: _Run, session: _Session) -> None:
+        """A session ended before its claim was done (the rejection limit, a hang-up, a
+        452): from now on claims are what this session got through, and more workers start
+        if what is left needs more sessions than are at work. The first count assumed full
+        sessions (a list of 300 mostly invalid addresses on one host ran on 3 sessions of
+        the 5 allowed)."""
+        per_session = run.per_session = max(1, session.rcpts)
+        if run.spawn is None or run.crowded:
+            return
+        wanted = min(
+            self.settings.smtp_max_sessions_per_host, math.ceil(len(run.queue) / per_session)
+        )
+        while run.workers < wanted:
+            run.spawn()
 
     def _session_rcpt_limit(self, group: HostGroup) -> int:
         learned = min((self._rcpt_limit.get(h.name, 10**9) for h in group.hosts), default=10**9)
@@ -360,8 +416,7 @@ class Prober:
         sessions rather than one each plus idle ones that found the queue empty.
         """
         session: _Session | None = None
-        run.workers += 1
-        counted = True  # (until _dial_host counts this worker out as it leaves)
+        counted = True  # (counted in by _drain, until _dial_host counts it out as it leaves)
         try:
             while run.queue:
                 if session is not None and (session.closed or self._session_full(session)):
@@ -369,6 +424,8 @@ class Prober:
                     session = None
                 used = session.rcpts if session is not None else 0
                 room = max(1, self._session_rcpt_limit(run.group) - used)
+                if run.per_session is not None:  # (sessions end early: leave some to others)
+                    room = min(room, run.per_session)
                 claimed = [run.queue.popleft() for _ in range(min(room, len(run.queue)))]
                 if not claimed:
                     break  # others took the rest while we were closing
@@ -386,7 +443,8 @@ class Prober:
                         return
                 for index, item in enumerate(claimed):
                     if session.closed or self._session_full(session):
-                        run.queue.extendleft(reversed(claimed[index:]))
+                        _put_back(run.queue, claimed[index:], claimed[index - 1] if index else None)
+                        self._more_workers(run, session)
                         break
                     await self._check(run, session, item)
         finally:
@@ -416,8 +474,8 @@ class Prober:
             run.queue.appendleft(item)
             return
         except _SessionLost as lost:
-            cut = lost.finding.outcome is SmtpOutcome.CONNECTION_FAILED
-            await self._cut_short(run, session, item, lost.finding, hung_up=cut)
+            ended = lost.finding.outcome in _SERVER_ENDED
+            await self._cut_short(run, session, item, lost.finding, hung_up=ended)
             return
         host = session.host.name
         if code == 421:
@@ -475,8 +533,10 @@ class Prober:
         self._rcpt_limit[name] = min(learned, self._rcpt_limit.get(name, learned))
 
     def _hung_up(self, session: _Session) -> bool:
-        """The server ended the session (421 or a disconnect). After some rejections that is
-        its error limit (True): it hangs up at (or right after) that many, so from now on
+        """The server ended the session (421 or a disconnect) or stopped answering within
+        the command timeout (a tarpit, slowing every reply after a rejection). After some
+        rejections that is its error limit (True): it hangs up at (or right after) that
+        many, or slows down beyond our patience, so from now on
         sessions on this host end one rejection before, and it never has to (ending *at*
         that many raced its hang-up). Such a hang-up is no broken host: it answered every
         recipient before, and counting it as one let the sessions that were already under
@@ -667,7 +727,9 @@ class Prober:
                         # (counted out at once: two workers refused at the same moment must
                         # not both leave, with the queue unanswered)
                         run.workers -= 1
+                        run.crowded = True
                         raise _Crowded(failed.finding) from None
+                    run.crowded = True
                     if self.slots.learn_cap(address):
                         # Sessions of this process (other groups', other jobs') fill the
                         # server: queue for the next of them to end, however long they last.
@@ -899,9 +961,9 @@ class DomainSession:
                 await session.close()
                 continue
             except _SessionLost as lost:
-                cut = lost.finding.outcome is SmtpOutcome.CONNECTION_FAILED
+                ended = lost.finding.outcome in _SERVER_ENDED
                 await session.close(polite=False)
-                if not (cut and self.prober._hung_up(session)):
+                if not (ended and self.prober._hung_up(session)):
                     self.prober._broken(run, session.host.name, lost.finding)
                 if reopened:
                     self.prober._record(run, item, lost.finding)

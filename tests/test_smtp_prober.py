@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from verimail.schemas.outcomes import Status, SubStatus
@@ -124,3 +126,50 @@ async def test_a_one_connection_host_shared_by_several_groups_answers_them_all(
     batch = await Engine(settings).verify_many(addresses)
     unknown = [(r.email, r.smtp_response) for r in batch.results if r.status is not Status.VALID]
     assert unknown == []
+
+
+async def test_a_tarpit_beyond_the_command_timeout_spends_no_valid_recipients_tries(
+    testbed_factory, tmp_path, testbed_settings
+):
+    """After a session's first rejection the server waits 1 s before every reply, past
+    the 0.3 s command timeout. The recipient asked then timed out, went back behind the
+    rest of its claim, was asked after a rejection again and timed out again until its
+    tries were spent: addresses came back unknown. Now the timeout after rejections
+    reads as the server's limit (sessions end at their first rejection, as after a
+    hang-up) and the recipient is asked first in the next session, uncounted."""
+    good = [f"u{i}@pit.test" for i in range(10)]
+    bad = [f"nobody{i}@pit.test" for i in range(10)]
+    mixed = good + bad
+    random.Random(1).shuffle(mixed)
+    pit = HostBehaviour(mailboxes={a.split("@")[0] for a in good}, tarpit_delay=1.0)
+    tb = testbed_factory(
+        World.of([HostSpec("mx.pit.test", pit)], [DomainSpec("pit.test", mx=[(10, "mx.pit.test")])])
+    )
+    settings = testbed_settings(
+        tb, tmp_path, smtp_max_sessions_per_host=1, smtp_command_timeout=0.3
+    )
+    batch = await Engine(settings).verify_many(mixed)
+    assert [(r.email, r.status) for r in batch.results] == [
+        (a, Status.INVALID if a.startswith("nobody") else Status.VALID) for a in mixed
+    ]
+
+
+async def test_sessions_ending_early_at_rejections_bring_more_sessions(
+    testbed_factory, tmp_path, testbed_settings
+):
+    """90 unknown recipients at one host that allows 5 sessions: the first count of
+    sessions assumed full ones (100 recipients), so one session did it all, ending at
+    every 9th rejection and opening the next itself. Now sessions that end early start
+    more workers, up to the cap."""
+    tb = testbed_factory(
+        World.of(
+            [HostSpec("mx.bad.test", HostBehaviour(reply_delay=0.01))],
+            [DomainSpec("bad.test", mx=[(10, "mx.bad.test")])],
+        )
+    )
+    settings = testbed_settings(tb, tmp_path, smtp_max_sessions_per_host=5)
+    batch = await Engine(settings).verify_many([f"nobody{i}@bad.test" for i in range(90)])
+    assert {r.sub_status for r in batch.results} == {SubStatus.MAILBOX_NOT_FOUND}
+    stats = tb.host_stats("mx.bad.test")
+    assert stats.sessions == 11  # 91 rejections (with the catch-all probe), 9 a session
+    assert stats.peak_concurrent >= 4
