@@ -735,7 +735,9 @@ class Prober:
                         # server: queue for the next of them to end, however long they last.
                         waits = iter(CROWDED_WAITS)
                         continue
-                    alive = host.name in run.greeted  # (it gave this run a session before)
+                    # Not down: it gave this run a session before, or others' dials to it
+                    # are under way (one of them got in; it counts as open once greeted).
+                    alive = host.name in run.greeted or self.slots.busy(address)
                     wait = next(waits, None) if alive else None
                     if wait is not None:
                         await asyncio.sleep(wait)
