@@ -12,9 +12,16 @@ and each session walks a shared queue of recipients ordered by domain:
   ``smtp_max_rejections_per_session`` rejections (Postfix slows down after 10 errors and
   drops the session after 20);
 - ``452`` too many recipients: new session, and the host's recipients-per-session limit is
-  lowered to what it accepted (down to one recipient per session for strict providers);
+  lowered to the RCPTs the connection took (down to one recipient per session for strict
+  providers); the recipient goes first into the next session, its tries untouched;
 - ``421``, a dropped connection or a timeout mid-session: the recipient goes back in the
-  queue for a new session (at most ``MAX_ATTEMPTS`` tries), never a verdict;
+  queue for a new session (at most ``MAX_ATTEMPTS`` tries), never a verdict; after
+  rejections, a hang-up or a timeout (a tarpit) is the host's error limit instead: learnt,
+  and the recipient's try is not counted;
+- sessions that end early (rejections, hang-ups) start more sessions, up to the cap;
+- a server that turns a session away with "too many connections" while this process has
+  sessions there: later sessions queue for those to end (``HostSlots.learn_cap``);
+- a reply code outside 2xx-5xx (``999``) breaks the session like one that is no number;
 - a host that breaks ``MAX_ATTEMPTS`` sessions in a row without answering one recipient
   (a tarpit, a server that resets or speaks garbage) is dropped for the rest of the run and
   its remaining recipients go to the next MX host or end with that failure — otherwise each
@@ -288,7 +295,7 @@ def _put_back(queue: deque[_Item], items: list[_Item], last: _Item | None) -> No
     """Return a claim's unasked ``items`` to the front of the queue, behind ``last`` when
     the session ended under it and it went back first: it is asked first in the next
     session. Behind the others it came after a rejection again, and a tarpit timed it out
-    again, until its tries were spent (9 of 200 valid addresses unknown in review)."""
+    again, until its tries were spent (9 of 200 addresses unknown in review)."""
     head = queue.popleft() if last is not None and queue and queue[0] is last else None
     queue.extendleft(reversed(items))
     if head is not None:
