@@ -1,8 +1,11 @@
 """SMTP session slots per mail host, held by the service as a whole, not by one job.
 
 Politeness is a promise to the mail host: at most ``smtp_max_sessions_per_host`` sessions
-at once from us. Every event loop of a process draws from one set of slots (the local
-runner runs each job on its own loop, and the API verifies on another), and with Redis
+at once from us. A "host" here is the server's IP address, not an MX name: two names (of
+two domains, or an MX and its alias) that lead to one server share its slots.
+
+Every event loop of a process draws from one set of slots (the local runner runs each
+job on its own loop, and the API verifies on another), and with Redis
 (``VERIMAIL_REDIS_URL``) every process and machine draws from one set too, so ten workers
 open five sessions to a host between them, not fifty.
 
@@ -69,7 +72,9 @@ class SharedSemaphore:
     the others; a waiter cancelled while its slot was being handed to it gives it back."""
 
     def __init__(self, value: int) -> None:
-        self._value = value
+        self._cap = value
+        self._value = value  # free slots; below zero after lower(), until enough are given back
+        self._sessions = 0  # holders whose session is open (greeted), see HeldSlots.opened
         self._lock = threading.Lock()
         # (urgent waiters, the rest): each (loop, future), served in that order
         self._queues: tuple[_Waiters, _Waiters] = (deque(), deque())
@@ -96,6 +101,9 @@ class SharedSemaphore:
 
     def release(self) -> None:
         with self._lock:
+            if self._value < 0:  # (held over a lowered cap: this slot goes, unused)
+                self._value += 1
+                return
             for queue in self._queues:
                 while queue:
                     loop, waiter = queue.popleft()
@@ -111,6 +119,31 @@ class SharedSemaphore:
             self.release()
         else:
             waiter.set_result(None)
+
+    def lower(self, cap: int) -> None:
+        """Hold at most ``cap`` slots from now on (never fewer than one): slots held beyond
+        it are not handed on when given back."""
+        with self._lock:
+            cap = max(1, cap)
+            if cap < self._cap:
+                self._value -= self._cap - cap
+                self._cap = cap
+
+    @property
+    def held(self) -> int:
+        """Slots taken and not given back."""
+        with self._lock:
+            return self._cap - self._value
+
+    def count_session(self, change: int) -> None:
+        with self._lock:
+            self._sessions += change
+
+    @property
+    def sessions(self) -> int:
+        """Holders whose session is open: past its greeting, not just dialling."""
+        with self._lock:
+            return self._sessions
 
     @property
     def free(self) -> int:
@@ -243,9 +276,20 @@ class HeldSlots:
         self.host = host
         self._held: list[SharedSemaphore] = []
         self._lease: str | None = None
+        self._open: SharedSemaphore | None = None  # the host's, once the session is open
+
+    def opened(self) -> None:
+        """The session is open (the server greeted it): it counts among the sessions
+        :meth:`HostSlots.learn_cap` reads, which dials under way do not."""
+        if self._open is None and self._held:
+            self._open = self._held[0]
+            self._open.count_session(1)
 
     def release(self) -> None:
         """Give everything back (idempotent; no await, so it completes under cancellation)."""
+        if self._open is not None:
+            self._open.count_session(-1)
+            self._open = None
         if self._lease is not None and self._owner.leases is not None:
             self._owner.leases.give_back(self.host, self._lease)
         self._lease = None
@@ -286,7 +330,28 @@ class HostSlots:
     def busy(self, host: str) -> bool:
         """Whether sessions of this process hold (or are opening with) slots on ``host``."""
         sem = host_semaphore(host, self.per_host)
-        return sem is not None and sem.free < self.per_host
+        return sem is not None and sem.held > 0
+
+    def learn_cap(self, host: str) -> bool:
+        """The server at ``host`` turned a session away for now (421 "too many
+        connections") while this process holds others there: it takes no more than those
+        from us, so later sessions queue for their slots (first come, first served) rather
+        than dial and be turned away. A dial waits for the others' progress, not for a
+        fixed time, and no caller is starved by others who happen to dial first.
+
+        False when this process has no session open there (nothing to learn: other
+        machines' sessions, or the server still counts one just closed; dials under way
+        do not count, or a refused dial would queue behind the next refused dial at
+        once). The lower cap lasts while this process has sessions at or queued for
+        ``host``, then is forgotten with its slots."""
+        sem = host_semaphore(host, self.per_host)
+        if sem is None:
+            return False
+        sessions = sem.sessions
+        if sessions <= 0:
+            return False
+        sem.lower(sessions)
+        return True
 
     def close(self) -> None:
         if self.leases is not None:

@@ -1,7 +1,8 @@
 """The SMTP prober: many ``RCPT TO`` per session, grouped by mail host. Never ``DATA``.
 
 A *host group* is every domain served by the same MX hosts. For each group the prober
-opens at most ``smtp_max_sessions_per_host`` sessions (and no more than the work needs),
+opens at most ``smtp_max_sessions_per_host`` sessions (and no more than the work needs;
+the cap holds per server IP address across every group and MX name that reach it),
 and each session walks a shared queue of recipients ordered by domain:
 
 - ``MAIL FROM`` once per session: recipients of all the group's domains share one
@@ -11,9 +12,16 @@ and each session walks a shared queue of recipients ordered by domain:
   ``smtp_max_rejections_per_session`` rejections (Postfix slows down after 10 errors and
   drops the session after 20);
 - ``452`` too many recipients: new session, and the host's recipients-per-session limit is
-  lowered to what it accepted (down to one recipient per session for strict providers);
+  lowered to the RCPTs the connection took (down to one recipient per session for strict
+  providers); the recipient goes first into the next session, its tries untouched;
 - ``421``, a dropped connection or a timeout mid-session: the recipient goes back in the
-  queue for a new session (at most ``MAX_ATTEMPTS`` tries), never a verdict;
+  queue for a new session (at most ``MAX_ATTEMPTS`` tries), never a verdict; after
+  rejections, a hang-up or a timeout (a tarpit) is the host's error limit instead: learnt,
+  and the recipient's try is not counted;
+- sessions that end early (rejections, hang-ups) start more sessions, up to the cap;
+- a server that turns a session away with "too many connections" while this process has
+  sessions there: later sessions queue for those to end (``HostSlots.learn_cap``);
+- a reply code outside 2xx-5xx (``999``) breaks the session like one that is no number;
 - a host that breaks ``MAX_ATTEMPTS`` sessions in a row without answering one recipient
   (a tarpit, a server that resets or speaks garbage) is dropped for the rest of the run and
   its remaining recipients go to the next MX host or end with that failure — otherwise each
@@ -36,6 +44,7 @@ import math
 import re
 import secrets
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiosmtplib
@@ -183,8 +192,10 @@ class _NoSession(_Stopped):
 
 CROWDED_WAITS = (0.5, 1.0, 2.0, 4.0, 8.0)
 """Seconds the last worker of a run waits before dialling again a host that refused it for
-now while it is not down (it gave this run a session, or sessions of other runs hold it):
-other runs' sessions end, and a server's count of connections may lag our QUIT."""
+now while no session of this process is there but it gave this run one before: a server's
+count of connections may lag our QUIT, and other machines' sessions end. (While this
+process has sessions there, the worker queues for their slots instead:
+:meth:`~verimail.tasks.host_slots.HostSlots.learn_cap`.)"""
 
 
 class _Learned(dict):  # type: ignore[type-arg]
@@ -230,6 +241,9 @@ class _Run:
     failures: list[Finding] = field(default_factory=list)  # why hosts were dropped mid-run
     workers: int = 0  # this run's workers still at work (opening or holding a session)
     greeted: set[str] = field(default_factory=set)  # hosts that gave this run a session
+    spawn: Callable[[], None] | None = None  # starts one more worker (while draining)
+    crowded: bool = False  # a server turned a session away for now: start no more
+    per_session: int | None = None  # recipients a session got through before ending early
 
 
 # Answers to a domain's first recipient in a mixed transaction that may be a refusal of
@@ -248,7 +262,6 @@ class _Session:
         self.tx_domains: set[str] = set()  # recipients' domains in the open transaction
         self.rcpts = 0
         self.rejections = 0
-        self.tx_rcpts = 0
         self.smtputf8 = smtp.supports_extension("smtputf8")
         self.closed = False
 
@@ -266,12 +279,39 @@ class _Session:
             self._slots.release()
 
 
+def _in_range(reply: aiosmtplib.SMTPResponse, session: _Session) -> aiosmtplib.SMTPResponse:
+    """``reply``, unless its code is outside 2xx-5xx (``999``): that is no answer, just as
+    a code that is no number is none (aiosmtplib raises on those). Both break the session,
+    so the recipient is asked again and a host that keeps doing it is dropped for the next
+    MX host, rather than its nonsense being recorded as every recipient's answer."""
+    if 200 <= reply.code < 600:
+        return reply
+    raise _SessionLost(
+        Finding(SmtpOutcome.PROTOCOL_ERROR, one_line(reply.code, reply.message), session.host.name)
+    )
+
+
+# How a session ends at a server's error limit after rejections: it hangs up, or it
+# tarpits (every reply after a rejection slower than our command timeout). See _hung_up.
+_SERVER_ENDED = (SmtpOutcome.CONNECTION_FAILED, SmtpOutcome.TIMEOUT)
+
+
+def _put_back(queue: deque[_Item], items: list[_Item], last: _Item | None) -> None:
+    """Return a claim's unasked ``items`` to the front of the queue, behind ``last`` when
+    the session ended under it and it went back first: it is asked first in the next
+    session. Behind the others it came after a rejection again, and a tarpit timed it out
+    again, until its tries were spent (9 of 200 addresses unknown in review)."""
+    head = queue.popleft() if last is not None and queue and queue[0] is last else None
+    queue.extendleft(reversed(items))
+    if head is not None:
+        queue.appendleft(head)
+
+
 def _tally(session: _Session, outcome: SmtpOutcome) -> None:
-    """Count an answered recipient against the session's limits: accepted ones against the
-    transaction's (452), refused ones against the rejections a server tolerates."""
-    if outcome is SmtpOutcome.ACCEPTED:
-        session.tx_rcpts += 1
-    else:
+    """Count an answered recipient against the session's limits: a refused one against
+    the rejections a server tolerates (every RCPT counts against the recipient cap as it
+    is sent)."""
+    if outcome is not SmtpOutcome.ACCEPTED:
         session.rejections += 1
 
 
@@ -326,11 +366,47 @@ class Prober:
         return result
 
     async def _drain(self, run: _Run) -> None:
+        """Work the queue with as many sessions as it needs, up to the per-host cap: as
+        many as full sessions would take to begin with, more as sessions end early
+        (:meth:`_more_workers`)."""
         limit = self._session_rcpt_limit(run.group)
         workers = max(
             1, min(self.settings.smtp_max_sessions_per_host, math.ceil(len(run.queue) / limit))
         )
-        await asyncio.gather(*(self._worker(run) for _ in range(workers)))
+        tasks: list[asyncio.Future[None]] = []
+
+        def spawn() -> None:
+            run.workers += 1  # (counted now, so that a second call sees it)
+            tasks.append(asyncio.ensure_future(self._worker(run)))
+
+        run.spawn = spawn
+        try:
+            for _ in range(workers):
+                spawn()
+            while pending := [task for task in tasks if not task.done()]:
+                await asyncio.gather(*pending)
+            for task in tasks:  # (one that failed while another was awaited)
+                task.result()
+        finally:
+            run.spawn = None
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _more_workers(self, run: _Run, session: _Session) -> None:
+        """A session ended before its claim was done (the rejection limit, a hang-up, a
+        452): from now on claims are what this session got through, and more workers start
+        if what is left needs more sessions than are at work. The first count assumed full
+        sessions (a list of 300 mostly invalid addresses on one host ran on 3 sessions of
+        the 5 allowed)."""
+        per_session = run.per_session = max(1, session.rcpts)
+        if run.spawn is None or run.crowded:
+            return
+        wanted = min(
+            self.settings.smtp_max_sessions_per_host, math.ceil(len(run.queue) / per_session)
+        )
+        while run.workers < wanted:
+            run.spawn()
 
     def _session_rcpt_limit(self, group: HostGroup) -> int:
         learned = min((self._rcpt_limit.get(h.name, 10**9) for h in group.hosts), default=10**9)
@@ -352,8 +428,7 @@ class Prober:
         sessions rather than one each plus idle ones that found the queue empty.
         """
         session: _Session | None = None
-        run.workers += 1
-        counted = True  # (until _dial_host counts this worker out as it leaves)
+        counted = True  # (counted in by _drain, until _dial_host counts it out as it leaves)
         try:
             while run.queue:
                 if session is not None and (session.closed or self._session_full(session)):
@@ -361,6 +436,8 @@ class Prober:
                     session = None
                 used = session.rcpts if session is not None else 0
                 room = max(1, self._session_rcpt_limit(run.group) - used)
+                if run.per_session is not None:  # (sessions end early: leave some to others)
+                    room = min(room, run.per_session)
                 claimed = [run.queue.popleft() for _ in range(min(room, len(run.queue)))]
                 if not claimed:
                     break  # others took the rest while we were closing
@@ -378,7 +455,8 @@ class Prober:
                         return
                 for index, item in enumerate(claimed):
                     if session.closed or self._session_full(session):
-                        run.queue.extendleft(reversed(claimed[index:]))
+                        _put_back(run.queue, claimed[index:], claimed[index - 1] if index else None)
+                        self._more_workers(run, session)
                         break
                     await self._check(run, session, item)
         finally:
@@ -408,8 +486,8 @@ class Prober:
             run.queue.appendleft(item)
             return
         except _SessionLost as lost:
-            cut = lost.finding.outcome is SmtpOutcome.CONNECTION_FAILED
-            await self._cut_short(run, session, item, lost.finding, hung_up=cut)
+            ended = lost.finding.outcome in _SERVER_ENDED
+            await self._cut_short(run, session, item, lost.finding, hung_up=ended)
             return
         host = session.host.name
         if code == 421:
@@ -422,9 +500,12 @@ class Prober:
             return
         run.broken[host] = 0  # it answered: whatever broke before was not the host itself
         if _too_many_recipients(code, message, session.rcpts - 1):
+            # No answer about the recipient, and no try of it either: it goes first in the
+            # next session, where as the first RCPT it cannot be "too many". (The session
+            # answered others before, so the queue still shrinks.)
             self._learn_rcpt_limit(session)
             await session.close()
-            self._retry(run, item, Finding(SmtpOutcome.TEMP_FAILURE, one_line(code, message), host))
+            run.queue.appendleft(item)
             return
         outcome = classify_rcpt(code, message)
         finding = Finding(outcome, one_line(code, message), host)
@@ -448,15 +529,26 @@ class Prober:
         self._again(run, item, session.host.name, finding)
 
     def _learn_rcpt_limit(self, session: _Session) -> None:
-        """A 452 "too many recipients": the host takes the recipients accepted in this
-        transaction; none (a transaction just begun again) means the limit is the
-        connection's, the recipients it took before."""
-        learned = session.tx_rcpts or session.rcpts - 1
-        self._rcpt_limit[session.host.name] = max(1, learned)
+        """A 452 "too many recipients" after ``session.rcpts - 1`` RCPTs of this connection.
+
+        Servers count differently: Postfix the recipients it accepted in the transaction,
+        others every RCPT of the connection. The cap learnt here counts every RCPT of a
+        session, and by that count the server took ``session.rcpts - 1`` — its limit or
+        more, whichever way it counts, so never too low. (The recipients accepted in the
+        transaction were too low on a server that counts the connection: rejections and
+        earlier transactions count there too, and the cap came out at 2 for a limit of 5,
+        3-5 times the sessions needed.) The lowest reading stands: a session opened under a
+        higher cap may report a higher one after a lower one was learnt, and a cap too
+        high only costs another 452 and a fresh session."""
+        name = session.host.name
+        learned = max(1, session.rcpts - 1)
+        self._rcpt_limit[name] = min(learned, self._rcpt_limit.get(name, learned))
 
     def _hung_up(self, session: _Session) -> bool:
-        """The server ended the session (421 or a disconnect). After some rejections that is
-        its error limit (True): it hangs up at (or right after) that many, so from now on
+        """The server ended the session (421 or a disconnect) or stopped answering within
+        the command timeout (a tarpit, slowing every reply after a rejection). After some
+        rejections that is its error limit (True): it hangs up at (or right after) that
+        many, or slows down beyond our patience, so from now on
         sessions on this host end one rejection before, and it never has to (ending *at*
         that many raced its hang-up). Such a hang-up is no broken host: it answered every
         recipient before, and counting it as one let the sessions that were already under
@@ -573,12 +665,11 @@ class Prober:
             await smtp.execute_command(b"RSET")
             session.in_tx = False
         session.tx_domains.clear()
-        session.tx_rcpts = 0
         args = [b"FROM:<" + self.settings.smtp_mail_from.encode() + b">"]
         if session.smtputf8:
             args.append(b"SMTPUTF8")
         stats.mail_from += 1
-        reply = await smtp.execute_command(b"MAIL", *args)
+        reply = _in_range(await smtp.execute_command(b"MAIL", *args), session)
         if reply.code == 421:
             raise _SessionLost(self._lost(session, reply.code, reply.message))
         if not 200 <= reply.code < 300:
@@ -593,6 +684,7 @@ class Prober:
         if item.is_probe:
             stats.catch_all_probes += 1
         reply = await session.smtp.execute_command(b"RCPT", b"TO:<" + item.rcpt.encode() + b">")
+        reply = _in_range(reply, session)
         return reply.code, reply.message
 
     def _lost(self, session: _Session, code: int, message: str) -> Finding:
@@ -628,12 +720,15 @@ class Prober:
         banner, from a server that is not down — other workers of this run are at it, or it
         gave this run a session before and still counts that one, just closed, or other
         runs' sessions hold it — is the server's limit on connections at once: the worker
-        stops for the others to carry on (:class:`_Crowded`) or, the last one, waits a
-        moment and dials again (:data:`CROWDED_WAITS`). A host that is down fails the last
-        worker as before."""
+        stops for the others to carry on (:class:`_Crowded`) or, the last one, queues for
+        the slot of the next session of this process there to end (other host groups and
+        jobs sharing the server: it used to wait a fixed 15.5 s while they kept winning the
+        one connection, then wrote the host off), or with none there waits a moment and
+        dials again (:data:`CROWDED_WAITS`). A host that is down fails the last worker as
+        before."""
         waits = iter(CROWDED_WAITS)
         while True:
-            held = await self.slots.take(host.name)
+            held = await self.slots.take(address)  # (per server: names may share one)
             try:
                 smtp = await self._connect(host, address, run.result.stats)
             except _NoSession as failed:
@@ -644,9 +739,18 @@ class Prober:
                         # (counted out at once: two workers refused at the same moment must
                         # not both leave, with the queue unanswered)
                         run.workers -= 1
+                        run.crowded = True
                         raise _Crowded(failed.finding) from None
-                    alive = host.name in run.greeted or self.slots.busy(host.name)
-                    wait = next(waits, None) if alive else None  # (sessions: this run's or others')
+                    run.crowded = True
+                    if self.slots.learn_cap(address):
+                        # Sessions of this process (other groups', other jobs') fill the
+                        # server: queue for the next of them to end, however long they last.
+                        waits = iter(CROWDED_WAITS)
+                        continue
+                    # Not down: it gave this run a session before, or others' dials to it
+                    # are under way (one of them got in; it counts as open once greeted).
+                    alive = host.name in run.greeted or self.slots.busy(address)
+                    wait = next(waits, None) if alive else None
                     if wait is not None:
                         await asyncio.sleep(wait)
                         continue
@@ -656,6 +760,7 @@ class Prober:
                 held.release()
                 raise
             run.greeted.add(host.name)
+            held.opened()
             return _Session(smtp, host, held)
 
     async def _connect(self, host: MailHost, address: str, stats: SmtpStats) -> aiosmtplib.SMTP:
@@ -871,9 +976,9 @@ class DomainSession:
                 await session.close()
                 continue
             except _SessionLost as lost:
-                cut = lost.finding.outcome is SmtpOutcome.CONNECTION_FAILED
+                ended = lost.finding.outcome in _SERVER_ENDED
                 await session.close(polite=False)
-                if not (cut and self.prober._hung_up(session)):
+                if not (ended and self.prober._hung_up(session)):
                     self.prober._broken(run, session.host.name, lost.finding)
                 if reopened:
                     self.prober._record(run, item, lost.finding)

@@ -256,15 +256,16 @@ async def test_a_request_goes_before_a_jobs_queued_session(tb, tmp_path, testbed
     job_slots = HostSlots(1, 200, None)
     async with running_app(settings) as running:
         customer = running.customer(credits=10)
-        held = await job_slots.take("mx.acme.test")
-        queued = asyncio.create_task(job_slots.take("mx.acme.test"))
+        server = tb.address_of("mx.acme.test")  # (slots are per server address)
+        held = await job_slots.take(server)
+        queued = asyncio.create_task(job_slots.take(server))
         # What the host had seen when the job's session got its slot:
         seen: list[int] = []
         queued.add_done_callback(lambda _: seen.append(tb.host_stats("mx.acme.test").rcpt_to))
         request = asyncio.create_task(
             running.client.post(SINGLE, json={"email": "alice@acme.test"}, headers=customer.headers)
         )
-        sem = host_semaphore("mx.acme.test", 1)
+        sem = host_semaphore(server, 1)
         assert sem is not None
         while sem.waiting < 2:  # the job's session, then the request's
             await asyncio.sleep(0.005)

@@ -170,3 +170,12 @@ def test_api_smoke(tmp_path, tool):
         ("POST /api/verify/single", "2"),
     ]
     assert all(r[6] == "0" for r in rows), rows  # no non-2xx answers
+
+
+def test_starvation_smoke(tmp_path):
+    result = _run(
+        tmp_path, "starvation", "--groups", "2", "--per-group", "20", "--reply-delay", "0"
+    )
+    assert _first_cells(result) == ["verimail engine (verify_many)"]
+    figures = result["extra"]["figures"]
+    assert (figures["valid"], figures["unknown"]) == (40, 0)

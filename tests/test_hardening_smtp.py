@@ -300,7 +300,8 @@ async def test_long_running_state_stays_bounded(
     assert len(dns_facts._CACHE) <= 50
     gc.collect()
     cap = engine.settings.smtp_max_sessions_per_host
-    assert [host_semaphore(f"mx{i}.bounded.test", cap) for i in range(20)] == [None] * 20
+    servers = [tb.address_of(f"mx{i}.bounded.test") for i in range(20)]
+    assert [host_semaphore(server, cap) for server in servers] == [None] * 20
     assert outside_connections == []
 
 

@@ -347,4 +347,30 @@ async def test_every_engine_in_a_process_shares_a_hosts_slots(
     assert tb.wait_idle()
     stats = tb.host_stats(host)
     assert stats.sessions >= 30 and stats.peak_concurrent == 2
-    assert host_semaphore(host, 2) is None
+    assert host_semaphore(tb.address_of(host), 2) is None  # (slots are per server address)
+
+
+async def test_a_learnt_connection_cap_queues_the_next_session() -> None:
+    """A server turned a session away while this process had two open there: learn_cap
+    lowers its slots to those two, so a third taker waits for one of them to end rather
+    than dialling (the per-host cap of 3 would have let it in). Dials under way are no
+    open sessions: with none open there is nothing to learn."""
+    slots = HostSlots(per_host=3, total=10, redis_url=None)
+    host = f"203.0.113.{uuid.uuid4().int % 250}"
+    first, second, dialling = [await slots.take(host) for _ in range(3)]
+    dialling.release()  # (turned away)
+    assert not slots.learn_cap(host)  # nothing open yet
+    first.opened()
+    second.opened()
+    assert slots.learn_cap(host)
+    third = asyncio.create_task(slots.take(host))
+    sem = host_semaphore(host, 3)
+    assert sem is not None
+    while sem.waiting < 1:  # (queued, not let in)
+        await asyncio.sleep(0.005)
+    assert not third.done() and sem.held == 2
+    first.release()
+    (await asyncio.wait_for(third, 5)).release()
+    second.release()
+    del sem
+    assert host_semaphore(host, 3) is None  # forgotten with its last holder
