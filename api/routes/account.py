@@ -12,7 +12,7 @@ from typing import Literal
 
 from anyio import to_thread
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from verimail.api.deps import AccountDep, StoreDep
 from verimail.api.errors import pick_error_docs
@@ -24,7 +24,7 @@ from verimail.store.plans import get_plan
 router = APIRouter(tags=["account"])
 
 UPGRADE_HELP = (
-    "Plans and credits are changed by the service's operators (`verimail accounts set --id N "
+    "Plans and credits are changed by the service's operators (`verimail accounts set --account N "
     "--plan P`, `verimail credits grant --account N AMOUNT`): ask them, quoting your account id."
 )
 
@@ -62,6 +62,34 @@ class AccountLimits(BaseModel):
 
 class AccountInfo(BaseModel):
     """The account a key belongs to (the same figures as the dashboard)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "example": {
+                "account_id": 7,
+                "email": "data@example.com",
+                "plan": "starter",
+                "balance": {
+                    "total": 4312,
+                    "prepaid": 100,
+                    "allowance": 5000,
+                    "allowance_remaining": 4212,
+                    "allowance_resets_at": "2026-12-01T00:00:00Z",
+                },
+                "limits": {
+                    "requests_per_minute": 60,
+                    "concurrent_requests": 5,
+                    "batch_max_emails": 500,
+                    "json_bulk_max_emails": 10000,
+                    "upload_max_bytes": 52428800,
+                    "upload_max_rows": 1000000,
+                },
+                "finder_enabled": True,
+                "finder_credits_per_find": 10,
+                "upgrade": UPGRADE_HELP,
+            }
+        }
+    )
 
     account_id: int = Field(description="The account's id (quote it to the operators).")
     email: str | None = Field(description="The account's login address; null when it has none.")
