@@ -28,7 +28,7 @@ from verimail import API_VERSION
 from verimail.api.dashboard import install_dashboard
 from verimail.api.errors import install_error_handlers
 from verimail.api.ratelimit import Limiter
-from verimail.api.routes import bulk, finder, finder_csv, health, verify
+from verimail.api.routes import bulk, finder, finder_csv, health, reverify, verify
 from verimail.api.routes.health import verifier_ready
 from verimail.config import Settings, get_settings
 from verimail.flows.recovery import Reaper
@@ -121,6 +121,7 @@ def create_app(settings: Settings | None = None, *, rate_limit_prefix: str = "ve
     app.include_router(verify.router)
     app.include_router(finder.router)
     app.include_router(bulk.router)
+    app.include_router(reverify.router)
     app.include_router(finder_csv.router)
     install_dashboard(app)
     return app

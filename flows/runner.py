@@ -156,6 +156,37 @@ class LocalRunner:
             with self._lock:
                 self._jobs.discard(job_id)
 
+    def start_due_runs(self) -> int:
+        """Claim the scheduled re-verification runs that are due and run them here: with
+        the local runner, this process is their worker (``flows/reverify_lists.py``).
+        Called by the reaper's sweep; Prefect is asked only when the store says one is due."""
+        from verimail.flows import reverify_lists
+
+        if not reverify_lists.any_due(self.settings):
+            return 0
+        self._ensure_prefect()
+        runs = reverify_lists.claim_due_runs(self.settings)
+        for run in runs:
+            future = self._pool.submit(self._run_flow_run, run)
+            with self._lock:
+                self._futures.add(future)
+            future.add_done_callback(self._forget)
+        return len(runs)
+
+    def _run_flow_run(self, flow_run: Any) -> None:
+        """Run a claimed flow run of ``reverify-stored`` (it reports its own failures)."""
+        from prefect.flow_engine import run_flow
+
+        from verimail.flows.reverify import reverify_stored
+
+        try:
+            with using_settings(self.settings):
+                asyncio.run(
+                    run_flow(reverify_stored, flow_run=flow_run, parameters=flow_run.parameters)
+                )
+        except BaseException as exc:
+            log.warning("scheduled run %s ended with %r", flow_run.id, exc)
+
     def wait(self, timeout: float | None = None) -> None:
         """Wait for every submitted run (tests, shutdown)."""
         with self._lock:

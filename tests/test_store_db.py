@@ -37,7 +37,7 @@ def test_migrations_create_every_table_and_are_idempotent(backend: str, tmp_path
         second = init_store(settings)  # a second start-up: must be a no-op
         try:
             migrate(first.engine)
-            assert current_revision(first.engine) == "0002"
+            assert current_revision(first.engine) == "0003_reverify"
             tables = set(inspect(first.engine).get_table_names())
             assert {
                 "accounts",
@@ -45,11 +45,13 @@ def test_migrations_create_every_table_and_are_idempotent(backend: str, tmp_path
                 "credit_ledger",
                 "jobs",
                 "ended_sessions",
+                "reverify_schedules",
+                "reverify_runs",
                 "alembic_version",
             } <= tables
             with first.engine.connect() as conn:
                 versions = conn.execute(text("SELECT version_num FROM alembic_version")).all()
-            assert [v[0] for v in versions] == ["0002"]
+            assert [v[0] for v in versions] == ["0003_reverify"]
         finally:
             first.close()
             second.close()
