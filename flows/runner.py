@@ -114,6 +114,10 @@ class LocalRunner:
             except Exception:  # the flow run itself will report what is wrong
                 log.exception("reaching the Prefect API failed")
 
+    def prefect_ready(self) -> None:
+        """Make sure Prefect answers before asking it something from another thread."""
+        self._ensure_prefect()
+
     def submit(self, kind: str, job_id: int, attempt: int | None = None) -> None:
         if attempt is None:
             attempt = _attempt_of(self.settings, job_id)

@@ -12,7 +12,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from api_helpers import assert_error_body, poll_job, running_app, total_balance
+from api_helpers import Customer, assert_error_body, poll_job, running_app, total_balance
 from test_webhooks import Receiver
 
 from verimail.store import jobs as job_store
@@ -224,6 +224,18 @@ async def _flow_runs(list_job: int, since: datetime) -> list:
     return [run for run in runs if run.created is not None and run.created >= since]
 
 
+async def _settled_runs(list_job: int, since: datetime) -> list:
+    """The list's runs once none is on its way (each planned, or ended): the history shows
+    a run's job before the run itself has ended in Prefect."""
+    deadline = time.monotonic() + 30
+    while True:
+        runs = await _flow_runs(list_job, since)
+        if all(run.state.is_scheduled() or run.state.is_final() for run in runs):
+            return runs
+        assert time.monotonic() < deadline, [run.state for run in runs]
+        await asyncio.sleep(0.1)
+
+
 async def test_a_schedule_fires_as_a_prefect_run_charged_to_the_owner(world, settings):
     started = datetime.now(UTC)
     with Receiver() as receiver:
@@ -260,18 +272,12 @@ async def test_a_schedule_fires_as_a_prefect_run_charged_to_the_owner(world, set
             assert total_balance(app.store, customer.account_id) == 92  # the owner paid
             # The run that fired is the planned one, completed; the next is planned a week on.
             await _wait_for(lambda: len(receiver.requests) == 2, "the run's webhook")
-            deadline = time.monotonic() + 30
-            while not (runs := {r.id: r for r in await _flow_runs(list_id, started)})[
-                planned.id
-            ].state.is_final():
-                assert time.monotonic() < deadline, runs[planned.id].state
-                await asyncio.sleep(0.1)
+            runs = {run.id: run for run in await _settled_runs(list_id, started)}
             assert runs[planned.id].state.is_completed(), runs[planned.id].state
             (upcoming,) = [run for run in runs.values() if run.state.is_scheduled()]
             assert upcoming.name == planned.name
-            assert abs(upcoming.expected_start_time - (soon + timedelta(days=7))) < timedelta(
-                seconds=1
-            )
+            first_run = datetime.fromisoformat(put.json()["next_run_at"])
+            assert upcoming.expected_start_time == first_run + timedelta(days=7)
             schedule = await app.client.get(
                 f"/api/bulk/{entry['job_id']}/reverify-schedule", headers=customer.headers
             )
@@ -320,10 +326,70 @@ async def test_a_scheduled_run_the_balance_cannot_cover_is_skipped_with_its_reas
         assert total_balance(app.store, customer.account_id) == 2
         assert len(job_store.list_jobs(app.store.engine, customer.account_id)) == 1
         # The schedule goes on: its next run is planned 30 days on.
-        runs = await _flow_runs(list_id, started)
+        runs = await _settled_runs(list_id, started)
         assert sorted(r.state.type.value for r in runs) == ["COMPLETED", "SCHEDULED"]
         schedule = await app.client.get(
             f"/api/bulk/{list_id}/reverify-schedule", headers=customer.headers
         )
         next_run = datetime.fromisoformat(schedule.json()["next_run_at"])
         assert next_run - datetime.now(UTC) > timedelta(days=29)
+
+
+async def test_the_dashboard_job_page_reverifies_schedules_and_shows_the_history(world, settings):
+    from test_dashboard import browser, csrf_of, logged_in, make_user
+
+    from verimail.store.accounts import create_api_key
+
+    async with running_app(settings) as app:
+        owner = make_user(app, "owner@example.test")
+        key, _info = create_api_key(app.store.engine, owner.id, name="test")
+        make_user(app, "other@example.test")
+        first = await _completed_list(app, Customer(owner.id, key))
+        page_url = f"/dashboard/jobs/{first['job_id']}"
+        async with browser(app) as web, browser(app) as stranger:
+            await logged_in(web, "owner@example.test")
+            await logged_in(stranger, "other@example.test")
+            page = await web.get(page_url)
+            assert "Not scheduled." in page.text and "not re-verified yet" in page.text
+            world.replace_world(_world({"alice", "carl"}))
+            token = csrf_of(page.text)
+            # Another account can neither re-verify nor schedule the list (404 pages).
+            for path in ("reverify", "reverify-schedule"):
+                refused = await stranger.post(
+                    f"{page_url}/{path}",
+                    data={"csrf_token": csrf_of((await stranger.get("/dashboard/jobs")).text),
+                          "every_days": "7"},
+                )  # fmt: skip
+                assert refused.status_code == 404
+            now = await web.post(f"{page_url}/reverify", data={"csrf_token": token})
+            assert now.status_code == 303
+            new_url = now.headers["location"]
+            new_id = int(new_url.rsplit("/", 1)[1])
+            await poll_job(app.client, f"/api/bulk/{new_id}", {"Authorization": f"Bearer {key}"})
+            new_page = (await web.get(new_url)).text
+            assert f're-verifies <a href="/dashboard/jobs/{first["job_id"]}">' in new_page
+            assert "valid → invalid: 2" in new_page and "invalid → valid: 1" in new_page
+            report = await web.get(f"{new_url}/changes")
+            assert report.status_code == 200
+            emails = [r["email"] for r in csv.DictReader(io.StringIO(report.text))]
+            assert emails == ["bob@acme.test", "carl@acme.test", "bob@acme.test"]
+            assert (await stranger.get(f"{new_url}/changes")).status_code == 404
+            # The list's history, on the page of any of its runs.
+            history = (await web.get(page_url)).text
+            assert f'href="/dashboard/jobs/{new_id}/changes"' in history
+            assert "on request" in history and "valid → invalid: 2" in history
+            # Schedule, change, cancel.
+            saved = await web.post(
+                f"{page_url}/reverify-schedule", data={"csrf_token": token, "every_days": "14"}
+            )
+            assert saved.status_code == 303
+            assert "Every 14 days" in (await web.get(new_url)).text
+            bad = await web.post(
+                f"{page_url}/reverify-schedule", data={"csrf_token": token, "every_days": "0"}
+            )
+            assert bad.status_code == 422 and "1 to 365" in bad.text
+            cancelled = await web.post(
+                f"{page_url}/reverify-schedule/cancel", data={"csrf_token": token}
+            )
+            assert cancelled.status_code == 303
+            assert "Not scheduled." in (await web.get(page_url)).text

@@ -20,8 +20,10 @@ def install_dashboard(app: FastAPI) -> None:
     """Mount ``/dashboard/static`` and the pages (static first: the pages end in a catch-all)."""
     from fastapi.staticfiles import StaticFiles
 
+    from verimail.api.dashboard.reverify import router as reverify_router
     from verimail.api.dashboard.routes import router
     from verimail.api.dashboard.web import PREFIX, STATIC_DIR
 
     app.mount(f"{PREFIX}/static", StaticFiles(directory=STATIC_DIR), name="dashboard-static")
+    app.include_router(reverify_router)
     app.include_router(router)

@@ -28,6 +28,7 @@ from fastapi.routing import APIRoute
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from verimail.api.billing import charged
+from verimail.api.dashboard.reverify import reverify_panel
 from verimail.api.dashboard.security import (
     LOGIN_FAILURES,
     LOGIN_WINDOW_SECONDS,
@@ -466,7 +467,7 @@ async def job_page(
     return render(
         request,
         "job.html",
-        {"row": _job_rows([job])[0], "filename": filename},
+        {"row": _job_rows([job])[0], "filename": filename, **await reverify_panel(store, job)},
         account=account,
     )
 

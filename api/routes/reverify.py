@@ -20,7 +20,13 @@ from sqlalchemy import Engine
 
 from verimail.api.deps import AccountDep, JobId, StoreDep
 from verimail.api.downloads import WholeFileResponse
-from verimail.api.errors import ApiError, ValidationErrorBody, error_doc, pick_error_docs
+from verimail.api.errors import (
+    DATABASE_RETRY_AFTER,
+    ApiError,
+    ValidationErrorBody,
+    error_doc,
+    pick_error_docs,
+)
 from verimail.api.jobs import start_run, webhook_options
 from verimail.api.routes.bulk import BULK_KINDS
 from verimail.flows import reverify_lists as lists
@@ -52,7 +58,7 @@ def _docs(*codes: int) -> dict[int | str, dict[str, Any]]:
     return pick_error_docs(_ERRORS, (*codes, 422))
 
 
-async def _own_job(store: Store, account_id: int, job_id: int) -> job_store.Job:
+async def own_job(store: Store, account_id: int, job_id: int) -> job_store.Job:
     job = await to_thread.run_sync(lambda: job_store.get_job(store.engine, account_id, job_id))
     if job is None or job.kind not in BULK_KINDS:
         raise ApiError(404, f"No bulk job {job_id} for this account.")
@@ -106,22 +112,33 @@ async def reverify_job(
     store: StoreDep,
     body: Annotated[ReverifyRequest | None, Body()] = None,
 ) -> BulkJob:
-    previous = await _own_job(store, account.id, job_id)
+    previous = await own_job(store, account.id, job_id)
+    webhook_url = str(body.webhook_url) if body is not None and body.webhook_url else None
+    job, secret = await start_reverification(request, store, previous, webhook_url)
+    out = BulkJob.of(job)
+    out.webhook_secret = secret
+    return out
+
+
+async def start_reverification(
+    request: Request, store: Store, previous: job_store.Job, webhook_url: str | None = None
+) -> tuple[job_store.Job, str | None]:
+    """Re-verify ``previous`` (the caller's own job) as a new job and start its run; the
+    job, and the new webhook secret when ``webhook_url`` was given (without it, the list's
+    webhook is told, signed with its secret). 409, 402 and 503 as documented above."""
     try:
         lists.check_reverifiable(previous)
     except lists.NotReverifiable as exc:
         raise ApiError(409, str(exc)) from exc
     settings = request.app.state.settings
-    if body is not None and body.webhook_url is not None:
-        webhook_url: str | None = str(body.webhook_url)
-        secret = webhook_options(request, webhook_url).get("webhook_secret")
-        new_secret = secret
+    new_secret = None
+    if webhook_url is not None:
+        secret = new_secret = webhook_options(request, webhook_url).get("webhook_secret")
     else:
         list_job = reverify_store.list_job_id(previous)
         webhook_url, secret = await to_thread.run_sync(
-            lists.list_webhook, store, account.id, list_job
+            lists.list_webhook, store, previous.account_id, list_job
         )
-        new_secret = None  # (the list's secret, which the owner has)
 
     def create() -> job_store.Job | None:
         return lists.create_reverify_job(
@@ -135,9 +152,7 @@ async def reverify_job(
     if job is None:
         raise ApiError(402, await to_thread.run_sync(lists.short_of_credits, store, previous))
     await start_run(request, store, "bulk", job)
-    out = BulkJob.of(job)
-    out.webhook_secret = new_secret
-    return out
+    return job, new_secret
 
 
 @router.get(
@@ -151,7 +166,7 @@ async def reverify_job(
 async def change_report(
     job_id: JobId, request: Request, account: AccountDep, store: StoreDep
 ) -> WholeFileResponse:
-    job = await _own_job(store, account.id, job_id)
+    job = await own_job(store, account.id, job_id)
     if (job.options or {}).get("reverify_of") is None:
         raise ApiError(409, f"Job {job.id} is not a re-verification, so it has no changes.")
     if job.status != "completed":
@@ -227,25 +242,38 @@ def _first_run(body: ScheduleRequest) -> datetime:
 async def put_schedule(
     job_id: JobId, body: ScheduleRequest, request: Request, account: AccountDep, store: StoreDep
 ) -> ReverifySchedule:
-    job = await _own_job(store, account.id, job_id)
+    job = await own_job(store, account.id, job_id)
+    schedule = await save_schedule(request, store, job, body.every_days, _first_run(body))
+    return ReverifySchedule.of(schedule)
+
+
+async def save_schedule(
+    request: Request, store: Store, job: job_store.Job, every_days: int, first_run: datetime
+) -> reverify_store.Schedule:
+    """Put the list of ``job`` (the caller's own) on a schedule, or change it: plan its
+    first run in Prefect, save, and cancel the run the schedule named before."""
     list_job = reverify_store.list_job_id(job)
+    account_id = job.account_id
     latest = await to_thread.run_sync(
-        reverify_store.latest_completed, store.engine, account.id, list_job
+        reverify_store.latest_completed, store.engine, account_id, list_job
     )
     if latest is None:
         raise ApiError(409, f"List {list_job} has no completed run yet; schedule it once it has.")
-    when = _first_run(body)
     settings = request.app.state.settings
     try:
-        planned = await lists.plan_run(settings, store, account.id, list_job, when)
+        await to_thread.run_sync(_prefect_ready, request)
+        planned = await lists.plan_run(settings, store, account_id, list_job, first_run)
     except Exception as exc:
         raise ApiError(
-            503, "The schedule could not be planned right now (the scheduler did not answer)."
+            503,
+            "The schedule could not be planned right now (the scheduler did not answer); "
+            "nothing was changed.",
+            {"Retry-After": str(DATABASE_RETRY_AFTER)},
         ) from exc
     try:
         schedule, old = await to_thread.run_sync(
             lambda: reverify_store.put_schedule(
-                store.engine, account.id, list_job, body.every_days, when, planned.flow_run_id
+                store.engine, account_id, list_job, every_days, first_run, planned.flow_run_id
             )
         )
     except BaseException:
@@ -253,7 +281,15 @@ async def put_schedule(
         raise
     if old is not None:
         await lists.cancel_run(old, "the schedule was changed")
-    return ReverifySchedule.of(schedule)
+    return schedule
+
+
+def _prefect_ready(request: Request) -> None:
+    """The local runner starts Prefect's embedded server once, for every thread (two
+    starting it at once would both pick one port); other runners need nothing."""
+    ready = getattr(request.app.state.runner, "prefect_ready", None)
+    if ready is not None:
+        ready()
 
 
 @router.get(
@@ -263,20 +299,18 @@ async def put_schedule(
     responses=_docs(404),
 )
 async def get_schedule(job_id: JobId, account: AccountDep, store: StoreDep) -> ReverifySchedule:
-    schedule = await _list_schedule(store, account.id, job_id, reverify_store.get_schedule)
-    return ReverifySchedule.of(schedule)
+    job = await own_job(store, account.id, job_id)
+    return ReverifySchedule.of(await _list_schedule(store, job, reverify_store.get_schedule))
 
 
 async def _list_schedule(
     store: Store,
-    account_id: int,
-    job_id: int,
+    job: job_store.Job,
     action: Callable[[Engine, int, int], reverify_store.Schedule | None],
 ) -> reverify_store.Schedule:
     """``action(engine, account, list)`` on the schedule of the job's list; 404 without one."""
-    job = await _own_job(store, account_id, job_id)
     list_job = reverify_store.list_job_id(job)
-    schedule = await to_thread.run_sync(action, store.engine, account_id, list_job)
+    schedule = await to_thread.run_sync(action, store.engine, job.account_id, list_job)
     if schedule is None:
         raise ApiError(404, f"List {list_job} has no re-verification schedule.")
     return schedule
@@ -290,10 +324,15 @@ async def _list_schedule(
     responses=_docs(404),
 )
 async def delete_schedule(job_id: JobId, account: AccountDep, store: StoreDep) -> Response:
-    schedule = await _list_schedule(store, account.id, job_id, reverify_store.delete_schedule)
+    await cancel_schedule(store, await own_job(store, account.id, job_id))
+    return Response(status_code=204)
+
+
+async def cancel_schedule(store: Store, job: job_store.Job) -> None:
+    """Cancel the schedule of ``job``'s list (the caller's own job) and its planned run."""
+    schedule = await _list_schedule(store, job, reverify_store.delete_schedule)
     if schedule.flow_run_id:
         await lists.cancel_run(schedule.flow_run_id, "the schedule was cancelled")
-    return Response(status_code=204)
 
 
 @router.get(
@@ -344,7 +383,7 @@ class Reverification(BaseModel):
 async def reverifications(
     job_id: JobId, account: AccountDep, store: StoreDep
 ) -> list[Reverification]:
-    job = await _own_job(store, account.id, job_id)
+    job = await own_job(store, account.id, job_id)
     entries = await to_thread.run_sync(
         reverify_store.history, store.engine, account.id, reverify_store.list_job_id(job)
     )
