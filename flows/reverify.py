@@ -143,18 +143,24 @@ async def run_scheduled(settings: Settings, account_id: int, list_job: int) -> d
     schedule = await asyncio.to_thread(
         reverify_store.get_schedule, store.engine, account_id, list_job
     )
+    changed = "the list's schedule was changed or cancelled after this run was planned"
     if schedule is None or schedule.flow_run_id != me:
-        reason = "the list's schedule was changed or cancelled after this run was planned"
-        logger.info("list %s: nothing to do: %s", list_job, reason)
-        return {"list_job_id": list_job, "skipped": reason}
+        logger.info("list %s: nothing to do: %s", list_job, changed)
+        return {"list_job_id": list_job, "skipped": changed}
     # The successor first: a run that fails below must not end the schedule.
     when = lists.next_after(schedule.next_run_at, schedule.every_days, datetime.now(UTC))
     planned = await lists.plan_run(settings, store, account_id, list_job, when)
     if not await asyncio.to_thread(
-        reverify_store.set_flow_run, store.engine, schedule.id, planned.flow_run_id, when,
+        reverify_store.set_flow_run,
+        store.engine,
+        schedule.id,
+        planned.flow_run_id,
+        when,
         expected=me,
-    ):  # fmt: skip
+    ):  # (changed or cancelled this very moment: neither run is the schedule's)
         await lists.cancel_run(planned.flow_run_id, "the schedule changed meanwhile")
+        logger.info("list %s: nothing to do: %s", list_job, changed)
+        return {"list_job_id": list_job, "skipped": changed}
     previous = await asyncio.to_thread(
         reverify_store.latest_completed, store.engine, account_id, list_job
     )

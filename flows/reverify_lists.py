@@ -15,6 +15,7 @@ store says when one is due, so Prefect is asked only then) and runs them in its 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import uuid
@@ -238,3 +239,49 @@ def claim_due_runs(settings: Settings) -> list[Any]:
             if result.status == SetStateStatus.ACCEPT:
                 claimed.append(client.read_flow_run(run.id))
     return claimed
+
+
+def replan_lost_runs(settings: Settings) -> list[int]:
+    """Due schedules whose planned run will never come — deleted or cancelled in the Prefect
+    UI, gone with a reset Prefect database, ended without starting — get their next run
+    planned (the lost date is skipped, with the reason in the list's history), so a lost
+    run never ends a schedule silently. Returns the schedules replanned."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    store = store_for(settings)
+    now = datetime.now(UTC)
+    replanned = []
+    with get_client(sync_client=True) as client:
+        for schedule in reverify_store.due_schedules(store.engine, now):
+            run = None
+            with contextlib.suppress(ObjectNotFound, ValueError, TypeError):
+                run = client.read_flow_run(uuid.UUID(str(schedule.flow_run_id)))
+            if run is not None and run.state is not None and not run.state.is_final():
+                continue  # (planned, late, or being run)
+            when = next_after(schedule.next_run_at, schedule.every_days, now)
+            planned = asyncio.run(
+                plan_run(settings, store, schedule.account_id, schedule.list_job_id, when)
+            )
+            if not reverify_store.set_flow_run(
+                store.engine, schedule.id, planned.flow_run_id, when,
+                expected=str(schedule.flow_run_id),
+            ):  # fmt: skip
+                asyncio.run(cancel_run(planned.flow_run_id, "the schedule changed meanwhile"))
+                continue
+            reverify_store.record_run(
+                store.engine, None, account_id=schedule.account_id,
+                list_job=schedule.list_job_id, previous_job_id=schedule.list_job_id,
+                schedule_id=schedule.id, skipped_reason=LOST_RUN,
+            )  # fmt: skip
+            log.warning("list %s: its planned run was lost; next run planned", schedule.list_job_id)
+            replanned.append(schedule.id)
+    return replanned
+
+
+LOST_RUN = (
+    "Its planned run was cancelled or removed in Prefect before it ran; the schedule goes on "
+    "from its next date."
+)

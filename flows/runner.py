@@ -175,6 +175,7 @@ class LocalRunner:
             with self._lock:
                 self._futures.add(future)
             future.add_done_callback(self._forget)
+        reverify_lists.replan_lost_runs(self.settings)
         return len(runs)
 
     def _run_flow_run(self, flow_run: Any) -> None:
@@ -332,6 +333,15 @@ class DeploymentRunner:
             if kind == "SCHEDULED" or (kind == "PENDING" and now - since < STARTING_LIMIT):
                 held.append(job_id)
         return sorted(held)
+
+    def start_due_runs(self) -> int:
+        """Workers start the lists' scheduled runs; this only replans a run that was lost
+        (see :func:`~verimail.flows.reverify_lists.replan_lost_runs`)."""
+        from verimail.flows import reverify_lists
+
+        if reverify_lists.any_due(self.settings):
+            reverify_lists.replan_lost_runs(self.settings)
+        return 0
 
     def shutdown(self) -> None:
         return None

@@ -102,6 +102,17 @@ def put_schedule(
     return _schedule(new), row.flow_run_id if row is not None else None
 
 
+def due_schedules(engine: Engine, now: datetime) -> list[Schedule]:
+    """Every schedule whose next run is due (any account's: for the runner)."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(reverify_schedules)
+            .where(reverify_schedules.c.next_run_at <= now)
+            .order_by(reverify_schedules.c.next_run_at)
+        ).all()
+    return [_schedule(row) for row in rows]
+
+
 def any_due(engine: Engine, now: datetime) -> bool:
     """Whether some schedule's next run is due (so that Prefect is asked only then)."""
     with engine.connect() as conn:

@@ -393,3 +393,43 @@ async def test_the_dashboard_job_page_reverifies_schedules_and_shows_the_history
             )
             assert cancelled.status_code == 303
             assert "Not scheduled." in (await web.get(page_url)).text
+
+
+async def test_a_planned_run_cancelled_in_prefect_does_not_end_the_schedule(settings):
+    """Cancelling (or deleting) the planned run in the Prefect UI skips that date: the
+    schedule plans its next one and the history says why, instead of going silent. (The
+    run is cancelled while it waits: its date is a few seconds off.)"""
+    from prefect.client.orchestration import get_client
+    from prefect.states import Cancelled
+
+    from verimail.flows.reverify_lists import LOST_RUN
+
+    started = datetime.now(UTC)
+    async with running_app(settings) as app:
+        customer = app.customer()
+        first = await _completed_list(app, customer)
+        list_id = first["job_id"]
+        put = await app.client.put(
+            f"/api/bulk/{list_id}/reverify-schedule",
+            headers=customer.headers,
+            json={
+                "every_days": 3,
+                "first_run_at": (datetime.now(UTC) + timedelta(seconds=8)).isoformat(),
+            },
+        )
+        assert put.status_code == 200, put.text
+        (planned,) = await _flow_runs(list_id, started)
+        async with get_client() as client:
+            await client.set_flow_run_state(planned.id, Cancelled(), force=True)
+        url = f"/api/bulk/{list_id}/reverifications"
+        deadline = time.monotonic() + 60
+        while not (h := (await app.client.get(url, headers=customer.headers)).json()):
+            assert time.monotonic() < deadline, "the lost run was not noticed"
+            await asyncio.sleep(0.1)
+        assert [(e["status"], e["skipped_reason"]) for e in h] == [("skipped", LOST_RUN)]
+        runs = await _settled_runs(list_id, started)
+        assert sorted(r.state.type.value for r in runs) == ["CANCELLED", "SCHEDULED"]
+        first_run = datetime.fromisoformat(put.json()["next_run_at"])
+        (upcoming,) = [r for r in runs if r.state.is_scheduled()]
+        assert upcoming.expected_start_time == first_run + timedelta(days=3)
+        assert total_balance(app.store, customer.account_id) == 96
