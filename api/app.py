@@ -32,7 +32,7 @@ from verimail.api.errors import install_error_handlers
 from verimail.api.metrics import install_metrics
 from verimail.api.openapi_doc import install_openapi
 from verimail.api.ratelimit import Limiter
-from verimail.api.routes import account, bulk, finder, finder_csv, health, verify
+from verimail.api.routes import account, bulk, finder, finder_csv, health, reverify, verify
 from verimail.api.routes.health import verifier_ready
 from verimail.config import Settings, get_settings
 from verimail.flows.recovery import Reaper
@@ -138,6 +138,7 @@ def create_app(settings: Settings | None = None, *, rate_limit_prefix: str = "ve
     app.include_router(verify.router)
     app.include_router(finder.router)
     app.include_router(bulk.router)
+    app.include_router(reverify.router)
     app.include_router(finder_csv.router)
     app.include_router(account.router)
     install_dashboard(app)

@@ -344,7 +344,13 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
         once_per_job=True,
     )
     files = await asyncio.to_thread(
-        write_job_results, directory, upload, job_input, by_address, run=job.attempt
+        write_job_results,
+        directory,
+        upload,
+        job_input,
+        by_address,
+        run=job.attempt,
+        previous=_previous_results(settings, job),
     )
     sink.remove()
     await complete_run(
@@ -361,6 +367,14 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
         **tally.job_counts(),
         **prepared.stats.as_dict(),
     }
+
+
+def _previous_results(settings: Settings, job: job_store.Job) -> Path | None:
+    """A re-verification's job compares with the results of the run it re-verifies."""
+    previous = (job.options or {}).get("reverify_of")
+    if previous is None:
+        return None
+    return job_dir(settings.data_dir, int(previous)) / "results.parquet"
 
 
 def _progress(store: Store, job: job_store.Job, tally: _Tally) -> None:

@@ -88,6 +88,9 @@ async def complete_run(
             processed=processed,
             attempt=job.attempt,
             publish=files.publish,
+            options_update={"transitions": files.transitions}
+            if files.transitions is not None
+            else None,
         )
     finally:
         files.discard()  # (nothing is left once published)

@@ -99,7 +99,19 @@ class Reaper:
                 down = True
             except Exception:
                 log.exception("job recovery sweep failed")
+            self._start_due_runs()
             self._stop.wait(interval)
+
+    def _start_due_runs(self) -> None:
+        """A runner that is its own worker (the local one) starts the lists' scheduled
+        re-verifications that are due."""
+        start = getattr(self.runner, "start_due_runs", None)
+        if start is None:
+            return
+        try:
+            start()
+        except Exception as exc:  # (the database or Prefect down: the next sweep tries again)
+            log.warning("starting due scheduled re-verifications failed: %s", exc)
 
     def stop(self) -> None:
         self._stop.set()

@@ -1,8 +1,14 @@
 """The ``reverify-stored`` flow: verify a stored list again and report what changed.
 
-What to re-verify, in this order: a past job (``job_id``), a file (``file_path``), or —
-on the weekly schedule, with no parameters — every address whose latest verification
-is older than ``older_than_days``. Runs are operator work: nothing is charged.
+What to re-verify, in this order: a customer's list on its schedule (``account_id`` and
+``list_job_id``: see below), a past job (``job_id``), a file (``file_path``), or — on the
+weekly schedule, with no parameters — every address whose latest verification is older
+than ``older_than_days``. Runs of the last three are operator work: nothing is charged.
+
+A list's scheduled run (``flows/reverify_lists.py``) plans the schedule's next run, then
+makes a re-verification job of the owner's, charged like any bulk job (skipped, with the
+reason in its history and this run's log, when the balance is short), and runs it as a
+``bulk-verify`` subflow: the job's download and its webhook carry the transitions.
 
 Writes the new results to the history and a change report CSV
 (``<data_dir>/reports/reverify-<time>.csv``: email, previous_status, status,
@@ -21,14 +27,18 @@ from typing import Any
 
 import polars as pl
 from prefect import flow, get_run_logger
+from prefect.context import get_run_context
+from pydantic.json_schema import SkipJsonSchema
 
-from verimail.config import current_settings
-from verimail.flows.bulk import chunk_groups, prepare_addresses, verify_host_groups
+from verimail.config import Settings, current_settings
+from verimail.flows import reverify_lists as lists
+from verimail.flows.bulk import bulk_verify, chunk_groups, prepare_addresses, verify_host_groups
 from verimail.flows.context import engine_for, store_for
 from verimail.flows.failures import refused
 from verimail.flows.forms import FormError, shared_file
 from verimail.flows.summary import name_this_run, publish_table, transition_rows
 from verimail.store import jobs as job_store
+from verimail.store import reverify as reverify_store
 from verimail.tasks.bulk_io import append_history, job_dir, read_job_input, results_frame
 from verimail.tasks.csv_detect import UploadError
 from verimail.tasks.csv_io import distinct_in_order
@@ -71,7 +81,11 @@ def _artifact_name(job_id: int | None, file_path: str | None, older_than_days: i
 
 @flow(name="reverify-stored", persist_result=False, log_prints=True)
 async def reverify_stored(
-    job_id: int | None = None, file_path: str | None = None, older_than_days: int = 30
+    job_id: int | None = None,
+    file_path: str | None = None,
+    older_than_days: int = 30,
+    account_id: SkipJsonSchema[int | None] = None,
+    list_job_id: SkipJsonSchema[int | None] = None,
 ) -> Any:
     """Re-verify a job's, a file's, or all stale addresses; report status changes.
 
@@ -82,9 +96,15 @@ async def reverify_stored(
             again and compare with the history. Leave empty for a job or the stale addresses.
         older_than_days: With neither a job nor a file: re-verify every address whose
             latest verification is older than this many days.
+        account_id: (Set by a list's schedule, hidden from the form.) The list's owner.
+        list_job_id: (Set by a list's schedule, hidden from the form.) The list's first job.
     """
     settings = current_settings()
     logger = get_run_logger()
+    if list_job_id is not None:
+        if account_id is None:
+            return refused("A list's scheduled run needs both its account and its list.")
+        return await run_scheduled(settings, account_id, list_job_id)
     what = (
         f"job {job_id}"
         if job_id is not None
@@ -160,4 +180,70 @@ async def reverify_stored(
         "changed": len(changed),
         "transitions": dict(transitions),
         "report": str(report),
+    }
+
+
+async def run_scheduled(settings: Settings, account_id: int, list_job: int) -> dict[str, Any]:
+    """A list's scheduled run: plan the next one, then re-verify as the owner's job."""
+    logger = get_run_logger()
+    store = store_for(settings)
+    me = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
+    schedule = await asyncio.to_thread(
+        reverify_store.get_schedule, store.engine, account_id, list_job
+    )
+    changed = "the list's schedule was changed or cancelled after this run was planned"
+    if schedule is None or schedule.flow_run_id != me:
+        logger.info("list %s: nothing to do: %s", list_job, changed)
+        return {"list_job_id": list_job, "skipped": changed}
+    # The successor first: a run that fails below must not end the schedule.
+    when = lists.next_after(schedule.next_run_at, schedule.every_days, datetime.now(UTC))
+    planned = await lists.plan_run(settings, store, account_id, list_job, when)
+    if not await asyncio.to_thread(
+        reverify_store.set_flow_run,
+        store.engine,
+        schedule.id,
+        planned.flow_run_id,
+        when,
+        expected=me,
+    ):  # (changed or cancelled this very moment: neither run is the schedule's)
+        await lists.cancel_run(planned.flow_run_id, "the schedule changed meanwhile")
+        logger.info("list %s: nothing to do: %s", list_job, changed)
+        return {"list_job_id": list_job, "skipped": changed}
+    previous = await asyncio.to_thread(
+        reverify_store.latest_completed, store.engine, account_id, list_job
+    )
+    webhook_url, secret = await asyncio.to_thread(lists.list_webhook, store, account_id, list_job)
+    reason = None
+    job = None
+    if previous is None:
+        reason = "the list has no completed run to compare with"
+    else:
+        try:
+            job = await asyncio.to_thread(
+                lists.create_reverify_job, store, settings, previous,
+                webhook_url=webhook_url, webhook_secret=secret,
+                schedule_id=schedule.id, flow_run_id=me,
+            )  # fmt: skip
+        except lists.NotReverifiable as exc:
+            reason = str(exc)
+        else:
+            if job is None:
+                reason = await asyncio.to_thread(lists.short_of_credits, store, previous)
+    if job is None:
+        await asyncio.to_thread(
+            reverify_store.record_run, store.engine, None, account_id=account_id,
+            list_job=list_job, previous_job_id=previous.id if previous else list_job,
+            schedule_id=schedule.id, skipped_reason=reason, flow_run_id=me,
+        )  # fmt: skip
+        logger.warning("list %s of account %s skipped: %s", list_job, account_id, reason)
+        return {"list_job_id": list_job, "skipped": reason, "next_run_at": when.isoformat()}
+    logger.info("list %s of account %s: re-verifying as job %s", list_job, account_id, job.id)
+    await bulk_verify(job_id=job.id, attempt=job.attempt)
+    done = await asyncio.to_thread(job_store.get_job_any, store.engine, job.id)
+    return {
+        "list_job_id": list_job,
+        "job_id": job.id,
+        "status": done.status if done else None,
+        "transitions": (done.options or {}).get("transitions") if done else None,
+        "next_run_at": when.isoformat(),
     }

@@ -114,6 +114,10 @@ class LocalRunner:
             except Exception:  # the flow run itself will report what is wrong
                 log.exception("reaching the Prefect API failed")
 
+    def prefect_ready(self) -> None:
+        """Make sure Prefect answers before asking it something from another thread."""
+        self._ensure_prefect()
+
     def submit(self, kind: str, job_id: int, attempt: int | None = None) -> None:
         if attempt is None:
             attempt = _attempt_of(self.settings, job_id)
@@ -155,6 +159,38 @@ class LocalRunner:
                 _fail_if_unfinished(self.settings, job_id, error, attempt)
             with self._lock:
                 self._jobs.discard(job_id)
+
+    def start_due_runs(self) -> int:
+        """Claim the scheduled re-verification runs that are due and run them here: with
+        the local runner, this process is their worker (``flows/reverify_lists.py``).
+        Called by the reaper's sweep; Prefect is asked only when the store says one is due."""
+        from verimail.flows import reverify_lists
+
+        if not reverify_lists.any_due(self.settings):
+            return 0
+        self._ensure_prefect()
+        runs = reverify_lists.claim_due_runs(self.settings)
+        for run in runs:
+            future = self._pool.submit(self._run_flow_run, run)
+            with self._lock:
+                self._futures.add(future)
+            future.add_done_callback(self._forget)
+        reverify_lists.replan_lost_runs(self.settings)
+        return len(runs)
+
+    def _run_flow_run(self, flow_run: Any) -> None:
+        """Run a claimed flow run of ``reverify-stored`` (it reports its own failures)."""
+        from prefect.flow_engine import run_flow
+
+        from verimail.flows.reverify import reverify_stored
+
+        try:
+            with using_settings(self.settings):
+                asyncio.run(
+                    run_flow(reverify_stored, flow_run=flow_run, parameters=flow_run.parameters)
+                )
+        except BaseException as exc:
+            log.warning("scheduled run %s ended with %r", flow_run.id, exc)
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait for every submitted run (tests, shutdown)."""
@@ -297,6 +333,15 @@ class DeploymentRunner:
             if kind == "SCHEDULED" or (kind == "PENDING" and now - since < STARTING_LIMIT):
                 held.append(job_id)
         return sorted(held)
+
+    def start_due_runs(self) -> int:
+        """Workers start the lists' scheduled runs; this only replans a run that was lost
+        (see :func:`~verimail.flows.reverify_lists.replan_lost_runs`)."""
+        from verimail.flows import reverify_lists
+
+        if reverify_lists.any_due(self.settings):
+            reverify_lists.replan_lost_runs(self.settings)
+        return 0
 
     def shutdown(self) -> None:
         return None

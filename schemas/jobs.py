@@ -52,6 +52,18 @@ class BulkJob(BaseModel):
         description="Only in the creation response of a job with a `webhook_url`: the key of "
         "its `X-Verimail-Signature` (HMAC-SHA256 of `<timestamp>.<body>`).",
     )
+    reverify_of: int | None = Field(
+        None,
+        description="A re-verification: the job whose results it compares with (null for "
+        "an upload).",
+    )
+    transitions: dict[str, int] | None = Field(
+        None,
+        description="A completed re-verification: rows whose status changed since "
+        '`reverify_of`, by `"<previous>-><status>"` (e.g. `{"valid->invalid": 31}`); '
+        "null otherwise.",
+        examples=[{"valid->invalid": 31, "unknown->valid": 4}],
+    )
 
     @classmethod
     def of(cls, job: Any) -> BulkJob:
@@ -76,7 +88,16 @@ class BulkJob(BaseModel):
             created_at=job.created_at,
             completed_at=job.completed_at,
             failed_reason=job.failed_reason,
+            **_reverification(job.options or {}),
         )
+
+
+def _reverification(options: dict[str, Any]) -> dict[str, Any]:
+    """A re-verification job's fields, read from its options (none for an upload)."""
+    if options.get("reverify_of") is None:
+        return {}
+    transitions = options.get("transitions")
+    return {"reverify_of": int(options["reverify_of"]), "transitions": transitions}
 
 
 class JsonBulkCreated(BaseModel):

@@ -485,6 +485,7 @@ def mark_completed(
     attempt: int | None = None,
     now: datetime | None = None,
     publish: Callable[[], None] | None = None,
+    options_update: dict[str, Any] | None = None,
 ) -> bool:
     """processing → completed, refunding reserved credits beyond ``credits_used`` (given
     ``attempt``, only while that run has the job: :func:`run_owns`). ``publish`` (putting
@@ -494,7 +495,8 @@ def mark_completed(
     Reservations are an upper bound (1 per uploaded row); a job that charges less — say
     only unique addresses — gets the difference back here, in the same transaction.
     Jobs that charge as they go (finder CSV: ``charge`` per find) reserve 0 and just
-    record ``credits_used``. False, and nothing changed, unless the job was processing.
+    record ``credits_used``. ``options_update`` is merged into the job's ``options`` (a
+    re-verification's transitions). False, and nothing changed, unless the job was processing.
     """
     now = now or utcnow()
     with write_tx(engine) as conn:
@@ -516,6 +518,8 @@ def mark_completed(
         }
         if processed is not None:
             values["processed_emails"] = processed
+        if options_update:
+            values["options"] = json.dumps({**_options_of(job), **options_update})
         conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values))
     return True
 

@@ -223,3 +223,38 @@ domain_patterns = Table(
     CheckConstraint("finds >= 0", name="finds_nonnegative"),
     Index("ix_domain_patterns_domain", "domain"),
 )
+
+# Re-verification of a customer's list (store/reverify.py). A "list" is the job its owner
+# first uploaded (``list_job_id``); every re-verification of it is a job of its own.
+reverify_schedules = Table(
+    "reverify_schedules",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("account_id", Integer, ForeignKey("accounts.id", ondelete="CASCADE"), nullable=False),
+    Column("list_job_id", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("every_days", Integer, nullable=False),
+    Column("next_run_at", UTCDateTime, nullable=False),
+    # The Prefect flow run (state Scheduled) that will make the next run.
+    Column("flow_run_id", String(64), nullable=True),
+    Column("created_at", UTCDateTime, nullable=False, server_default=func.current_timestamp()),
+    CheckConstraint("every_days >= 1", name="every_days_positive"),
+    Index("ix_reverify_schedules_list_job_id", "list_job_id", unique=True),
+    Index("ix_reverify_schedules_account_id", "account_id"),
+)
+
+# One row per re-verification of a list, made or skipped: the list's history.
+reverify_runs = Table(
+    "reverify_runs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("account_id", Integer, ForeignKey("accounts.id", ondelete="CASCADE"), nullable=False),
+    Column("list_job_id", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    # The new job (NULL when the run was skipped) and the job it compares against.
+    Column("job_id", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=True),
+    Column("previous_job_id", Integer, nullable=False),
+    Column("schedule_id", Integer, nullable=True),  # (the schedule may be cancelled since)
+    Column("skipped_reason", Text, nullable=True),
+    Column("flow_run_id", String(64), nullable=True),
+    Column("created_at", UTCDateTime, nullable=False, server_default=func.current_timestamp()),
+    Index("ix_reverify_runs_list_job_id_id", "list_job_id", "id"),
+)

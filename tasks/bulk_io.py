@@ -43,6 +43,10 @@ from verimail.tasks.csv_io import (
 )
 
 SAFE_COLUMN = "Safe to Send"
+# A re-verification's download adds these after ``Safe to Send``: the row's status in the
+# run it was compared with, and whether it changed (``Yes``/``No``; empty without an address).
+PREVIOUS_COLUMN = "previous_status"
+CHANGED_COLUMN = "status_changed"
 RESULT_FIELDS = tuple(VerificationResult.model_fields)
 # Field -> column in results frames: ``email`` is ``verified_email`` there, beside the row's
 # own ``email`` cell and its ``normalised`` form.
@@ -215,6 +219,7 @@ class StagedFiles:
     results of the run that has it. :meth:`discard` removes what was never published."""
 
     moves: tuple[tuple[Path, Path], ...]
+    transitions: dict[str, int] | None = None  # a re-verification's, e.g. {"valid->invalid": 3}
 
     @classmethod
     def for_run(cls, directory: Path, run: int, names: Sequence[str]) -> StagedFiles:
@@ -236,24 +241,79 @@ class StagedFiles:
 
 
 def write_job_results(
-    directory: Path, upload: Path, job_input: JobInput, by_address: pl.DataFrame, *, run: int
+    directory: Path,
+    upload: Path,
+    job_input: JobInput,
+    by_address: pl.DataFrame,
+    *,
+    run: int,
+    previous: Path | None = None,
 ) -> StagedFiles:
     """Stage ``results.parquet`` and ``results.csv`` from :func:`results_frame`'s rows (one
-    per address) as run ``run``'s; :meth:`StagedFiles.publish` puts them in place."""
+    per address) as run ``run``'s; :meth:`StagedFiles.publish` puts them in place.
+
+    ``previous``: the ``results.parquet`` of the run a re-verification compares with; each
+    row then gets its ``previous_status`` there, and the files say what changed."""
     directory.mkdir(parents=True, exist_ok=True)
     files = StagedFiles.for_run(directory, run, ("results.parquet", "results.csv"))
     try:
         frame = _result_frame(job_input, by_address)
+        transitions = None
+        if previous is not None:
+            frame = with_previous_status(frame, previous)
+            transitions = count_transitions(frame)
         frame.write_parquet(files.staged("results.parquet"))
         safe = frame.get_column("safe_to_send").fill_null(False)
         values = ["Yes" if v else "No" for v in safe.to_list()]
         out = files.staged("results.csv")
-        write_results_csv(upload, job_input.info, out, {SAFE_COLUMN: values})
+        columns = {SAFE_COLUMN: values, **change_columns(frame)}
+        write_results_csv(upload, job_input.info, out, columns)
         save_info(directory, job_input.info)
     except BaseException:
         files.discard()
         raise
-    return files
+    return StagedFiles(files.moves, transitions)
+
+
+def with_previous_status(frame: pl.DataFrame, previous: Path) -> pl.DataFrame:
+    """``frame`` (one row per data row) with ``previous_status``: the status its address had
+    in the results at ``previous`` (null for a row without an address or one not there)."""
+    before = (
+        pl.read_parquet(previous, columns=["normalised", "status"])
+        .drop_nulls("normalised")
+        .unique("normalised", keep="first", maintain_order=True)
+        .rename({"status": PREVIOUS_COLUMN})
+    )
+    return frame.join(before, on="normalised", how="left", maintain_order="left")
+
+
+def count_transitions(frame: pl.DataFrame) -> dict[str, int]:
+    """Rows whose status differs from their previous one, by ``"<previous>-><status>"``
+    (rows, like the job's counts: an address on two rows counts twice)."""
+    changed = frame.filter(
+        pl.col("status").is_not_null()
+        & pl.col(PREVIOUS_COLUMN).is_not_null()
+        & (pl.col("status") != pl.col(PREVIOUS_COLUMN))
+    )
+    keys = (changed.get_column(PREVIOUS_COLUMN) + "->" + changed.get_column("status")).to_list()
+    counts: dict[str, int] = {}
+    for key in keys:
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
+def change_columns(frame: pl.DataFrame) -> dict[str, list[str]]:
+    """A re-verification's ``previous_status`` and ``status_changed`` cells, in row order;
+    nothing for a frame without previous statuses (a first run)."""
+    if PREVIOUS_COLUMN not in frame.columns:
+        return {}
+    previous = frame.get_column(PREVIOUS_COLUMN).to_list()
+    status = frame.get_column("status").to_list()
+    changed = [
+        "" if now is None or before is None else ("Yes" if now != before else "No")
+        for before, now in zip(previous, status, strict=True)
+    ]
+    return {PREVIOUS_COLUMN: [v or "" for v in previous], CHANGED_COLUMN: changed}
 
 
 SEGMENTS: dict[str, tuple[str, ...]] = {
@@ -319,13 +379,13 @@ def results_csv(
     if out.exists():
         return out
     fields = ["row", "safe_to_send", "status", *(DETAIL_NAMES.values() if details else ())]
-    frame = pl.read_parquet(directory / "results.parquet", columns=list(dict.fromkeys(fields)))
-    frame = frame.sort("row")
+    frame = _read_results(directory, list(dict.fromkeys(fields)))
     columns: dict[str, list[str]] = {
         SAFE_COLUMN: ["Yes" if v else "No" for v in frame.get_column("safe_to_send").to_list()]
     }
     if details:
         columns.update(_details(frame))
+    columns.update(change_columns(frame))  # (a re-verification's, after the rest)
     keep = None
     if segment is not None:
         keep = frame.get_column("status").is_in(SEGMENTS[segment]).fill_null(False).to_list()
@@ -340,6 +400,15 @@ def results_csv(
     )
     tmp.replace(out)
     return out
+
+
+def _read_results(directory: Path, columns: list[str]) -> pl.DataFrame:
+    """``columns`` of the job's results in row order, and a re-verification's previous
+    statuses when it has them."""
+    path = directory / "results.parquet"
+    if PREVIOUS_COLUMN in pl.read_parquet_schema(path):
+        columns = [*columns, PREVIOUS_COLUMN]
+    return pl.read_parquet(path, columns=columns).sort("row")
 
 
 def segment_parquet(directory: Path, segment: str) -> Path:
@@ -452,3 +521,23 @@ def append_history(
     frame.write_parquet(tmp)
     tmp.replace(path)
     return path
+
+
+def change_report_csv(directory: Path) -> Path:
+    """A re-verification's change report (made once): the rows whose status changed, as
+    ``row, email, previous_status, status, reason`` (UTF-8; ``row`` counts data rows from 1)."""
+    out = directory / "changes.csv"
+    if out.exists():
+        return out
+    frame = _read_results(directory, ["row", "email", "status", "reason"])
+    if PREVIOUS_COLUMN not in frame.columns:
+        raise ValueError("not a re-verification: its results have no previous statuses")
+    changed = frame.filter(
+        pl.col("status").is_not_null()
+        & pl.col(PREVIOUS_COLUMN).is_not_null()
+        & (pl.col("status") != pl.col(PREVIOUS_COLUMN))
+    ).select((pl.col("row") + 1).alias("row"), "email", PREVIOUS_COLUMN, "status", "reason")
+    tmp = out.with_suffix(f".{uuid.uuid4().hex}.tmp")
+    changed.write_csv(tmp)
+    tmp.replace(out)
+    return out

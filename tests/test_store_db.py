@@ -37,7 +37,7 @@ def test_migrations_create_every_table_and_are_idempotent(backend: str, tmp_path
         second = init_store(settings)  # a second start-up: must be a no-op
         try:
             migrate(first.engine)
-            assert current_revision(first.engine) == "0003"
+            assert current_revision(first.engine) == "0004"
             tables = set(inspect(first.engine).get_table_names())
             assert {
                 "accounts",
@@ -46,11 +46,13 @@ def test_migrations_create_every_table_and_are_idempotent(backend: str, tmp_path
                 "jobs",
                 "ended_sessions",
                 "domain_patterns",
+                "reverify_schedules",
+                "reverify_runs",
                 "alembic_version",
             } <= tables
             with first.engine.connect() as conn:
                 versions = conn.execute(text("SELECT version_num FROM alembic_version")).all()
-            assert [v[0] for v in versions] == ["0003"]
+            assert [v[0] for v in versions] == ["0004"]
         finally:
             first.close()
             second.close()

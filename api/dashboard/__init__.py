@@ -21,6 +21,7 @@ def install_dashboard(app: FastAPI) -> None:
     from fastapi.staticfiles import StaticFiles
 
     from verimail.api.dashboard import finder, results
+    from verimail.api.dashboard.reverify import router as reverify_router
     from verimail.api.dashboard.routes import router
     from verimail.api.dashboard.web import PREFIX, STATIC_DIR
 
@@ -28,4 +29,5 @@ def install_dashboard(app: FastAPI) -> None:
     # The pages split by resource come before the main router, whose catch-all ends it.
     app.include_router(results.router)
     app.include_router(finder.router)
+    app.include_router(reverify_router)
     app.include_router(router)

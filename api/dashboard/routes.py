@@ -33,6 +33,7 @@ from verimail.api.dashboard import finder as finder_pages
 from verimail.api.dashboard import results as results_pages
 from verimail.api.dashboard.insights import account_charts
 from verimail.api.dashboard.progress import progress_fields
+from verimail.api.dashboard.reverify import reverify_panel
 from verimail.api.dashboard.security import (
     LOGIN_FAILURES,
     LOGIN_WINDOW_SECONDS,
@@ -480,7 +481,12 @@ async def job_page(
     return render(
         request,
         "job.html",
-        {"row": row, "filename": filename, **results_pages.job_extras(job, row["view"])},
+        {
+            "row": row,
+            "filename": filename,
+            **results_pages.job_extras(job, row["view"]),
+            **await reverify_panel(store, job),
+        },
         account=account,
     )
 
