@@ -106,6 +106,20 @@ class Settings(BaseSettings):
         5.0, ge=0, description="Seconds before the first greylist retry (doubles each time)."
     )
 
+    greylist_retry_after: int = Field(
+        300,
+        ge=1,
+        description="`retry_after` (seconds) of a greylisted result when the server's reply "
+        "names no delay (postgrey's default delay is 300 s).",
+    )
+    verify_timeout: float = Field(
+        10.0,
+        ge=1,
+        le=60,
+        description="Default `timeout` (seconds) of a synchronous call (single, batch, find, "
+        "CLI `verify`): what is not settled by then is answered `unknown`.",
+    )
+
     # --- reference lists ----------------------------------------------------------
     disposable_extra: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="More disposable domains, comma-separated."

@@ -281,6 +281,13 @@ class TestbedSMTP(SMTP):
             self.runtime.stats.session_closed(self.runtime.name)
         super().connection_lost(error)
 
+    def eof_received(self) -> bool | None:
+        """The client hung up: close our side at once, as an MTA does when it reads EOF.
+        aiosmtpd kept the half-closed connection (and its session counted ``active``) until
+        its next write — a slow greeting's 30 s — so a client's hang-up did not show."""
+        super().eof_received()
+        return False  # (False: asyncio closes the transport, and connection_lost counts it)
+
     # ------------------------------------------------------------------ replies
     async def push(self, status: Any) -> None:
         """Wait before the first line of every reply: ``reply_delay`` plus any tarpit."""

@@ -33,6 +33,7 @@ from verimail.api.errors import (
     ValidationErrorBody,
     error_doc,
 )
+from verimail.api.models import CallTimeout
 from verimail.config import Settings
 from verimail.store.accounts import Account
 from verimail.store.credits import balance
@@ -42,7 +43,7 @@ from verimail.tasks.finder import (
     FinderResult,
     NameField,
     check_name_part,
-    find_email,
+    find_email_within,
     normalise_finder_domain,
 )
 from verimail.tasks.host_slots import urgent
@@ -82,6 +83,8 @@ class FindEmailRequest(BaseModel):
         description="Company domain, e.g. `example.com`. A URL or `www.` prefix is trimmed; "
         "IP addresses and single-label names are refused (422).",
     )
+
+    timeout: CallTimeout = None
 
     @field_validator("first_name", "last_name")
     @classmethod
@@ -223,7 +226,8 @@ async def find_email_route(
         )
     try:
         with urgent():
-            result = await find_email(
+            result = await find_email_within(
+                body.timeout or settings.verify_timeout,
                 engine,
                 body.first_name,
                 body.last_name,
