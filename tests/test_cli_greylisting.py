@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import subprocess
 
-from api_helpers import VERIMAIL_BIN, clean_env, env_for_testbed
+from api_helpers import VERIMAIL_BIN, clean_env, env_for_testbed, host_per_domain
 
-from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
+from verimail.testbed.world import HostBehaviour, World
 
 
 def _world() -> World:
@@ -16,10 +16,7 @@ def _world() -> World:
         "grey.test": HostBehaviour(mailboxes={"alice", "bob"}, greylist_delay=1.0),
         "silent.test": HostBehaviour(hostile="silent"),
     }
-    return World.of(
-        hosts=[HostSpec(f"mx.{d}", b) for d, b in hosts.items()],
-        domains=[DomainSpec(d, mx=[(10, f"mx.{d}")]) for d in hosts],
-    )
+    return host_per_domain(hosts)
 
 
 def _verify(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -9,10 +9,10 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
-from api_helpers import RunningApp, assert_error_body, running_app, total_balance
+from api_helpers import RunningApp, assert_error_body, host_per_domain, running_app, total_balance
 
 from verimail.testbed.server import Testbed
-from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
+from verimail.testbed.world import HostBehaviour, World
 
 SINGLE = "/api/verify/single"
 BATCH = "/api/verify/batch"
@@ -30,10 +30,7 @@ HOSTS = {
 
 
 def deadline_world() -> World:
-    return World.of(
-        hosts=[HostSpec(f"mx.{d}", b) for d, b in HOSTS.items()],
-        domains=[DomainSpec(d, mx=[(10, f"mx.{d}")]) for d in HOSTS],
-    )
+    return host_per_domain(HOSTS)
 
 
 @pytest.fixture
