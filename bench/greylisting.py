@@ -6,7 +6,7 @@ deferred retries do for a job on postgrey-style hosts.
    values, with the servers' own timeouts far beyond them: the worst answer time.
 2. A JSON bulk job of ``--size`` addresses, ``--grey-share`` of them on postgrey hosts
    (delay ``--grey-delay`` s), on the local runner: with deferred retries (first retry
-   ``--grey-delay`` + 5 s after the pass) and without (``retry_unknowns=false``). The
+   ``--grey-delay`` + a sixth of it after the pass) and without (``retry_unknowns=false``). The
    in-run greylist back-off is off, so the comparison is of the deferred retries alone.
 
 ``python -m bench.greylisting [--timeouts 1,2,5] [--size 1000] [--grey-delay 30]``
@@ -35,8 +35,8 @@ SLOW_HOSTS = {
     "tarpit": HostBehaviour(mailboxes={"alice"}, tarpit_delay=120),
     "postgrey": HostBehaviour(mailboxes={"alice"}, greylist_delay=300),
     "silent": HostBehaviour(hostile="silent"),
-    "mute_after_ehlo": HostBehaviour(hostile="mute_after_ehlo"),
-    "slow_greeting": HostBehaviour(mailboxes={"alice"}, reply_delay=120),
+    "mute-after-ehlo": HostBehaviour(hostile="mute_after_ehlo"),
+    "slow-greeting": HostBehaviour(mailboxes={"alice"}, reply_delay=120),
 }
 PLAIN_DOMAINS = 8
 GREY_DOMAINS = 2
@@ -62,7 +62,7 @@ def _settings(tb: Testbed, data_dir: Path, **extra: Any) -> Settings:
         smtp_connect_timeout=120.0,
         smtp_command_timeout=120.0,
         smtp_greylist_retries=0,
-        prefect_warm_up=True,
+        prefect_warm_up=False,
         **tb.settings_overrides(),
         **extra,
     )
@@ -127,13 +127,12 @@ async def _job(
     settings = _settings(
         tb,
         data_dir / ("job-retry" if retry else "job-plain"),
-        job_retry_delay=grey_delay + 5,
+        job_retry_delay=grey_delay + max(1.0, grey_delay / 6),
         job_retry_passes=2,
         job_retry_max_wait=10 * grey_delay,
     )
 
     async def work(client: httpx.AsyncClient, key: str, app: Any) -> dict[str, Any]:
-        await asyncio.to_thread(app.state.runner.warm_up().join)  # (Prefect up: not timed)
         headers = {"Authorization": f"Bearer {key}"}
         started = time.perf_counter()
         created = await client.post(
@@ -153,7 +152,13 @@ async def _job(
                 break
             await asyncio.sleep(0.1)
         wall = time.perf_counter() - started
-        grey = [r for r in body["results"] if "@grey" in r["email"]]
+        results: list[dict[str, Any]] = []
+        while len(results) < body["total_emails"]:
+            page = await client.get(
+                url, params={"offset": len(results), "limit": 1000}, headers=headers
+            )
+            results += page.json()["results"]
+        grey = [r for r in results if "@grey" in r["email"]]
         return {
             "wall": wall,
             "first_pass": first_pass,
@@ -167,6 +172,19 @@ async def _job(
         }
 
     return await _app_session(settings, work)
+
+
+def _prefect() -> Any:
+    """A temporary Prefect server for the jobs (the suite's own when PREFECT_API_URL names
+    one), given time to start on a loaded machine."""
+    import contextlib
+    import os
+
+    from prefect.testing.utilities import prefect_test_harness
+
+    if os.environ.get("PREFECT_API_URL"):
+        return contextlib.nullcontext()
+    return prefect_test_harness(server_startup_timeout=180)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -186,10 +204,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             deadlines = asyncio.run(_deadlines(tb, Path(tmp), timeouts))
-            tb.reset_greylist()
-            with_retry = asyncio.run(_job(tb, Path(tmp), emails, args.grey_delay, True))
-            tb.reset_greylist()
-            without = asyncio.run(_job(tb, Path(tmp), emails, args.grey_delay, False))
+            with _prefect():  # (started before the clock: not part of the figures)
+                # A process's first flow run pays Prefect's start-up: a one-address job first.
+                asyncio.run(_job(tb, Path(tmp) / "warm", emails[:1], args.grey_delay, False))
+                tb.reset_greylist()
+                with_retry = asyncio.run(_job(tb, Path(tmp), emails, args.grey_delay, True))
+                tb.reset_greylist()
+                without = asyncio.run(_job(tb, Path(tmp), emails, args.grey_delay, False))
     finally:
         tb.stop()
     jobs = Table(

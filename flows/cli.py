@@ -5,11 +5,19 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -50,13 +58,20 @@ def _run_here(settings, store, kind: str, job_id: int, total: int):  # type: ign
 
     runner = LocalRunner(settings)
     runner.submit(kind, job_id)
-    columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=console, transient=True) as progress:
-        bar = progress.add_task("working", total=max(total, 1))
+        bar = progress.add_task("verifying", total=max(total, 1))
         while True:
             current = job_store.get_job_any(store.engine, job_id)
             assert current is not None
-            progress.update(bar, completed=current.processed_emails)
+            progress.update(
+                bar, completed=current.processed_emails, description=phase_line(current)
+            )
             if current.finished:
                 break
             time.sleep(0.2)
@@ -66,6 +81,17 @@ def _run_here(settings, store, kind: str, job_id: int, total: int):  # type: ign
         console.print(Text.assemble((f"job {job_id} failed: ", "red"), current.failed_reason or ""))
         raise typer.Exit(1)
     return current
+
+
+def phase_line(job: Any) -> str:
+    """The job's phase for the progress line (deferred retries: docs/greylisting.md)."""
+    state = job.retry
+    if state.get("phase") == "waiting_to_retry":
+        at = datetime.fromisoformat(state["next_retry_at"]).astimezone()
+        return f"{state['waiting']} greylisted/put off: retry at {at:%H:%M:%S}"
+    if state.get("phase") == "retrying":
+        return f"retrying {state['waiting']}"
+    return "verifying"
 
 
 def _results_path(out: Path | None, default: Path) -> Path:

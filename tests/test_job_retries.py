@@ -134,3 +134,25 @@ async def test_a_restart_during_the_wait_loses_nothing(settings, tb):
         assert done["status"] == "completed", done
         assert done["unknown_count"] == 0 and done["credits_refunded"] == 0
         assert total_balance(again.store, customer.account_id) == 94
+
+
+async def test_the_dashboard_job_page_says_the_job_waits(settings, tb):
+    from test_dashboard import browser, logged_in, make_user
+
+    from verimail.store.accounts import create_api_key
+
+    async with running_app(settings) as app:
+        user = make_user(app, "grey@example.com")
+        key, _ = create_api_key(app.store.engine, user.id, name="test")
+        headers = {"Authorization": f"Bearer {key}"}
+        created = await app.client.post(
+            "/api/verify/bulk", json={"emails": EMAILS}, headers=headers
+        )
+        job_id = created.json()["job_id"]
+        url = f"/api/verify/bulk/{job_id}"
+        await _poll_until(app.client, url, headers, _waiting)
+        async with browser(app) as client:
+            await logged_in(client, "grey@example.com")
+            page = (await client.get(f"/dashboard/jobs/{job_id}")).text
+        assert "Waiting to retry 3 greylisted or temporarily failed addresses" in page
+        await poll_job(app.client, url, headers)
