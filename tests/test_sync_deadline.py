@@ -172,3 +172,19 @@ async def test_find_email_answers_by_the_deadline_and_charges_nothing(
         customer.headers,
     )
     assert found["status"] == "found"
+
+
+@pytest.mark.parametrize(
+    ("reply", "seconds"),
+    [
+        ("450 4.2.0 Greylisted, try again later", 300),
+        ("450 4.7.1 Greylisted, please try again in 5 minutes", 300),
+        ("451 4.7.1 Please retry in 120 seconds", 120),
+        ("450 Service unavailable, wait 45 s", 45),
+        (None, 300),
+    ],
+)
+def test_retry_after_reads_the_servers_own_figure(reply: str | None, seconds: int) -> None:
+    from verimail.tasks.smtp_replies import retry_after_hint
+
+    assert retry_after_hint(reply, 300) == seconds
