@@ -140,6 +140,13 @@ def _flow_run_id() -> str | None:
     return None
 
 
+def _from_deployment() -> bool:
+    """This flow run is a deployment's (a worker runs it), not the local runner's."""
+    with contextlib.suppress(Exception):
+        return get_run_context().flow_run.deployment_id is not None
+    return False
+
+
 def create_job_for_file(
     store: Store, settings: Settings, file_path: str, account_id: int, email_column: str | None
 ) -> int:
@@ -251,17 +258,20 @@ async def _park(
         summary["retry_pass"],
         summary["next_retry_at"].isoformat(),
     )
-    if settings.runner == "deployment":  # (the local runner schedules it when we return)
-        from verimail.flows.runner import DeploymentRunner
+    if _from_deployment():  # (the local runner schedules it when we return)
+        from prefect.deployments import run_deployment
 
-        await asyncio.to_thread(
-            DeploymentRunner(settings).submit,
-            "bulk",
-            job.id,
-            job.attempt,
-            retry_pass=summary["retry_pass"],
-            at=summary["next_retry_at"],
+        from verimail.flows.runner import DEPLOYMENTS
+
+        parameters = {"job_id": job.id, "attempt": job.attempt, "retry_pass": summary["retry_pass"]}
+        scheduled = await run_deployment(  # type: ignore[misc]
+            DEPLOYMENTS["bulk"],
+            parameters=parameters,
+            scheduled_time=summary["next_retry_at"],
+            timeout=0,
+            as_subflow=False,
         )
+        await _db(job_store.set_flow_run_id, store.engine, job.id, str(scheduled.id))
     return {**summary, "next_retry_at": summary["next_retry_at"].isoformat()}
 
 
