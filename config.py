@@ -106,6 +106,20 @@ class Settings(BaseSettings):
         5.0, ge=0, description="Seconds before the first greylist retry (doubles each time)."
     )
 
+    greylist_retry_after: int = Field(
+        300,
+        ge=1,
+        description="`retry_after` (seconds) of a greylisted result when the server's reply "
+        "names no delay (postgrey's default delay is 300 s).",
+    )
+    verify_timeout: float = Field(
+        10.0,
+        ge=1,
+        le=60,
+        description="Default `timeout` (seconds) of a synchronous call (single, batch, find, "
+        "CLI `verify`): what is not settled by then is answered `unknown`.",
+    )
+
     # --- reference lists ----------------------------------------------------------
     disposable_extra: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="More disposable domains, comma-separated."
@@ -151,6 +165,24 @@ class Settings(BaseSettings):
     )
     job_max_attempts: int = Field(
         2, ge=1, description="Runs of one job (first + resumes) before it fails with a refund."
+    )
+    job_retry_passes: int = Field(
+        2,
+        ge=0,
+        description="Deferred retry passes of a job's greylisted and temporarily failed "
+        "addresses (0: none; a job may opt out with `retry_unknowns=false`).",
+    )
+    job_retry_delay: float = Field(
+        900.0,
+        gt=0,
+        description="Seconds from the end of a job's pass to its first deferred retry pass; "
+        "each later pass waits twice the one before.",
+    )
+    job_retry_max_wait: float = Field(
+        3600.0,
+        ge=0,
+        description="Most seconds of deferred-retry delay one job may add in all (a pass "
+        "that would pass it is not planned).",
     )
     prefect_warm_up: bool = Field(
         True, description="Start Prefect's embedded server at API start-up (local runner)."

@@ -64,6 +64,11 @@ MORE = [
 ]
 
 
+DEMO_RETRIES = {"job_retry_delay": 20.0, "job_retry_max_wait": 60.0}
+"""The demo world's greylisting clears in seconds: a job's deferred retry comes after 20 s
+(then 40 s), not the production 15 min (docs/greylisting.md)."""
+
+
 def demo_key(store: Store, data_dir: Path) -> str:
     """The demo account's raw key: the saved one if it still works, else a new one."""
     key_path = data_dir / KEY_FILE
@@ -153,10 +158,12 @@ async def _show_bulk(
     last = None
     for _ in range(1200):
         job = (await client.get(f"/api/bulk/{job_id}", headers=headers)).json()
-        state = (job["status"], job["processed_emails"])
+        state = (job["status"], job["processed_emails"], job.get("phase"))
         if state != last:
+            phase = f" ({job['phase']})" if job.get("phase") else ""
             console.print(
-                f"  {job['status']}: {job['processed_emails']}/{job['total_emails']}", **plain
+                f"  {job['status']}{phase}: {job['processed_emails']}/{job['total_emails']}",
+                **plain,
             )
             last = state
         if job["status"] in ("completed", "failed"):
@@ -323,6 +330,7 @@ def demo_command(
             database_url=f"sqlite:///{data_dir / 'verimail.db'}",
             redis_url=None,
             **tb.settings_overrides(),
+            **DEMO_RETRIES,
         )
         store = init_store(settings)
         try:

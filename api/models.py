@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from verimail.schemas.results import VerificationResult
 from verimail.store.tables import MAX_EMAIL_LENGTH  # (longer is a 422)
+from verimail.tasks.engine import TIMEOUT_MAX, TIMEOUT_MIN
 
 MAX_BATCH = 500
 """Most addresses per batch request (SPEC §8)."""
@@ -35,12 +36,27 @@ EmailText = Annotated[
 ]
 
 
+CallTimeout = Annotated[
+    float | None,
+    Field(
+        ge=TIMEOUT_MIN,
+        le=TIMEOUT_MAX,
+        description="Deadline of the call in seconds, 1 to 60 (default 10, the "
+        "`VERIMAIL_VERIFY_TIMEOUT` setting). What is not settled by then is answered "
+        "`unknown` with `sub_status` `timeout` (or `greylisted`, with `retry_after`); the "
+        "answer never comes later than the deadline. Greylisting is never waited out here.",
+        examples=[10],
+    ),
+]
+
+
 class SingleRequest(BaseModel):
     """Body of `POST /api/verify/single`: the address to verify."""
 
     model_config = ConfigDict(json_schema_extra={"example": {"email": "alice@example.com"}})
 
     email: EmailText
+    timeout: CallTimeout = None
 
 
 class BatchRequest(BaseModel):
@@ -56,6 +72,7 @@ class BatchRequest(BaseModel):
         description="1 to 500 addresses. Each submitted address costs 1 credit, duplicates "
         "included; a duplicate is verified only once.",
     )
+    timeout: CallTimeout = None
 
 
 class VerifyResult(VerificationResult):

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import acreate_progress_artifact, aupdate_progress_artifact
 from prefect.cache_policies import NO_CACHE
@@ -28,6 +29,7 @@ from prefect.context import get_run_context
 from pydantic.json_schema import SkipJsonSchema
 
 from verimail.config import Settings, current_settings
+from verimail.flows import retries
 from verimail.flows.context import db_retried, engine_for, no_such_job, store_for
 from verimail.flows.failures import customer_reason, ends_the_process, refused
 from verimail.flows.forms import (
@@ -58,6 +60,7 @@ from verimail.tasks.bulk_io import (
     append_history,
     job_dir,
     read_job_input,
+    results_frame,
     write_job_results,
 )
 from verimail.tasks.csv_detect import UploadError
@@ -124,10 +127,13 @@ class _Tally:
         self.processed = 0
 
     def add(self, results: Iterable[tuple[str, VerificationResult]]) -> None:
-        for address, result in results:
+        self.add_statuses((address, result.status.value) for address, result in results)
+
+    def add_statuses(self, statuses: Iterable[tuple[str, str]]) -> None:
+        for address, status in statuses:
             n = self.rows.get(address, 1)
             self.processed += n
-            for column in STATUS_COUNTS[result.status.value]:
+            for column in STATUS_COUNTS[status]:
                 self.counts[column] += n
 
     def job_counts(self) -> dict[str, int]:
@@ -145,6 +151,13 @@ def _flow_run_id() -> str | None:
     with contextlib.suppress(Exception):
         return str(get_run_context().flow_run.id)
     return None
+
+
+def _from_deployment() -> bool:
+    """This flow run is a deployment's (a worker runs it), not the local runner's."""
+    with contextlib.suppress(Exception):
+        return get_run_context().flow_run.deployment_id is not None
+    return False
 
 
 def create_job_for_file(
@@ -204,6 +217,7 @@ async def bulk_verify(
     email_column: SkipJsonSchema[str | None] = None,
     attempt: SkipJsonSchema[int | None] = None,
     verify: BulkVerifyForm | SkipJsonSchema[None] = None,
+    retry_pass: SkipJsonSchema[int] = 0,
 ) -> Any:
     """Verify a CSV file for an account, or (the API's runs) a bulk job.
 
@@ -237,8 +251,17 @@ async def bulk_verify(
     if job.status == "pending":
         await _db(job_store.mark_processing, store.engine, job.id, flow_run_id=_flow_run_id())
         metrics.observe_queue_wait(job.kind, job.created_at)
+    if retry_pass:
+        claimed = await _db(
+            job_store.claim_retry_pass, store.engine, job.id, job.attempt, retry_pass
+        )
+        if not claimed:  # (another run started this pass, or the job moved on)
+            return superseded_outcome(job, attempt)
+        work = _retry(settings, store, job, retry_pass)
+    else:
+        work = _run(settings, store, job)
     try:
-        summary = await as_owner(store, job, settings.job_stale_after, _run(settings, store, job))
+        summary = await as_owner(store, job, settings.job_stale_after, work)
     except Superseded:  # a later run has the job: it is not this run's to fail
         return superseded_outcome(job)
     except BaseException as exc:
@@ -256,10 +279,55 @@ async def bulk_verify(
             await notify_job(settings, job.id)
         await publish_job_summary(settings, store, job.id)
         raise
+    if summary["status"] == "waiting_to_retry":
+        return await _park(settings, store, job, summary)
     # (Outside the try: a run cancelled while it delivers must not deliver again as failed.)
     await notify_job(settings, job.id)
     await publish_job_summary(settings, store, job.id)
     return summary
+
+
+async def _park(
+    settings: Settings, store: Store, job: job_store.Job, summary: dict[str, Any]
+) -> dict[str, Any]:
+    """Park the job until its next pass (after the run's heartbeat stopped: a last beat
+    must not overwrite the future one) and, with workers, schedule that pass in Prefect."""
+    parked = await _db(
+        job_store.park_for_retry,
+        store.engine,
+        job.id,
+        job.attempt,
+        retry_pass=summary["retry_pass"],
+        waiting=summary["retry_waiting"],
+        next_retry_at=summary["next_retry_at"],
+        waited=summary["waited"],
+        processed=summary["processed"],
+        counts=summary["counts"],
+    )
+    if not parked:
+        return superseded_outcome(job)
+    get_run_logger().info(
+        "job %s: %s addresses wait for retry pass %s at %s",
+        job.id,
+        summary["retry_waiting"],
+        summary["retry_pass"],
+        summary["next_retry_at"].isoformat(),
+    )
+    if _from_deployment():  # (the local runner schedules it when we return)
+        from prefect.deployments import run_deployment
+
+        from verimail.flows.runner import DEPLOYMENTS
+
+        parameters = {"job_id": job.id, "attempt": job.attempt, "retry_pass": summary["retry_pass"]}
+        scheduled = await run_deployment(  # type: ignore[misc]
+            DEPLOYMENTS["bulk"],
+            parameters=parameters,
+            scheduled_time=summary["next_retry_at"],
+            timeout=0,
+            as_subflow=False,
+        )
+        await _db(job_store.set_flow_run_id, store.engine, job.id, str(scheduled.id))
+    return {**summary, "next_retry_at": summary["next_retry_at"].isoformat()}
 
 
 async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str, Any]:
@@ -334,6 +402,90 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
         await asyncio.gather(*pending, return_exceptions=True)  # they hang up first
     by_address = await asyncio.to_thread(sink.frame)
     await still_owned(store, job)
+    waiting = await _park_or_finish(settings, job, directory, by_address, tally, done_pass=0)
+    if waiting is not None:
+        sink.remove()
+        return waiting
+    return await _finish(settings, store, job, upload, job_input, by_address, tally, prepared, sink)
+
+
+async def _park_or_finish(
+    settings: Settings,
+    job: job_store.Job,
+    directory: Path,
+    by_address: Any,
+    tally: _Tally,
+    *,
+    done_pass: int,
+) -> dict[str, Any] | None:
+    """After pass ``done_pass``: the summary of a job to park (its results saved for the
+    next pass), or None when it finishes now (nothing to retry, or no pass left)."""
+    if not retries.enabled(settings, job):
+        return None
+    waiting = retries.parked(by_address)
+    waited = float(job.retry.get("waited", 0.0)) if done_pass else 0.0
+    planned = retries.plan(settings, done_pass, waited) if waiting else None
+    if planned is None:
+        return None
+    retry_pass, at, waited = planned
+    await asyncio.to_thread(retries.save_state, directory, by_address)
+    return {
+        "job_id": job.id,
+        "status": "waiting_to_retry",
+        "retry_pass": retry_pass,
+        "retry_waiting": len(waiting),
+        "next_retry_at": at,
+        "waited": waited,
+        "processed": tally.processed,
+        "counts": tally.job_counts(),
+    }
+
+
+async def _retry(
+    settings: Settings, store: Store, job: job_store.Job, retry_pass: int
+) -> dict[str, Any]:
+    """Deferred pass ``retry_pass``: ask the parked addresses again, replace their rows,
+    then park again or finish. Other addresses keep the results they had."""
+    engine = engine_for(settings)
+    directory = job_dir(settings.data_dir, job.id)
+    upload = Path(job.upload_path or directory / "upload.csv")
+    job_input: JobInput = await asyncio.to_thread(
+        read_job_input, upload, job.email_column, settings.upload_max_rows
+    )
+    earlier = await asyncio.to_thread(pl.read_parquet, retries.state_path(directory))
+    again = retries.parked(earlier)
+    fresh: dict[str, VerificationResult] = {}
+    async for raw, result in engine.stream(again):
+        fresh[raw] = result
+    by_address = pl.concat(
+        [earlier.filter(~pl.col("normalised").is_in(again)), results_frame(fresh)]
+    )
+    tally = _Tally(job_input.row_counts())
+    tally.add_statuses(zip(by_address["normalised"], by_address["status"], strict=True))
+    await still_owned(store, job)
+    waiting = await _park_or_finish(
+        settings, job, directory, by_address, tally, done_pass=retry_pass
+    )
+    if waiting is not None:
+        return waiting
+    summary = await _finish(settings, store, job, upload, job_input, by_address, tally, None, None)
+    retries.state_path(directory).unlink(missing_ok=True)
+    return summary
+
+
+async def _finish(
+    settings: Settings,
+    store: Store,
+    job: job_store.Job,
+    upload: Path,
+    job_input: JobInput,
+    by_address: Any,
+    tally: _Tally,
+    prepared: Prepared | None,
+    sink: ResultSink | None,
+) -> dict[str, Any]:
+    """The last pass's end: history, result files, and the job completed (credits settled)."""
+    directory = job_dir(settings.data_dir, job.id)
     await asyncio.to_thread(
         append_history,
         settings.data_dir,
@@ -352,7 +504,8 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
         run=job.attempt,
         previous=_previous_results(settings, job),
     )
-    sink.remove()
+    if sink is not None:
+        sink.remove()
     await complete_run(
         store,
         job,
@@ -365,7 +518,7 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
         "job_id": job.id,
         "status": "completed",
         **tally.job_counts(),
-        **prepared.stats.as_dict(),
+        **(prepared.stats.as_dict() if prepared is not None else {}),
     }
 
 

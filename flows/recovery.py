@@ -20,10 +20,13 @@ from verimail.flows.context import store_for
 from verimail.flows.notify import deliver_owed_webhooks, notify_job_soon
 from verimail.flows.runner import JobRunner
 from verimail.store import jobs as job_store
+from verimail.store.db import utcnow
 
 log = logging.getLogger(__name__)
 
 RUNNER_KIND = {"bulk_csv": "bulk", "bulk_json": "bulk", "finder_csv": "finder"}
+RETRY_CATCH_UP = timedelta(seconds=5)
+"""How late a parked job's pass may be before the reaper starts it (the timer goes first)."""
 
 
 def recover_stale_jobs(settings: Settings, runner: JobRunner) -> list[tuple[int, str]]:
@@ -39,10 +42,19 @@ def recover_stale_jobs(settings: Settings, runner: JobRunner) -> list[tuple[int,
     if held is not None:
         job_store.keep_alive(store.engine, held())
     handled: list[tuple[int, str]] = []
+    for job in job_store.due_retries(store.engine, now=utcnow() - RETRY_CATCH_UP):
+        # A parked job whose next pass did not start (its timer died with a process): start
+        # it now; the pass is claimed by the first run, so a late timer changes nothing.
+        kind = RUNNER_KIND.get(job.kind)
+        if kind is not None:
+            runner.submit(kind, job.id, job.attempt, retry_pass=int(job.retry["pass"]))
+            handled.append((job.id, "retry pass"))
     stale = job_store.find_stale_processing(
         store.engine, timedelta(seconds=settings.job_stale_after), include_pending=True
     )
     for job in stale:
+        if job.retry.get("phase") == "waiting_to_retry":
+            continue  # (parked, and its pass is just being started above)
         attempt = job_store.claim_for_resume(store.engine, job.id, job.heartbeat_at)
         if attempt is None:
             continue  # another process took it, or it finished

@@ -48,7 +48,16 @@ class JobRunner(Protocol):
     in the work pool) while recovery passes the job to a later run must find that out when
     it starts, not take the later run's number."""
 
-    def submit(self, kind: str, job_id: int, attempt: int | None = None) -> None: ...
+    def submit(
+        self,
+        kind: str,
+        job_id: int,
+        attempt: int | None = None,
+        *,
+        retry_pass: int = 0,
+        at: datetime | None = None,
+    ) -> None:
+        """``retry_pass``/``at``: a parked job's deferred retry pass, to start at ``at``."""
 
     def shutdown(self) -> None: ...
 
@@ -83,6 +92,8 @@ class LocalRunner:
         self._prefect_lock = threading.Lock()
         self._prefect_ready = False
         self._warm_up: threading.Thread | None = None
+        self._timers: list[threading.Timer] = []  # parked jobs' next passes
+        self._closed = False
 
     def warm_up(self) -> threading.Thread:
         """Import Prefect and start its embedded server in a background thread."""
@@ -118,12 +129,34 @@ class LocalRunner:
         """Make sure Prefect answers before asking it something from another thread."""
         self._ensure_prefect()
 
-    def submit(self, kind: str, job_id: int, attempt: int | None = None) -> None:
+    def submit(
+        self,
+        kind: str,
+        job_id: int,
+        attempt: int | None = None,
+        *,
+        retry_pass: int = 0,
+        at: datetime | None = None,
+    ) -> None:
+        if self._closed:  # (a parked job's timer after shutdown: the reaper has it)
+            return
         if attempt is None:
             attempt = _attempt_of(self.settings, job_id)
+        delay = (at - datetime.now(UTC)).total_seconds() if at is not None else 0.0
+        if delay > 0:
+            # A parked job's next pass: a timer, not a worker thread, holds it meanwhile
+            # (a restart loses the timer; the reaper starts the pass once it is due).
+            timer = threading.Timer(
+                delay, self.submit, (kind, job_id, attempt), {"retry_pass": retry_pass}
+            )
+            timer.daemon = True
+            with self._lock:
+                self._timers = [t for t in self._timers if t.is_alive()] + [timer]
+            timer.start()
+            return
         with self._lock:
             self._jobs.add(job_id)
-        future = self._pool.submit(self._run, kind, job_id, attempt)
+        future = self._pool.submit(self._run, kind, job_id, attempt, retry_pass)
         with self._lock:
             self._futures.add(future)
         future.add_done_callback(self._forget)
@@ -141,13 +174,14 @@ class LocalRunner:
         with self._lock:
             self._futures.discard(future)
 
-    def _run(self, kind: str, job_id: int, attempt: int | None) -> None:
+    def _run(self, kind: str, job_id: int, attempt: int | None, retry_pass: int = 0) -> None:
         error: BaseException | None = None
         outcome: Any = None
         try:
             self._ensure_prefect()
+            extra = {"retry_pass": retry_pass} if retry_pass else {}
             with using_settings(self.settings):
-                outcome = asyncio.run(_flow_for(kind)(job_id=job_id, attempt=attempt))
+                outcome = asyncio.run(_flow_for(kind)(job_id=job_id, attempt=attempt, **extra))
         except BaseException as exc:  # the flow has marked the job failed if it got that far
             error = exc
             log.warning("job %s (%s) ended with %r", job_id, kind, exc)
@@ -155,10 +189,14 @@ class LocalRunner:
             # A superseded run leaves the job open on purpose: a later run has it; so does a
             # run stopped from outside (the reaper resumes the job: see ends_the_process).
             stopped = error is not None and ends_the_process(error)
-            if not was_superseded(outcome) and not stopped:
+            parked = isinstance(outcome, dict) and outcome.get("status") == "waiting_to_retry"
+            if not was_superseded(outcome) and not stopped and not parked:
                 _fail_if_unfinished(self.settings, job_id, error, attempt)
             with self._lock:
                 self._jobs.discard(job_id)
+            if parked:
+                at = datetime.fromisoformat(outcome["next_retry_at"])
+                self.submit(kind, job_id, attempt, retry_pass=outcome["retry_pass"], at=at)
 
     def start_due_runs(self) -> int:
         """Claim the scheduled re-verification runs that are due and run them here: with
@@ -200,6 +238,10 @@ class LocalRunner:
             future.result(timeout=timeout)
 
     def shutdown(self) -> None:
+        self._closed = True
+        with self._lock:
+            for timer in self._timers:
+                timer.cancel()
         self._pool.shutdown(wait=False, cancel_futures=True)
         # A process that ends while the warm-up is still starting Prefect kills that
         # thread inside native code at interpreter exit, which aborts the process
@@ -284,14 +326,28 @@ class DeploymentRunner:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
 
-    def submit(self, kind: str, job_id: int, attempt: int | None = None) -> None:
+    def submit(
+        self,
+        kind: str,
+        job_id: int,
+        attempt: int | None = None,
+        *,
+        retry_pass: int = 0,
+        at: datetime | None = None,
+    ) -> None:
+        """A flow run in the work pool; with ``at``, a ``Scheduled`` one a worker takes at
+        that time (no worker is held meanwhile)."""
         from prefect.deployments import run_deployment
 
         if attempt is None:
             attempt = _attempt_of(self.settings, job_id)
+        parameters: dict[str, Any] = {"job_id": job_id, "attempt": attempt}
+        if retry_pass:
+            parameters["retry_pass"] = retry_pass
         flow_run = run_deployment(
             DEPLOYMENTS[kind],
-            parameters={"job_id": job_id, "attempt": attempt},
+            parameters=parameters,
+            scheduled_time=at,
             timeout=0,
             as_subflow=False,
         )

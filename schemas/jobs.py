@@ -21,6 +21,19 @@ def percent_complete(done: int, total: int, completed: bool) -> float:
     return min(100.0, math.floor(10_000 * done / total) / 100)
 
 
+def retry_fields(job: Any) -> dict[str, Any]:
+    """``phase``, ``retry_waiting`` and ``next_retry_at`` of a job row (its ``options``)."""
+    if job.status != "processing":
+        return {"phase": None, "retry_waiting": 0, "next_retry_at": None}
+    state = (job.options or {}).get("retry") or {}
+    waiting = state.get("phase") == "waiting_to_retry"
+    return {
+        "phase": state.get("phase") or "verifying",
+        "retry_waiting": int(state.get("waiting", 0)),
+        "next_retry_at": state.get("next_retry_at") if waiting else None,
+    }
+
+
 class BulkJob(BaseModel):
     """A bulk verification job: its state, progress, counts by status and credits."""
 
@@ -64,12 +77,25 @@ class BulkJob(BaseModel):
         "null otherwise.",
         examples=[{"valid->invalid": 31, "unknown->valid": 4}],
     )
+    phase: Literal["verifying", "waiting_to_retry", "retrying"] | None = Field(
+        None,
+        description="While `processing`: `verifying` (first pass), `waiting_to_retry` "
+        "(greylisted or temporarily failed addresses wait for a later pass; no worker is "
+        "busy with the job), `retrying` (a later pass runs). Null otherwise.",
+    )
+    retry_waiting: int = Field(
+        0, description="Addresses parked for the next (or running) retry pass; 0 otherwise."
+    )
+    next_retry_at: datetime | None = Field(
+        None, description="When the next retry pass starts (UTC); null when none is planned."
+    )
 
     @classmethod
     def of(cls, job: Any) -> BulkJob:
         total = job.total_emails
         percent = percent_complete(job.processed_emails, total, job.status == "completed")
         return cls(
+            **retry_fields(job),
             job_id=job.id,
             status=job.status,  # type: ignore[arg-type]
             total_emails=total,

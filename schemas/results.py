@@ -52,3 +52,9 @@ class VerificationResult(BaseModel):
         description="On catch-all domains, 0-100 likelihood that the mailbox exists (80 and "
         "above: high confidence, status `likely_valid`); null elsewhere.",
     )
+    retry_after: int | None = Field(
+        None,
+        ge=0,
+        description="With `sub_status` `greylisted`: seconds after which asking again is "
+        "worthwhile (the server's own figure when its reply names one); null otherwise.",
+    )

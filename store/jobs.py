@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import Connection, Engine, Row, func, insert, select, update
+from sqlalchemy import Connection, Engine, Row, case, func, insert, select, update
 
 from verimail.store.credits import (
     ChargeOutcome,
@@ -104,6 +104,12 @@ class Job:
     def attempt(self) -> int:
         """Which run of the job this is: 1, then one more each time recovery resumes it."""
         return _attempts(self.options)
+
+    @property
+    def retry(self) -> dict[str, Any]:
+        """The deferred-retry state (:func:`park_for_retry`): ``phase``, ``pass``,
+        ``waiting``, ``next_retry_at`` (ISO 8601); empty before any parking."""
+        return dict((self.options or {}).get("retry") or {})
 
     @property
     def credits_unsettled(self) -> int:
@@ -446,11 +452,14 @@ def keep_alive(engine: Engine, job_ids: list[int], *, now: datetime | None = Non
     returns how many were beaten."""
     if not job_ids:
         return 0
+    now = now or utcnow()
+    # (never backwards: a job parked for a deferred retry has its next beat in the future)
+    beat = case((jobs.c.heartbeat_at > now, jobs.c.heartbeat_at), else_=now)
     with write_tx(engine) as conn:
         result = conn.execute(
             update(jobs)
             .where(jobs.c.id.in_(job_ids), jobs.c.status.in_(("pending", "processing")))
-            .values(heartbeat_at=now or utcnow())
+            .values(heartbeat_at=beat)
         )
     return result.rowcount
 
@@ -647,6 +656,81 @@ def claim_for_resume(
         attempt = int(options.get("attempts", 1)) + 1
         _store_options(conn, job_id, {**options, "attempts": attempt}, heartbeat_at=now)
     return attempt
+
+
+# --- deferred retries ---------------------------------------------------------------------------
+# A bulk run that ends with greylisted or temporarily failed addresses parks the job: it stays
+# ``processing``, ``options["retry"]`` says which pass comes next and when, and its heartbeat
+# is set to that time (the job is not stale while it waits). The pass is claimed by the first
+# run that starts it (:func:`claim_retry_pass`), so a scheduled run and the reaper's catch-up
+# never both do it.
+
+RetryPhase = Literal["verifying", "waiting_to_retry", "retrying"]
+
+
+def park_for_retry(
+    engine: Engine,
+    job_id: int,
+    attempt: int,
+    *,
+    retry_pass: int,
+    waiting: int,
+    next_retry_at: datetime,
+    waited: float,
+    processed: int,
+    counts: dict[str, int],
+) -> bool:
+    """Park run ``attempt``'s job until ``next_retry_at``, ``waiting`` addresses to retry in
+    pass ``retry_pass`` (``waited``: seconds of delay planned so far). False unless the job
+    is processing and still this run's."""
+    with write_tx(engine) as conn:
+        job = _lock_job(conn, job_id)
+        if job is None or job.status != "processing" or not run_owns(job, attempt):
+            return False
+        state = {
+            "phase": "waiting_to_retry",
+            "pass": retry_pass,
+            "waiting": waiting,
+            "next_retry_at": next_retry_at.isoformat(),
+            "waited": waited,
+        }
+        _store_options(
+            conn,
+            job_id,
+            {**_options_of(job), "retry": state},
+            heartbeat_at=next_retry_at,
+            processed_emails=processed,
+            **_count_values(counts),
+        )
+    return True
+
+
+def claim_retry_pass(
+    engine: Engine, job_id: int, attempt: int, retry_pass: int, *, now: datetime | None = None
+) -> bool:
+    """Start pass ``retry_pass`` of a parked job: True for the one run that gets it."""
+    with write_tx(engine) as conn:
+        job = _lock_job(conn, job_id)
+        if job is None or job.status != "processing" or not run_owns(job, attempt):
+            return False
+        options = _options_of(job)
+        state = dict(options.get("retry") or {})
+        if state.get("phase") != "waiting_to_retry" or state.get("pass") != retry_pass:
+            return False
+        state.update(phase="retrying", next_retry_at=None)
+        _store_options(conn, job_id, {**options, "retry": state}, heartbeat_at=now or utcnow())
+    return True
+
+
+def due_retries(engine: Engine, *, now: datetime | None = None) -> list[Job]:
+    """Parked jobs whose next pass is due (or overdue: the process that was to start it
+    died), for the reaper to start."""
+    query = select(jobs).where(
+        jobs.c.status == "processing", jobs.c.heartbeat_at <= (now or utcnow())
+    )
+    with engine.connect() as conn:
+        found = [_job(row) for row in conn.execute(query)]
+    return [job for job in found if job.retry.get("phase") == "waiting_to_retry"]
 
 
 # --- webhook outbox ---------------------------------------------------------------------------

@@ -9,12 +9,20 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
 from verimail.config import get_settings
-from verimail.tasks.engine import BatchResult, Engine
+from verimail.schemas.outcomes import SubStatus
+from verimail.tasks.engine import TIMEOUT_MAX, TIMEOUT_MIN, BatchResult, Engine
 
 STATUS_STYLE = {
     "valid": "green",
@@ -46,6 +54,24 @@ def verify_command(
     file: Path | None = typer.Option(None, "--file", "-f", help="File of addresses, one a line."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON lines, one result per address."),
     show_stats: bool = typer.Option(False, "--stats", help="Print DNS/SMTP counters."),
+    timeout: float | None = typer.Option(
+        None,
+        "--timeout",
+        min=TIMEOUT_MIN,
+        max=TIMEOUT_MAX,
+        help="Deadline in seconds (1-60): what is not settled by then is unknown/timeout. "
+        "Default: VERIMAIL_VERIFY_TIMEOUT for addresses given here, none with --file.",
+    ),
+    retry_greylisted: float | None = typer.Option(
+        None,
+        "--retry-greylisted",
+        is_flag=False,
+        flag_value=0.0,
+        min=0,
+        metavar="[DELAY]",
+        help="Wait for greylisting to pass and ask again once: after DELAY seconds, or "
+        "without one after the servers' retry_after. Off: greylisted is answered at once.",
+    ),
 ) -> None:
     """Verify addresses: syntax, DNS, SMTP, catch-all, lists, verdict."""
     todo = list(addresses or [])
@@ -65,8 +91,13 @@ def verify_command(
     if not todo:
         raise typer.BadParameter("give at least one address or --file")
     err = Console(stderr=True)
-    engine = Engine(get_settings())
-    outcome = asyncio.run(_run(engine, todo, err, show_progress=file is not None))
+    settings = get_settings()
+    engine = Engine(settings)
+    if timeout is None and file is None:
+        timeout = settings.verify_timeout
+    outcome = asyncio.run(_run(engine, todo, err, show_progress=file is not None, timeout=timeout))
+    if retry_greylisted is not None:
+        asyncio.run(_retry_greylisted(engine, outcome, err, retry_greylisted, timeout))
     if as_json:
         for result in outcome.results:
             sys.stdout.write(json.dumps(result.model_dump(mode="json"), ensure_ascii=False) + "\n")
@@ -76,15 +107,55 @@ def verify_command(
         err.print_json(data=outcome.stats.as_dict())
 
 
-async def _run(engine: Engine, todo: list[str], err: Console, show_progress: bool) -> BatchResult:
+async def _run(
+    engine: Engine,
+    todo: list[str],
+    err: Console,
+    show_progress: bool,
+    timeout: float | None,
+) -> BatchResult:
+    """One pass; greylisting is answered at once (``--retry-greylisted`` waits apart)."""
     if not show_progress:
-        return await engine.verify_many(todo)
+        return await engine.verify_many(todo, timeout=timeout, greylist_retries=0)
     columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err, transient=True) as progress:
         task = progress.add_task("verifying", total=len(set(todo)))
         return await engine.verify_many(
-            todo, on_progress=lambda done: progress.update(task, completed=done)
+            todo,
+            on_progress=lambda done: progress.update(task, completed=done),
+            timeout=timeout,
+            greylist_retries=0,
         )
+
+
+async def _retry_greylisted(
+    engine: Engine, outcome: BatchResult, err: Console, delay: float, timeout: float | None
+) -> None:
+    """Wait ``delay`` seconds (0: the longest ``retry_after`` of the greylisted results) with
+    a progress line, then ask once more about the greylisted addresses with the same
+    envelope sender, so the greylist triplets the first try opened can pass. Their results
+    in ``outcome`` are replaced."""
+    waiting = [i for i, r in enumerate(outcome.results) if r.sub_status is SubStatus.GREYLISTED]
+    if not waiting:
+        return
+    wait = delay or max(outcome.results[i].retry_after or 0 for i in waiting)
+    n = len({outcome.results[i].email for i in waiting})
+    columns = (TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=err, transient=True) as progress:
+        line = f"{n} greylisted: asking again in {wait:g} s"
+        task = progress.add_task(line, total=wait)
+        loop = asyncio.get_running_loop()
+        until = loop.time() + wait
+        while (left := until - loop.time()) > 0:
+            progress.update(task, completed=wait - left)
+            await asyncio.sleep(min(1.0, left))
+    err.print(f"asking again about {n} greylisted address{'es' if n != 1 else ''}")
+    again = await engine.verify_many(
+        [outcome.results[i].email for i in waiting], timeout=timeout, greylist_retries=0
+    )
+    for i, result in zip(waiting, again.results, strict=True):
+        outcome.results[i] = result
+    outcome.stats.smtp.add(again.stats.smtp)
 
 
 def _print_table(outcome: BatchResult) -> None:

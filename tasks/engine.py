@@ -20,19 +20,29 @@ from asyncio import FIRST_COMPLETED
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from verimail import API_VERSION
 from verimail.config import Settings
-from verimail.schemas.outcomes import DomainOutcome, SmtpOutcome
+from verimail.schemas.outcomes import DomainOutcome, SmtpOutcome, SubStatus
 from verimail.schemas.results import VerificationResult
 from verimail.tasks import metrics
 from verimail.tasks.dns_facts import DnsStats, DomainFacts, DomainResolver, MailHost
 from verimail.tasks.lists import ReferenceLists
 from verimail.tasks.smtp_probe import Finding, GroupResult, HostGroup, Prober, SmtpStats
+from verimail.tasks.smtp_replies import retry_after_hint
 from verimail.tasks.syntax import ParsedAddress, SyntaxProblem, parse_address
 from verimail.tasks.verdict import Facts, decide
 
 DNS_CONCURRENCY = 64  # domains resolved at once
+TIMEOUT_MIN = 1.0
+TIMEOUT_MAX = 60.0
+"""Bounds of a synchronous call's deadline (API ``timeout``, CLI ``--timeout``), seconds."""
+STOP_RESERVE = 0.4
+"""Seconds before a call's deadline at which its work is stopped: room to hang up (see
+:func:`stop_tasks`) and build the answer, so the answer is never later than the deadline."""
+STOP_GRACE = 0.15
+"""Seconds the stopped work gets to say QUIT before its connections are cut outright."""
 
 
 @dataclass
@@ -79,6 +89,9 @@ class Prepared:
     _raws: dict[str, str | list[str]] | None = field(default=None, repr=False)
     # domain -> pieces of it (split_groups) still to settle besides the last one
     _pieces: Counter[str] = field(default_factory=Counter, repr=False)
+    # a synchronous call's deadline (seconds), and the domains/addresses it cut short
+    timeout: float | None = None
+    late: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.findings.update(self.decided)
@@ -187,14 +200,26 @@ class Engine:
         (idempotent; the engine is not used afterwards)."""
         self.prober.slots.close()
 
-    async def verify(self, address: str) -> VerificationResult:
+    async def verify(
+        self,
+        address: str,
+        *,
+        timeout: float | None = None,
+        greylist_retries: int | None = None,
+    ) -> VerificationResult:
         """Verify one address (the single endpoint)."""
-        return (await self.verify_many([address])).results[0]
+        outcome = await self.verify_many(
+            [address], timeout=timeout, greylist_retries=greylist_retries
+        )
+        return outcome.results[0]
 
     async def verify_many(
         self,
         addresses: Iterable[str],
         on_progress: Callable[[int], None] | None = None,
+        *,
+        timeout: float | None = None,
+        greylist_retries: int | None = None,
     ) -> BatchResult:
         """Verify a list: dedupe, group by mail host, run groups concurrently.
 
@@ -205,7 +230,13 @@ class Engine:
         inputs = [a if isinstance(a, str) else "" for a in addresses]
         stats = EngineStats()
         results: dict[str, VerificationResult] = {}
-        async for raw, result in self.stream(inputs, on_progress, stats=stats):
+        async for raw, result in self.stream(
+            inputs,
+            on_progress,
+            stats=stats,
+            timeout=timeout,
+            greylist_retries=greylist_retries,
+        ):
             results[raw] = result
         return BatchResult([results[raw] for raw in inputs], stats)
 
@@ -215,6 +246,8 @@ class Engine:
         on_progress: Callable[[int], None] | None = None,
         *,
         stats: EngineStats | None = None,
+        timeout: float | None = None,
+        greylist_retries: int | None = None,
     ) -> AsyncIterator[tuple[str, VerificationResult]]:
         """Each distinct submitted string once, with its result, as soon as it is known: the
         ones syntax, lists and DNS decided first, then each host group's as its SMTP ends.
@@ -223,8 +256,17 @@ class Engine:
         group's domain facts, so memory holds the work still to do, never the results
         (``verify_many`` on 200,000 addresses held ~3.5 KiB per address). ``addresses``
         may be a generator: it is read once. ``stats``, when given, is filled in.
+
+        ``timeout`` (seconds) is a synchronous caller's deadline: DNS and SMTP still under
+        way :data:`STOP_RESERVE` before it are stopped (sessions closed, see :func:`stop_tasks`)
+        and their addresses answered with what is known — ``unknown``/``timeout`` when the
+        server had not answered. ``greylist_retries`` overrides the setting (0: greylisting
+        is answered at once, with ``retry_after``).
         """
-        prepared = await self.prepare(addresses, stats=stats)
+        started = time.perf_counter()
+        until = None if timeout is None else started + max(0.0, timeout - STOP_RESERVE)
+        prepared = await self.prepare(addresses, stats=stats, until=until)
+        prepared.timeout = timeout
         done = 0
 
         def progress(n: int) -> None:
@@ -237,36 +279,57 @@ class Engine:
         for item in self.settle(prepared, decided):
             yield item
         progress(len(decided))
-        # A set that loses each task as it is handled: a finished task holds its group and
-        # its findings, which would otherwise stay alive until the last group ends.
-        pending = {asyncio.ensure_future(self._group(g)) for g in prepared.groups}
+        # A map that loses each task as it is handled: a finished task holds its group and
+        # its findings, which would otherwise stay alive until the last group ends. Each
+        # task fills its own GroupResult, so a run stopped at the deadline keeps its answers.
+        running: dict[asyncio.Future[GroupResult], tuple[HostGroup, GroupResult]] = {}
+        for group in prepared.groups:
+            partial = GroupResult()
+            run = self.prober.run_group(group, result=partial, greylist_retries=greylist_retries)
+            running[asyncio.ensure_future(run)] = (group, partial)
         prepared.groups = []
+        pending: set[asyncio.Future[GroupResult]] = set(running)
         try:
             while pending:
-                finished, pending = await asyncio.wait(pending, return_when=FIRST_COMPLETED)
+                left = None if until is None else until - time.perf_counter()
+                if left is not None and left <= 0:
+                    break
+                finished, pending = await asyncio.wait(
+                    pending, timeout=left, return_when=FIRST_COMPLETED
+                )
                 for task in finished:
-                    group, result = task.result()
-                    self.absorb(prepared, result)
+                    group, _ = running.pop(task)
+                    self.absorb(prepared, task.result())
                     for item in self.settle(prepared, prepared.emails_of(group), group):
                         yield item
                     progress(sum(len(r) for r in group.domains.values()))
+            if pending:  # the deadline: stop, then answer with what is known
+                await stop_tasks(pending)
+                for task in pending:
+                    group, partial = running.pop(task)
+                    self.absorb(prepared, partial)
+                    _unanswered(prepared, group, timeout or 0.0)
+                    for item in self.settle(prepared, prepared.emails_of(group), group):
+                        yield item
+                    progress(sum(len(r) for r in group.domains.values()))
+                pending = set()
         finally:
             for task in pending:
                 task.cancel()
         prepared.stats.elapsed_ms = int((time.perf_counter() - prepared.started) * 1000)
-
-    async def _group(self, group: HostGroup) -> tuple[HostGroup, GroupResult]:
-        return group, await self.prober.run_group(group)
 
     async def prepare(
         self,
         addresses: Iterable[str],
         *,
         stats: EngineStats | None = None,
+        until: float | None = None,
     ) -> Prepared:
         """Syntax, lists and DNS for every unique address; SMTP work grouped by host.
 
-        Keeps the distinct submitted strings, not the list (``addresses`` is read once)."""
+        Keeps the distinct submitted strings, not the list (``addresses`` is read once).
+        Lookups still under way at ``until`` (a ``perf_counter`` time) are stopped, and
+        their domains count as a DNS error."""
         started = time.perf_counter()
         stats = stats if stats is not None else EngineStats()
         parsed: dict[str, ParsedAddress | SyntaxProblem] = {}
@@ -285,6 +348,7 @@ class Engine:
 
         dns_stats = DnsStats()
         facts: dict[str, DomainFacts] = {}
+        late_domains: set[str] = set()
         todo = iter(domains)
 
         async def resolver() -> None:
@@ -293,7 +357,20 @@ class Engine:
             for domain in todo:
                 facts[domain] = await self.resolver.facts(domain, dns_stats)
 
-        await asyncio.gather(*(resolver() for _ in range(min(DNS_CONCURRENCY, len(domains)))))
+        workers = [
+            asyncio.ensure_future(resolver()) for _ in range(min(DNS_CONCURRENCY, len(domains)))
+        ]
+        if workers:
+            left = None if until is None else max(0.0, until - time.perf_counter())
+            done, late = await asyncio.wait(workers, timeout=left)
+            if late:
+                await stop_tasks(late)
+            for worker in done:
+                worker.result()  # (a resolver bug is raised, not hidden)
+            for domain in domains:
+                if domain not in facts:
+                    facts[domain] = DomainFacts(domain, DomainOutcome.DNS_ERROR)
+                    late_domains.add(domain)
         stats.dns_queries = dns_stats.queries
         stats.mx_queries = dns_stats.by_type.get("MX", 0)
 
@@ -321,7 +398,9 @@ class Engine:
             if group is None:
                 group = groups[key] = HostGroup(hosts=hosts, domains={})
             group.domains.setdefault(item.domain, []).append(email)
-        return Prepared(parsed, facts, list(groups.values()), decided, started, stats)
+        prepared = Prepared(parsed, facts, list(groups.values()), decided, started, stats)
+        prepared.late.update(late_domains)
+        return prepared
 
     async def run_groups(self, groups: Sequence[HostGroup]) -> list[GroupResult]:
         """SMTP for a subset of the prepared groups (a flow task's share)."""
@@ -346,14 +425,17 @@ class Engine:
     def verdict(self, prepared: Prepared, raw: str) -> VerificationResult:
         """A fresh SPEC §2.2 record for one submitted string (not kept)."""
         elapsed_ms = int((time.perf_counter() - prepared.started) * 1000)
-        return self._result(
-            raw,
-            prepared.parsed[raw],
-            prepared.facts,
-            prepared.findings,
-            prepared.catch_all,
-            elapsed_ms,
+        item = prepared.parsed[raw]
+        result = self._result(
+            raw, item, prepared.facts, prepared.findings, prepared.catch_all, elapsed_ms
         )
+        late = prepared.late
+        if isinstance(item, ParsedAddress) and (item.email in late or item.domain in late):
+            result.reason += (
+                f" No answer had come when the call's {prepared.timeout:g} s deadline "
+                "passed; a longer timeout, or a bulk job, may settle it."
+            )
+        return result
 
     def _result(
         self,
@@ -412,4 +494,39 @@ class Engine:
             sub_status=verdict.sub_status,
             did_you_mean=suggestion,
             catch_all_score=verdict.catch_all_score,
+            retry_after=(
+                retry_after_hint(gathered.smtp_response, self.settings.greylist_retry_after)
+                if verdict.sub_status is SubStatus.GREYLISTED
+                else None
+            ),
         )
+
+
+async def stop_tasks(tasks: set[asyncio.Future[Any]]) -> None:
+    """Cancel ``tasks`` and wait until they have ended: sessions get :data:`STOP_GRACE` to
+    say QUIT; the ones still at it (a tarpit answers QUIT slowly too) are cancelled again,
+    which cuts their connections at once. Nothing outlives the call."""
+    for task in tasks:
+        task.cancel()
+    _, left = await asyncio.wait(tasks, timeout=STOP_GRACE)
+    for _ in range(3):  # (each round cuts what the last one left: a few are plenty)
+        if not left:
+            break
+        for task in left:
+            task.cancel()
+        _, left = await asyncio.wait(left, timeout=STOP_GRACE)
+    for task in tasks:
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+
+
+def _unanswered(prepared: Prepared, group: HostGroup, timeout: float) -> None:
+    """Give every recipient of ``group`` the server did not answer before the deadline a
+    ``timeout`` finding (answers it did give, a 450 among them, are kept)."""
+    host = group.hosts[0].name if group.hosts else None
+    late = Finding(SmtpOutcome.TIMEOUT, f"no answer before the {timeout:g} s deadline", host)
+    for rcpts in group.domains.values():
+        for email in rcpts:
+            if email not in prepared.findings:
+                prepared.findings[email] = late
+                prepared.late.add(email)

@@ -48,6 +48,7 @@ about *this* John Smith — a business-email finder would return a stranger's ad
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from dataclasses import dataclass
@@ -56,7 +57,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from verimail.schemas.outcomes import DomainOutcome, SmtpOutcome, Status
-from verimail.tasks.engine import Engine
+from verimail.tasks.engine import STOP_RESERVE, Engine, stop_tasks
 from verimail.tasks.finder_learned import DomainPattern, PatternMemory
 from verimail.tasks.finder_patterns import (
     Candidate,
@@ -368,6 +369,35 @@ async def find_email(
         return result
     return lookup.answer(
         "not_found", _nothing_accepted(sequence, tried, ascii_domain), alternatives=tried
+    )
+
+
+async def find_email_within(
+    timeout: float,
+    engine: Engine,
+    first_name: str,
+    last_name: str,
+    domain: str,
+    *,
+    max_probes: int,
+) -> FinderResult:
+    """:func:`find_email` answered by ``timeout`` seconds (a synchronous call's deadline):
+    a lookup still under way then is stopped, its session closed, and the answer is
+    ``not_found`` saying the server had not answered in time."""
+    started = time.perf_counter()
+    lookup = asyncio.ensure_future(
+        find_email(engine, first_name, last_name, domain, max_probes=max_probes)
+    )
+    done, _ = await asyncio.wait({lookup}, timeout=max(0.0, timeout - STOP_RESERVE))
+    if lookup in done:
+        return lookup.result()
+    await stop_tasks({lookup})
+    ascii_domain = normalise_finder_domain(domain)
+    return _Lookup(ascii_domain, started).answer(
+        "not_found",
+        f"The mail server for {ascii_domain} had not answered when the {timeout:g} s deadline "
+        "came, so the candidate addresses could not be checked and none was found; try "
+        "again later or with a longer timeout.",
     )
 
 

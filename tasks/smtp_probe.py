@@ -40,9 +40,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import math
 import re
-import secrets
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,6 +66,14 @@ from verimail.tasks.smtp_replies import classify_rcpt, enhanced_code, one_line
 _REPLY = re.compile(r"[2-5][0-9][0-9](?: |$)")  # as one_line writes a reply
 MAX_ATTEMPTS = 3  # tries of one recipient across broken sessions before giving up
 MAX_CONNECT_ATTEMPTS = 5  # addresses dialled to open one session, all MX hosts together
+
+
+def probe_address(domain: str, sender: str) -> str:
+    """The made-up address that decides catch-all: random-looking, but the same for a
+    (sender, domain) pair, so the retry of a greylisted probe asks about the same
+    greylist triplet (a fresh random one would be greylisted anew at every try)."""
+    digest = hashlib.sha256(f"verimail-probe\0{sender}\0{domain}".encode()).hexdigest()
+    return f"vm-probe-{digest[:12]}@{domain}"
 
 
 @dataclass(frozen=True)
@@ -340,18 +348,30 @@ class Prober:
                 kept.append(MailHost(host.name, host.preference, addresses))
         return tuple(kept)
 
-    async def run_group(self, group: HostGroup) -> GroupResult:
-        """Check every recipient of the group; one finding per recipient, never raises."""
-        result = GroupResult()
+    async def run_group(
+        self,
+        group: HostGroup,
+        *,
+        result: GroupResult | None = None,
+        greylist_retries: int | None = None,
+    ) -> GroupResult:
+        """Check every recipient of the group; one finding per recipient, never raises.
+
+        ``result``, when given, is filled in as answers come, so a caller that stops the run
+        at a deadline keeps what was learnt; ``greylist_retries`` overrides the setting (0: a
+        synchronous call answers greylisting at once instead of waiting it out)."""
+        result = result if result is not None else GroupResult()
+        if greylist_retries is None:
+            greylist_retries = self.settings.smtp_greylist_retries
         queue: deque[_Item] = deque()
         for domain, rcpts in group.domains.items():
             if group.probe_catch_all:
-                probe = f"vm-probe-{secrets.token_hex(6)}@{domain}"
+                probe = probe_address(domain, self.settings.smtp_mail_from)
                 queue.append(_Item(domain, probe, is_probe=True))
             queue.extend(_Item(domain, rcpt) for rcpt in rcpts)
         run = _Run(group, queue, result)
         delay = self.settings.smtp_greylist_delay
-        for round_no in range(self.settings.smtp_greylist_retries + 1):
+        for round_no in range(greylist_retries + 1):
             if round_no:
                 if not run.retry_later:
                     break
@@ -830,12 +850,15 @@ class Prober:
 
 async def _dial(smtp: aiosmtplib.SMTP, timeout: float) -> None:
     """``smtp.connect``; if cancelled meanwhile (a run told to stop), wait for the connect to
-    end and hang up: aiosmtplib has no handle on the socket until the server's greeting, so
-    a connect cancelled before that would leave the connection open."""
+    end and hang up: cancelling aiosmtplib's connect would leave the connection open. Once
+    TCP is up (``smtp.transport`` is set before the greeting) the socket is aborted first,
+    so a deadline is not held up by a server that never greets."""
     dialling = asyncio.ensure_future(smtp.connect(timeout=timeout))
     try:
         await asyncio.shield(dialling)
     except asyncio.CancelledError:
+        if smtp.transport is not None:  # connected, waiting for the banner: hang up now,
+            smtp.transport.abort()  # not when a silent server's greeting times out
         with contextlib.suppress(BaseException):
             await dialling
         smtp.close()
@@ -948,7 +971,7 @@ class DomainSession:
             return SequenceResult(None, {}, None, stats, failure=self._failure)
         items = [_Item(domain, c) for c in candidates]
         if check_catch_all and not self._probed:
-            probe = f"vm-probe-{secrets.token_hex(6)}@{domain}"
+            probe = probe_address(domain, self.prober.settings.smtp_mail_from)
             items.insert(0, _Item(domain, probe, is_probe=True))
         elif self._probed and self.catch_all:
             return SequenceResult(True, {}, None, stats)

@@ -118,3 +118,20 @@ def one_line(code: int, message: str, limit: int = 300) -> str:
     text = "".join(ch for ch in text if ch.isprintable())
     line = f"{code} {text}".strip()
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+# "try again in 5 minutes", "retry in 300 seconds", "please wait 60 s": a server's own hint.
+_RETRY_IN = re.compile(
+    r"(?:retry|try again|wait|come back)\D{0,20}?(\d{1,6})\s*(s\b|sec|seconds?|m\b|min|minutes?)",
+    re.IGNORECASE,
+)
+
+
+def retry_after_hint(reply: str | None, default: int) -> int:
+    """Seconds after which a greylisted recipient is worth asking again: the server's own
+    figure when its reply names one, else ``default`` (postgrey waits 300 s by default)."""
+    found = _RETRY_IN.search(reply or "")
+    if found is None:
+        return default
+    seconds = int(found.group(1)) * (60 if found.group(2).lower().startswith("m") else 1)
+    return max(1, seconds)

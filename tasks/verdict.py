@@ -174,7 +174,8 @@ _SMTP_ROWS: dict[SmtpOutcome, _Row] = {
         Status.UNKNOWN,
         SubStatus.GREYLISTED,
         0.30,
-        "The mail server for {domain} kept asking us to try again later (greylisting).",
+        "The mail server for {domain} asked us to try again later (greylisting); a retry "
+        "after `retry_after` seconds usually settles it.",
         True,
     ),
     SmtpOutcome.TEMP_FAILURE: _Row(

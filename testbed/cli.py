@@ -96,6 +96,7 @@ def describe_behaviour(host: HostSpec) -> str:
         parts.append("pipelining")
     for key in (
         "greylist_tries",
+        "greylist_delay",
         "reply_delay",
         "tarpit_delay",
         "disconnect_after_rejections",

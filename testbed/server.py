@@ -376,11 +376,13 @@ class Testbed:
         self._stats.reset()
 
     def reset_greylist(self) -> None:
-        """Forget every greylisted (sender, recipient) pair, as if the MTAs restarted."""
+        """Forget every greylisted pair and postgrey triplet, as if the MTAs restarted."""
 
         async def clear() -> None:
             for runtime in self._runtimes.values():
                 runtime.greylist.clear()
+                runtime.triplets_seen.clear()
+                runtime.triplets_passed.clear()
 
         self._call(clear())
 

@@ -12,8 +12,9 @@ The reply texts follow Postfix, because that is what the prober meets most on th
   more than ``max_rcpts_per_session`` in this connection: ``452 4.5.3 Too many recipients``;
   a scripted reply for the recipient (``rcpt_replies``);
   ``block``: ``554 5.7.1 Client host rejected: listed at a block list``;
-  first ``greylist_tries`` tries of a (sender, recipient) pair:
-  ``450 4.2.0 Greylisted, try again later``;
+  first ``greylist_tries`` tries of a (sender, recipient) pair, or (with ``greylist_delay``,
+  postgrey's rule) a (client IP, sender, recipient) triplet first seen less than
+  ``greylist_delay`` seconds ago: ``450 4.2.0 Greylisted, try again later``;
   in ``full_mailboxes``: ``552 5.2.2 Mailbox full``;
   in ``mailboxes`` or ``accept_all``: ``250 2.1.5 Ok``;
   else ``unknown_reply``, or ``550 5.1.1 <addr>: Recipient address rejected: User unknown``
@@ -42,6 +43,7 @@ import socket
 import ssl
 import struct
 import tempfile
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -91,6 +93,9 @@ class HostRuntime:
         self.stats = stats
         self.tls_context = tls_context
         self.greylist: Counter[tuple[str, str]] = Counter()
+        # postgrey's memory: triplet -> when first tried (monotonic), and the triplets passed
+        self.triplets_seen: dict[tuple[str, str, str], float] = {}
+        self.triplets_passed: set[tuple[str, str, str]] = set()
         self.sessions: set[TestbedSMTP] = set()
         self.server: asyncio.Server | None = None
 
@@ -129,11 +134,33 @@ class HostRuntime:
         if self.greylist[key] < b.greylist_tries:
             self.greylist[key] += 1
             return REPLY_GREYLISTED
+        if b.greylist_delay is not None and self._postgrey_defers(session, key):
+            return REPLY_GREYLISTED
         if b.is_full(address):
             return REPLY_FULL
         if b.accept_all or b.has_mailbox(address):
             return REPLY_RCPT_OK
         return b.unknown_reply or REPLY_UNKNOWN.format(addr=address)
+
+    def _postgrey_defers(self, session: TestbedSMTP, pair: tuple[str, str]) -> bool:
+        """postgrey's rule for the (client IP, sender, recipient) triplet: deferred until
+        ``greylist_delay`` seconds after its first try, passed by a retry within
+        ``greylist_window`` of it (and for good), new again when retried after the window."""
+        b = self.behaviour
+        peer = session.session.peer if session.session is not None else None
+        triplet = (str(peer[0]) if peer else "", *pair)
+        if triplet in self.triplets_passed:
+            return False
+        now = time.monotonic()
+        first = self.triplets_seen.get(triplet)
+        if first is None or now - first > b.greylist_window:
+            self.triplets_seen[triplet] = now
+            return True
+        if now - first < (b.greylist_delay or 0.0):
+            return True
+        del self.triplets_seen[triplet]
+        self.triplets_passed.add(triplet)
+        return False
 
     async def start(self, sock: Any) -> None:
         """Serve on an already bound listening socket (the testbed picks the address)."""
@@ -253,6 +280,13 @@ class TestbedSMTP(SMTP):
             self.runtime.sessions.discard(self)
             self.runtime.stats.session_closed(self.runtime.name)
         super().connection_lost(error)
+
+    def eof_received(self) -> bool | None:
+        """The client hung up: close our side at once, as an MTA does when it reads EOF.
+        aiosmtpd kept the half-closed connection (and its session counted ``active``) until
+        its next write — a slow greeting's 30 s — so a client's hang-up did not show."""
+        super().eof_received()
+        return False  # (False: asyncio closes the transport, and connection_lost counts it)
 
     # ------------------------------------------------------------------ replies
     async def push(self, status: Any) -> None:

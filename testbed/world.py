@@ -62,6 +62,11 @@ class HostBehaviour:
       every other recipient gets 550 5.1.1 unless ``accept_all`` (a catch-all host).
     - ``greylist_tries``: the first N RCPTs of each (sender, recipient) pair get 450, counted
       across sessions for the testbed's lifetime.
+    - ``greylist_delay`` (seconds, postgrey's ``--delay``): postgrey's rule instead, per
+      (client IP, sender, recipient) triplet: 450 until ``greylist_delay`` seconds after its
+      first try; a retry after that and within ``greylist_window`` seconds of the first try
+      (postgrey's ``--retry-window``) is accepted and the triplet passes from then on; a retry
+      after the window counts as a new first try (450 again).
     - ``full_mailboxes``: 552 5.2.2 (they exist, so they need not be in ``mailboxes`` too).
     - ``block``: 554 5.7.1 to every RCPT, as after a block-list hit.
     - ``reply_delay``: seconds before every reply, banner included; ``tarpit_delay``: more
@@ -100,6 +105,8 @@ class HostBehaviour:
     mailboxes: set[str] = field(default_factory=set)
     accept_all: bool = False
     greylist_tries: int = 0
+    greylist_delay: float | None = None
+    greylist_window: float = 2 * 24 * 3600.0
     full_mailboxes: set[str] = field(default_factory=set)
     block: bool = False
     reply_delay: float = 0.0
@@ -129,6 +136,8 @@ class HostBehaviour:
         self.mailboxes = {m.strip().lower() for m in self.mailboxes}
         self.full_mailboxes = {m.strip().lower() for m in self.full_mailboxes}
         self.rcpt_replies = {k.strip().lower(): v for k, v in self.rcpt_replies.items()}
+        if self.greylist_delay is not None and not 0 <= self.greylist_delay < self.greylist_window:
+            raise ValueError("greylist_delay must be at least 0 and less than greylist_window")
         if self.hostile is not None and self.hostile not in HOSTILE_MODES:
             raise ValueError(f"hostile: {self.hostile!r} is not one of {sorted(HOSTILE_MODES)}")
 

@@ -54,6 +54,14 @@ def api_world() -> World:
     )
 
 
+def host_per_domain(hosts: Mapping[str, HostBehaviour]) -> World:
+    """A world where each domain ``d`` of ``hosts`` has its own server ``mx.d``."""
+    return World.of(
+        hosts=[HostSpec(f"mx.{d}", b) for d, b in hosts.items()],
+        domains=[DomainSpec(d, mx=[(10, f"mx.{d}")]) for d in hosts],
+    )
+
+
 @dataclass
 class Customer:
     """An account and a raw API key for it."""

@@ -90,6 +90,20 @@ def test_throughput_smoke(tmp_path):
         pytest.skip("py3-validate-email could not be installed (no package index?)")
 
 
+@pytest.mark.prefect
+@pytest.mark.usefixtures("prefect_harness")
+def test_greylisting_smoke(tmp_path):
+    import prefect.settings
+
+    server = {"PREFECT_API_URL": str(prefect.settings.PREFECT_API_URL.value())}
+    args = ["--timeouts", "1", "--size", "40", "--grey-delay", "1"]
+    result = _run(tmp_path, "greylisting", *args, env=server)
+    assert _first_cells(result)[0] == "tarpit"
+    assert _first_cells(result, 1) == ["deferred retries", "retry_unknowns=false"]
+    assert result["extra"]["with_retry"]["grey_unknown"] == 0
+    assert result["extra"]["without"]["grey_unknown"] == result["extra"]["without"]["grey"] > 0
+
+
 def test_scaling_smoke(tmp_path):
     result = _run(tmp_path, "scaling", "--sizes", "100,200")
     assert _first_cells(result) == ["100"] * 3 + ["200"] * 3

@@ -258,3 +258,87 @@ async def test_a_queued_job_is_held_and_a_dead_run_is_resumed(
             assert resumed.flow_run_id not in (None, run_id)  # a new run was handed to the pool
         finally:
             store.close()
+
+
+async def test_a_parked_job_waits_as_a_scheduled_flow_run_and_frees_the_worker(
+    testbed_factory, testbed_settings, tmp_path
+):
+    """Deferred retries with workers (issue 22): the first pass parks the greylisted
+    addresses and schedules the next pass as a Prefect ``Scheduled`` flow run; meanwhile the
+    one worker runs another job to the end; then the pass runs and settles them."""
+    from prefect.client.orchestration import get_client
+
+    world = World.of(
+        [
+            HostSpec("mx.acme.test", HostBehaviour(mailboxes={"alice"})),
+            HostSpec("mx.grey.test", HostBehaviour(mailboxes={"dora"}, greylist_delay=2.0)),
+        ],
+        [
+            DomainSpec("acme.test", mx=[(10, "mx.acme.test")]),
+            DomainSpec("grey.test", mx=[(10, "mx.grey.test")]),
+        ],
+    )
+    tb = testbed_factory(world)
+    pool = _pool()
+    retry = {"VERIMAIL_JOB_RETRY_DELAY": "25", "VERIMAIL_SMTP_GREYLIST_RETRIES": "0"}
+    with temporary_database_url("postgres", tmp_path) as url:
+        settings = testbed_settings(
+            tb,
+            tmp_path,
+            database_url=url,
+            runner="deployment",
+            prefect_work_pool=pool,
+            job_retry_delay=25.0,
+            smtp_greylist_retries=0,
+        )
+        await _register(pool)
+        log = tmp_path / "worker.log"
+        with _worker(pool, _worker_env(tb, url, tmp_path, **retry), log):
+            async with running_app(settings) as app:
+                customer = app.customer(credits=50)
+                created = await app.client.post(
+                    "/api/verify/bulk",
+                    headers=customer.headers,
+                    json={"emails": ["dora@grey.test", "nobody@grey.test", "alice@acme.test"]},
+                )
+                first = f"/api/verify/bulk/{created.json()['job_id']}"
+                deadline = asyncio.get_running_loop().time() + 180
+                while True:
+                    body = (await app.client.get(first, headers=customer.headers)).json()
+                    if body.get("phase") == "waiting_to_retry":
+                        break
+                    assert body["status"] == "processing" or body["status"] == "pending", body
+                    assert asyncio.get_running_loop().time() < deadline, log.read_text()[-3000:]
+                    await asyncio.sleep(0.2)
+                assert body["retry_waiting"] == 2
+                async with get_client() as client:  # (the parking run schedules it, then ends)
+                    while True:
+                        job = job_store.get_job_any(app.store.engine, body["job_id"])
+                        run = await client.read_flow_run(job.flow_run_id)
+                        if run.parameters.get("retry_pass") == 1:
+                            break
+                        assert asyncio.get_running_loop().time() < deadline, job
+                        await asyncio.sleep(0.2)
+                assert run.state.type.name == "SCHEDULED"
+                second = await app.client.post(
+                    "/api/verify/bulk",
+                    headers=customer.headers,
+                    json={"emails": ["alice@acme.test"]},
+                )
+                other = await poll_job(
+                    app.client,
+                    f"/api/verify/bulk/{second.json()['job_id']}",
+                    customer.headers,
+                    timeout=120,
+                )
+                assert other["status"] == "completed"
+                still = (await app.client.get(first, headers=customer.headers)).json()
+                assert still["phase"] == "waiting_to_retry", still  # the other job went first
+                done = await poll_job(app.client, first, customer.headers, timeout=240)
+                assert done["status"] == "completed", (done, log.read_text()[-3000:])
+                got = {r["email"]: r["status"] for r in done["results"]}
+                assert got == {
+                    "dora@grey.test": "valid",
+                    "nobody@grey.test": "invalid",
+                    "alice@acme.test": "valid",
+                }

@@ -82,6 +82,46 @@ def test_full_mailbox_and_block(testbed_factory: MakeTestbed) -> None:
         )
 
 
+def test_postgrey_rule_per_triplet_with_delay_and_retry_window(
+    testbed_factory: MakeTestbed,
+) -> None:
+    """postgrey: a (client IP, sender, recipient) triplet is deferred until ``greylist_delay``
+    after its first try, passes when retried within ``greylist_window``, and is new again
+    when first retried after the window. The rule is about elapsed time, so the test waits it."""
+    tb = testbed_factory(one_host(mailboxes={"alice"}, greylist_delay=0.3, greylist_window=0.9))
+    greylisted = (450, "4.2.0 Greylisted, try again later")
+    with session(tb) as client:
+        assert rcpt(client, "alice@test.test") == greylisted
+        assert rcpt(client, "alice@test.test") == greylisted  # too early: still deferred
+    time.sleep(0.35)
+    other_ip = smtplib.SMTP(
+        tb.address_of("mx.test.test"), tb.smtp_port, timeout=5, source_address=("127.0.0.2", 0)
+    )
+    other_ip.ehlo("probe")
+    other_ip.mail(SENDER)
+    assert rcpt(other_ip, "alice@test.test") == greylisted  # another client IP: a new triplet
+    other_ip.quit()
+    with session(tb) as client:
+        assert rcpt(client, "alice@test.test") == (250, "2.1.5 Ok")  # retried in the window
+        assert rcpt(client, "alice@test.test") == (250, "2.1.5 Ok")  # and passed for good
+        client.rset()
+        assert client.mail("other@verimail.test")[0] == 250
+        assert rcpt(client, "alice@test.test") == greylisted  # another sender: new triplet
+    time.sleep(0.95)
+    with session(tb) as client:
+        client.rset()
+        assert client.mail("other@verimail.test")[0] == 250
+        assert rcpt(client, "alice@test.test") == greylisted  # after the window: new again
+    tb.reset_greylist()
+    with session(tb) as client:
+        assert rcpt(client, "alice@test.test") == greylisted  # a restarted MTA forgets passes
+
+
+def test_postgrey_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="greylist_delay"):
+        HostBehaviour(greylist_delay=5, greylist_window=5)
+
+
 def test_greylisting_counts_tries_per_pair_across_sessions(testbed_factory: MakeTestbed) -> None:
     tb = testbed_factory(one_host(mailboxes={"alice"}, greylist_tries=2))
     greylisted = (450, "4.2.0 Greylisted, try again later")

@@ -85,8 +85,25 @@ UPLOAD_BODY = upload_body(
         "email_column": "The column holding the addresses, when it is not one of the "
         "recognised headers (a name, or a 1-based number).",
         "webhook_url": "Optional URL POSTed the final job (signed).",
+        "retry_unknowns": "`false` to finish after the first pass: greylisted and "
+        "temporarily failed addresses are not retried later (default `true`).",
     },
 )
+
+
+def retry_option(value: str | bool | None) -> dict[str, bool]:
+    """The job option of ``retry_unknowns`` (only when it opts out); 422 on an unreadable
+    value, before anything is stored or charged."""
+    if value is None or value is True or value == "":
+        return {}
+    if value is False:
+        return {"retry_unknowns": False}
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return {}
+    if text in ("false", "0", "no", "off"):
+        return {"retry_unknowns": False}
+    raise ApiError(422, f"retry_unknowns: {value!r} is not true or false.")
 
 
 @router.post(
@@ -112,6 +129,7 @@ async def create_bulk(request: Request, account: AccountDep, store: StoreDep) ->
         column = received.fields.get("email_column") or None
         webhook_url = received.fields.get("webhook_url") or None
         hook = webhook_options(request, webhook_url)
+        retry = retry_option(received.fields.get("retry_unknowns"))
         with upload_refusals():
             info = await to_thread.run_sync(
                 lambda: inspect_csv(
@@ -129,7 +147,7 @@ async def create_bulk(request: Request, account: AccountDep, store: StoreDep) ->
         total=info.email_count,
         upload=received.path,
         email_column=info.email_reference,
-        options={"filename": received.filename, **hook},
+        options={"filename": received.filename, **hook, **retry},
         webhook_url=webhook_url,
     )
     out = BulkJob.of(job)
@@ -285,6 +303,12 @@ class JsonBulkRequest(BaseModel):
         description="Optional: POSTed the final job when it completes or fails, signed "
         "with the `webhook_secret` of the response (polling works as well).",
     )
+    retry_unknowns: bool = Field(
+        True,
+        description="Retry greylisted and temporarily failed addresses in later passes "
+        "(the job shows `phase` `waiting_to_retry` meanwhile); `false`: finish after the "
+        "first pass.",
+    )
 
 
 @router.post(
@@ -316,7 +340,7 @@ async def create_json_bulk(
         total=len(emails),
         upload=upload,
         email_column=ADDRESS_LIST_COLUMN,
-        options=hook or None,
+        options={**hook, **retry_option(body.retry_unknowns)} or None,
         webhook_url=webhook_url,
     )
     return JsonBulkCreated(

@@ -33,6 +33,7 @@ from verimail.api.errors import (
     ValidationErrorBody,
     error_doc,
 )
+from verimail.api.models import CallTimeout
 from verimail.config import Settings
 from verimail.flows.finder import StoredPatterns
 from verimail.store.accounts import Account
@@ -43,7 +44,7 @@ from verimail.tasks.finder import (
     FinderResult,
     NameField,
     check_name_part,
-    find_email,
+    find_email_within,
     normalise_finder_domain,
 )
 from verimail.tasks.host_slots import urgent
@@ -83,6 +84,8 @@ class FindEmailRequest(BaseModel):
         description="Company domain, e.g. `example.com`. A URL or `www.` prefix is trimmed; "
         "IP addresses and single-label names are refused (422).",
     )
+
+    timeout: CallTimeout = None
 
     @field_validator("first_name", "last_name")
     @classmethod
@@ -228,7 +231,8 @@ async def find_email_route(
         )
     try:
         with urgent():
-            result = await find_email(
+            result = await find_email_within(
+                body.timeout or settings.verify_timeout,
                 engine,
                 body.first_name,
                 body.last_name,

@@ -1,5 +1,9 @@
 """``POST /api/verify/single`` and ``POST /api/verify/batch``: the engine, called directly.
 
+Both are synchronous: the engine answers by the body's ``timeout`` (what is unsettled then
+is ``unknown``/``timeout``) and never waits out greylisting (``unknown``/``greylisted``
+with ``retry_after`` at once); deferred retries are for jobs (docs/greylisting.md).
+
 Both charge first (all or nothing, 402 when short) and verify inside
 :func:`verimail.api.billing.charged`, which refunds if verifying fails. Results are built
 inside that block too, so nothing that can fail runs after a charge is kept.
@@ -57,7 +61,9 @@ async def verify_single(
 ) -> VerifyResult:
     async with charged(store, account.id, 1, reason="verify single"):
         with urgent():
-            return VerifyResult.of(await engine.verify(body.email))
+            timeout = body.timeout or engine.settings.verify_timeout
+            result = await engine.verify(body.email, timeout=timeout, greylist_retries=0)
+            return VerifyResult.of(result)
 
 
 @router.post(
@@ -76,7 +82,8 @@ async def verify_batch(
     n = len(body.emails)
     async with charged(store, account.id, n, reason=f"verify batch of {n}"):
         with urgent():
-            outcome = await engine.verify_many(body.emails)
+            timeout = body.timeout or engine.settings.verify_timeout
+            outcome = await engine.verify_many(body.emails, timeout=timeout, greylist_retries=0)
         results = [VerifyResult.of(r) for r in outcome.results]
         counts = Counter(r.status for r in results)
         return BatchResponse(

@@ -1,0 +1,158 @@
+"""Deferred retries in jobs (issue 22, point 3) on the local runner, against the testbed's
+postgrey rule: the first pass parks greylisted addresses, the job says so while it waits
+(no worker held), a later pass settles them, and a restart during the wait loses nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+import pytest
+from api_helpers import host_per_domain, poll_job, running_app, total_balance
+
+from verimail.testbed.server import Testbed
+from verimail.testbed.world import HostBehaviour, World
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+GREY_DELAY = 1.5  # postgrey's delay here; the job's first retry waits 2 s
+EMAILS = [
+    "alice@ok.test",
+    "nobody@ok.test",
+    "alice@grey.test",
+    "bob@grey.test",
+    "nobody@grey.test",
+    "alice@grey.test",  # (a duplicate row: counted twice, asked once per pass)
+]
+
+
+def _world() -> World:
+    hosts = {
+        "ok.test": HostBehaviour(mailboxes={"alice"}),
+        "grey.test": HostBehaviour(mailboxes={"alice", "bob"}, greylist_delay=GREY_DELAY),
+    }
+    return host_per_domain(hosts)
+
+
+@pytest.fixture
+def tb(testbed_factory) -> Testbed:
+    return testbed_factory(_world())
+
+
+@pytest.fixture
+def settings(tb, testbed_settings, tmp_path):
+    return testbed_settings(
+        tb,
+        tmp_path,
+        smtp_greylist_retries=0,  # (only the deferred passes retry)
+        job_retry_delay=2.0,
+        job_retry_passes=2,
+        job_retry_max_wait=10.0,
+        job_stale_after=2.0,  # the reaper sweeps every 0.5 s
+    )
+
+
+async def _poll_until(
+    client: httpx.AsyncClient, url: str, headers: dict, want: Any, timeout: float = 60.0
+) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        body = (await client.get(url, headers=headers)).json()
+        if want(body):
+            return body
+        assert body["status"] not in ("completed", "failed"), body
+        assert time.monotonic() < deadline, body
+        await asyncio.sleep(0.05)
+
+
+def _waiting(body: dict) -> bool:
+    return body.get("phase") == "waiting_to_retry"
+
+
+async def test_greylisted_addresses_wait_then_get_their_true_verdicts(settings, tb):
+    async with running_app(settings) as app:
+        customer = app.customer(credits=100)
+        created = await app.client.post(
+            "/api/verify/bulk", json={"emails": EMAILS}, headers=customer.headers
+        )
+        assert created.status_code == 200, created.text
+        url = f"/api/verify/bulk/{created.json()['job_id']}"
+        waiting = await _poll_until(app.client, url, customer.headers, _waiting)
+        assert waiting["status"] == "processing" and waiting["results"] is None
+        assert waiting["retry_waiting"] == 3 and waiting["next_retry_at"]
+        assert waiting["unknown_count"] == 4  # rows: alice twice, bob, nobody
+        runner = app.app.state.runner
+        await _poll_until(app.client, url, customer.headers, lambda _: not runner.held_jobs())
+        assert _waiting((await app.client.get(url, headers=customer.headers)).json())
+        done = await poll_job(app.client, url, customer.headers)
+        assert done["status"] == "completed", done
+        assert (done["phase"], done["retry_waiting"], done["next_retry_at"]) == (None, 0, None)
+        got = {r["email"]: (r["status"], r["sub_status"]) for r in done["results"]}
+        assert got["alice@grey.test"] == ("valid", "ok")
+        assert got["bob@grey.test"] == ("valid", "ok")
+        assert got["nobody@grey.test"] == ("invalid", "mailbox_not_found")
+        assert got["alice@ok.test"] == ("valid", "ok")
+        assert (done["unknown_count"], done["valid_count"], done["invalid_count"]) == (0, 4, 2)
+        assert done["processed_emails"] == 6 and done["credits_refunded"] == 0
+        assert total_balance(app.store, customer.account_id) == 94  # reserved once, kept
+        # Each greylisted address was asked twice (the pass, the retry), the rest once.
+        rcpts = tb.host_stats("mx.grey.test").rcpts
+        assert rcpts.count("alice@grey.test") == 2 and rcpts.count("nobody@grey.test") == 2
+        assert tb.host_stats("mx.ok.test").rcpts.count("alice@ok.test") == 1
+
+
+async def test_opting_out_finishes_after_the_first_pass(settings, tb):
+    async with running_app(settings) as app:
+        customer = app.customer(credits=100)
+        created = await app.client.post(
+            "/api/verify/bulk",
+            json={"emails": EMAILS, "retry_unknowns": False},
+            headers=customer.headers,
+        )
+        url = f"/api/verify/bulk/{created.json()['job_id']}"
+        done = await poll_job(app.client, url, customer.headers)
+        assert done["status"] == "completed" and done["phase"] is None
+        subs = {r["email"]: r["sub_status"] for r in done["results"]}
+        assert subs["alice@grey.test"] == subs["nobody@grey.test"] == "greylisted"
+        assert done["unknown_count"] == 4
+
+
+async def test_a_restart_during_the_wait_loses_nothing(settings, tb):
+    """The API process that parked the job stops before the pass is due (its timer dies
+    with it); the next one's reaper starts the pass once it is due."""
+    async with running_app(settings) as app:
+        customer = app.customer(credits=100)
+        created = await app.client.post(
+            "/api/verify/bulk", json={"emails": EMAILS}, headers=customer.headers
+        )
+        url = f"/api/verify/bulk/{created.json()['job_id']}"
+        await _poll_until(app.client, url, customer.headers, _waiting)
+    async with running_app(settings) as again:
+        done = await poll_job(again.client, url, customer.headers)
+        assert done["status"] == "completed", done
+        assert done["unknown_count"] == 0 and done["credits_refunded"] == 0
+        assert total_balance(again.store, customer.account_id) == 94
+
+
+async def test_the_dashboard_job_page_says_the_job_waits(settings, tb):
+    from test_dashboard import browser, logged_in, make_user
+
+    from verimail.store.accounts import create_api_key
+
+    async with running_app(settings) as app:
+        user = make_user(app, "grey@example.com")
+        key, _ = create_api_key(app.store.engine, user.id, name="test")
+        headers = {"Authorization": f"Bearer {key}"}
+        created = await app.client.post(
+            "/api/verify/bulk", json={"emails": EMAILS}, headers=headers
+        )
+        job_id = created.json()["job_id"]
+        url = f"/api/verify/bulk/{job_id}"
+        await _poll_until(app.client, url, headers, _waiting)
+        async with browser(app) as client:
+            await logged_in(client, "grey@example.com")
+            page = (await client.get(f"/dashboard/jobs/{job_id}")).text
+        assert "Waiting to retry 3 greylisted or temporarily failed addresses" in page
+        await poll_job(app.client, url, headers)
