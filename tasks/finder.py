@@ -380,13 +380,14 @@ async def find_email_within(
     domain: str,
     *,
     max_probes: int,
+    patterns: PatternMemory | None = None,
 ) -> FinderResult:
     """:func:`find_email` answered by ``timeout`` seconds (a synchronous call's deadline):
     a lookup still under way then is stopped, its session closed, and the answer is
     ``not_found`` saying the server had not answered in time."""
     started = time.perf_counter()
     lookup = asyncio.ensure_future(
-        find_email(engine, first_name, last_name, domain, max_probes=max_probes)
+        find_email(engine, first_name, last_name, domain, max_probes=max_probes, patterns=patterns)
     )
     done, _ = await asyncio.wait({lookup}, timeout=max(0.0, timeout - STOP_RESERVE))
     if lookup in done:
