@@ -113,7 +113,8 @@ async def test_reverify_a_completed_job_after_mailboxes_changed(world, settings)
         )
         detail_rows = list(csv.reader(io.StringIO(details.text)))
         assert detail_rows[0][3:] == [
-            "Safe to Send", "Status", "Reason", "Score", "previous_status", "status_changed"
+            "Safe to Send", "Status", "Sub Status", "Reason", "Score", "Did You Mean",
+            "previous_status", "status_changed",
         ]  # fmt: skip
         changes = await app.client.get(
             f"/api/bulk/{job['job_id']}/changes", headers=customer.headers
