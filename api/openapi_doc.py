@@ -365,6 +365,50 @@ FINDER_CSV = (
     "Ann,Lee,catchall.example.org,ann.lee@catchall.example.org,catch_all,0.55\r\n"
 )
 
+# --- re-verification --------------------------------------------------------------------
+
+REVERIFY_CREATED: dict[str, Any] = {
+    **JOB_STATES["pending"]["value"],
+    "job_id": 57,
+    "created_at": "2026-12-20T09:00:03Z",
+    "reverify_of": 42,
+    "transitions": None,
+}
+CHANGES_CSV = (
+    "row,email,previous_status,status,reason\n"
+    "3,bob@example.com,valid,invalid,The mail server for example.com says this mailbox "
+    "does not exist.\n"
+    "7,carol@example.com,unknown,valid,The mail server for example.com confirmed that this "
+    "mailbox exists.\n"
+)
+SCHEDULE: dict[str, Any] = {
+    "list_job_id": 42,
+    "every_days": 30,
+    "next_run_at": "2026-12-20T09:00:00Z",
+    "created_at": "2026-11-20T09:30:12Z",
+}
+REVERIFICATIONS: list[dict[str, Any]] = [
+    {
+        "requested_at": "2027-01-19T09:00:02Z",
+        "scheduled": True,
+        "previous_job_id": 57,
+        "job_id": None,
+        "status": "skipped",
+        "transitions": {},
+        "skipped_reason": "Not enough credits: re-verifying this list needs 2500 (1 per "
+        "address), the balance is 120. Nothing was charged.",
+    },
+    {
+        "requested_at": "2026-12-20T09:00:03Z",
+        "scheduled": True,
+        "previous_job_id": 42,
+        "job_id": 57,
+        "status": "completed",
+        "transitions": {"valid->invalid": 31, "unknown->valid": 4},
+        "skipped_reason": None,
+    },
+]
+
 
 def _examples(table: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {"examples": copy.deepcopy(table)}
@@ -405,6 +449,24 @@ SUCCESS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     ("get", "/api/find-email/csv/{job_id}/download"): {
         "text/csv": _one("The upload with the finder's columns appended", FINDER_CSV),
     },
+    ("post", "/api/bulk/{job_id}/reverify"): {
+        "application/json": _one("Created: job 57 re-verifies job 42", REVERIFY_CREATED),
+    },
+    ("get", "/api/bulk/{job_id}/changes"): {
+        "text/csv": _one("The rows whose status changed", CHANGES_CSV),
+    },
+    ("put", "/api/bulk/{job_id}/reverify-schedule"): {
+        "application/json": _one("Every 30 days", SCHEDULE),
+    },
+    ("get", "/api/bulk/{job_id}/reverify-schedule"): {
+        "application/json": _one("Every 30 days", SCHEDULE),
+    },
+    ("get", "/api/reverify-schedules"): {
+        "application/json": _one("One list on a schedule", [SCHEDULE]),
+    },
+    ("get", "/api/bulk/{job_id}/reverifications"): {
+        "application/json": _one("A run made, then one skipped", REVERIFICATIONS),
+    },
 }
 
 # status -> example detail (any operation); see ERROR_OVERRIDES for per-operation ones
@@ -442,6 +504,18 @@ ERROR_OVERRIDES: dict[tuple[str, str, str], str] = {
     "for this account.",
     ("get", "/api/find-email/csv/{job_id}/download", "409"): "Job fj_3kq9x2m7 is processing "
     "(120 of 300 rows done); download it once its status is completed.",
+    ("post", "/api/bulk/{job_id}/reverify", "402"): "Not enough credits: re-verifying "
+    "this list needs 2500 (1 per address), the balance is 120. Nothing was charged.",
+    ("post", "/api/bulk/{job_id}/reverify", "409"): "Job 42 is processing (1100 of 2500 "
+    "verified); re-verify it once its status is completed.",
+    ("get", "/api/bulk/{job_id}/changes", "409"): "Job 42 is not a re-verification, so it "
+    "has no changes.",
+    ("put", "/api/bulk/{job_id}/reverify-schedule", "409"): "List 42 has no completed run "
+    "yet; schedule it once it has.",
+    ("get", "/api/bulk/{job_id}/reverify-schedule", "404"): "List 42 has no "
+    "re-verification schedule.",
+    ("delete", "/api/bulk/{job_id}/reverify-schedule", "404"): "List 42 has no "
+    "re-verification schedule.",
 }
 VALIDATION: dict[str, Any] = _model_example(ValidationErrorBody)
 VALIDATION_OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {

@@ -45,6 +45,7 @@ from api_helpers import (
     free_port,
     poll_job,
     running_app,
+    total_balance,
 )
 
 from verimail.api import app as app_module
@@ -206,6 +207,21 @@ CHEAP: dict[tuple[str, str], Call] = {
     ),
     ("GET", "/api/account"): Call("GET", "/api/account"),
     ("GET", "/api/domain-pattern"): Call("GET", "/api/domain-pattern"),
+    ("POST", "/api/bulk/{job_id}/reverify"): Call("POST", f"/api/bulk/{UNKNOWN_BULK_ID}/reverify"),
+    ("GET", "/api/bulk/{job_id}/changes"): Call("GET", f"/api/bulk/{UNKNOWN_BULK_ID}/changes"),
+    ("PUT", "/api/bulk/{job_id}/reverify-schedule"): Call(
+        "PUT", f"/api/bulk/{UNKNOWN_BULK_ID}/reverify-schedule", {"json": {}}
+    ),
+    ("GET", "/api/bulk/{job_id}/reverify-schedule"): Call(
+        "GET", f"/api/bulk/{UNKNOWN_BULK_ID}/reverify-schedule"
+    ),
+    ("DELETE", "/api/bulk/{job_id}/reverify-schedule"): Call(
+        "DELETE", f"/api/bulk/{UNKNOWN_BULK_ID}/reverify-schedule"
+    ),
+    ("GET", "/api/reverify-schedules"): Call("GET", "/api/reverify-schedules"),
+    ("GET", "/api/bulk/{job_id}/reverifications"): Call(
+        "GET", f"/api/bulk/{UNKNOWN_BULK_ID}/reverifications"
+    ),
 }
 """Every authenticated operation; the 401, 429, 500 and 503 recipes are built from these."""
 
@@ -251,6 +267,25 @@ async def create_bulk(app: RunningApp, owner: Customer) -> int:
     """A CSV bulk job of two addresses; its id."""
     created = await app.client.post("/api/bulk", headers=owner.headers, **_form(EMAILS_CSV))
     return int(assert_json(created)["job_id"])
+
+
+async def completed_bulk(app: RunningApp, owner: Customer) -> int:
+    """A CSV bulk job of two addresses, run to completion (a live app); its id."""
+    job_id = await create_bulk(app, owner)
+    done = await poll_job(app.client, f"/api/bulk/{job_id}", owner.headers)
+    assert done["status"] == "completed", done
+    return job_id
+
+
+async def scheduled_list(app: RunningApp, owner: Customer) -> int:
+    """A completed bulk job whose list is re-verified every 7 days (a live app); its id."""
+    job_id = await completed_bulk(app, owner)
+    response = await app.client.put(
+        f"/api/bulk/{job_id}/reverify-schedule", json={"every_days": 7}, headers=owner.headers
+    )
+    body = assert_json(response)
+    assert (body["list_job_id"], body["every_days"]) == (job_id, 7), body
+    return job_id
 
 
 async def create_finder_job(app: RunningApp, owner: Customer) -> str:
@@ -335,7 +370,7 @@ UPLOAD_ROUTES = ("/api/bulk", "/api/find-email/csv")
 MULTIPART = "multipart/form-data; boundary=statuses"
 
 
-def _body_too_large(path: str) -> Recipe:
+def _body_too_large(path: str, method: str = "POST", url: str | None = None) -> Recipe:
     async def run(ctx: Ctx) -> None:
         """A streamed body past the limit, with an unknown key: 413 before the key is read."""
 
@@ -345,14 +380,18 @@ def _body_too_large(path: str) -> Recipe:
                 yield b'"alice@acme.test", ' * 20
 
         headers = {"Authorization": "Bearer vm_" + "k" * 43, "Content-Type": "application/json"}
-        response = await ctx.idle.client.post(path, content=body(), headers=headers)
+        response = await ctx.idle.client.request(
+            method, url or path, content=body(), headers=headers
+        )
         assert "larger than the limit of 4 KiB" in assert_error_body(response, 413)
         assert response.headers["connection"] == "close"
 
     return run
 
 
-def _body_too_slow(path: str, content_type: str) -> Recipe:
+def _body_too_slow(
+    path: str, content_type: str, method: str = "POST", url: str | None = None
+) -> Recipe:
     async def run(ctx: Ctx) -> None:
         """The client sends the start of a body, then nothing: 408 after the body timeout."""
         stalled = asyncio.Event()  # never set: the client stops sending
@@ -364,7 +403,9 @@ def _body_too_slow(path: str, content_type: str) -> Recipe:
 
         customer = ctx.idle.customer()
         headers = {**customer.headers, "Content-Type": content_type}
-        response = await ctx.idle.client.post(path, content=body(), headers=headers)
+        response = await ctx.idle.client.request(
+            method, url or path, content=body(), headers=headers
+        )
         assert "did not arrive in time" in assert_error_body(response, 408)
         assert response.headers["connection"] == "close"
 
@@ -376,6 +417,17 @@ for _path in JSON_ROUTES:
     recipe("POST", _path, 408)(_body_too_slow(_path, "application/json"))
 for _path in UPLOAD_ROUTES:
     recipe("POST", _path, 408)(_body_too_slow(_path, MULTIPART))
+
+JSON_JOB_ROUTES: dict[tuple[str, str], str] = {
+    # JSON bodies on a job's path: (method, path template) -> a URL of it
+    ("POST", "/api/bulk/{job_id}/reverify"): f"/api/bulk/{UNKNOWN_BULK_ID}/reverify",
+    ("PUT", "/api/bulk/{job_id}/reverify-schedule"): (
+        f"/api/bulk/{UNKNOWN_BULK_ID}/reverify-schedule"
+    ),
+}
+for (_method, _path), _url in JSON_JOB_ROUTES.items():
+    recipe(_method, _path, 413)(_body_too_large(_path, _method, _url))
+    recipe(_method, _path, 408)(_body_too_slow(_path, "application/json", _method, _url))
 
 
 # GET /api/health
@@ -813,8 +865,250 @@ async def finder_download_pending(ctx: Ctx) -> None:
     assert "is pending" in assert_error_body(response, 409)
 
 
+# POST /api/bulk/{job_id}/reverify
+
+
+@recipe("POST", "/api/bulk/{job_id}/reverify", 200, live=True)
+async def reverify_ok(ctx: Ctx) -> None:
+    owner = ctx.live.customer()
+    job_id = await completed_bulk(ctx.live, owner)
+    response = await ctx.live.client.post(f"/api/bulk/{job_id}/reverify", headers=owner.headers)
+    body = assert_json(response)
+    assert body["reverify_of"] == job_id and body["job_id"] != job_id, body
+    assert body["total_emails"] == 2 and body["credits_reserved"] == 2, body
+    done = await poll_job(ctx.live.client, f"/api/bulk/{body['job_id']}", owner.headers)
+    assert done["status"] == "completed" and done["transitions"] == {}, done
+
+
+@recipe("POST", "/api/bulk/{job_id}/reverify", 402, live=True)
+async def reverify_no_credits(ctx: Ctx) -> None:
+    """The list of two addresses needs two credits; the upload left one."""
+    owner = ctx.live.customer(credits=3)
+    job_id = await completed_bulk(ctx.live, owner)
+    assert total_balance(ctx.live.store, owner.account_id) == 1
+    response = await ctx.live.client.post(f"/api/bulk/{job_id}/reverify", headers=owner.headers)
+    detail = assert_error_body(response, 402)
+    assert "needs 2" in detail and "balance is 1" in detail, detail
+    assert total_balance(ctx.live.store, owner.account_id) == 1  # nothing charged
+    history = await ctx.live.client.get(
+        f"/api/bulk/{job_id}/reverifications", headers=owner.headers
+    )
+    assert history.status_code == 200 and history.json() == [], history.text
+
+
+@recipe("POST", "/api/bulk/{job_id}/reverify", 404)
+async def reverify_foreign(ctx: Ctx) -> None:
+    """Another account's job, like an unknown id."""
+    job_id = await create_bulk(ctx.idle, ctx.idle.customer())
+    other = ctx.idle.customer()
+    for url in (f"/api/bulk/{job_id}/reverify", f"/api/bulk/{UNKNOWN_BULK_ID}/reverify"):
+        assert_error_body(await ctx.idle.client.post(url, headers=other.headers), 404)
+    assert total_balance(ctx.idle.store, other.account_id) == 100
+
+
+@recipe("POST", "/api/bulk/{job_id}/reverify", 409)
+async def reverify_pending(ctx: Ctx) -> None:
+    """A job that has not completed has no results to compare with."""
+    owner = ctx.idle.customer()
+    job_id = await create_bulk(ctx.idle, owner)
+    response = await ctx.idle.client.post(f"/api/bulk/{job_id}/reverify", headers=owner.headers)
+    assert "is pending" in assert_error_body(response, 409)
+
+
+@recipe("POST", "/api/bulk/{job_id}/reverify", 422)
+async def reverify_bad_webhook(ctx: Ctx) -> None:
+    owner = ctx.idle.customer()
+    job_id = await create_bulk(ctx.idle, owner)
+    response = await ctx.idle.client.post(
+        f"/api/bulk/{job_id}/reverify", json={"webhook_url": "not a url"}, headers=owner.headers
+    )
+    assert "webhook_url" in assert_error_body(response, 422)
+
+
+# GET /api/bulk/{job_id}/changes
+
+
+@recipe("GET", "/api/bulk/{job_id}/changes", 200, live=True)
+async def changes_ok(ctx: Ctx) -> None:
+    owner = ctx.live.customer()
+    job_id = await completed_bulk(ctx.live, owner)
+    created = await ctx.live.client.post(f"/api/bulk/{job_id}/reverify", headers=owner.headers)
+    new_id = assert_json(created)["job_id"]
+    done = await poll_job(ctx.live.client, f"/api/bulk/{new_id}", owner.headers)
+    assert done["status"] == "completed", done
+    response = await ctx.live.client.get(f"/api/bulk/{new_id}/changes", headers=owner.headers)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/csv")
+    assert response.text.splitlines()[0] == "row,email,previous_status,status,reason"
+
+
+@recipe("GET", "/api/bulk/{job_id}/changes", 404)
+async def changes_foreign(ctx: Ctx) -> None:
+    job_id = await create_bulk(ctx.idle, ctx.idle.customer())
+    other = ctx.idle.customer()
+    for url in (f"/api/bulk/{job_id}/changes", f"/api/bulk/{UNKNOWN_BULK_ID}/changes"):
+        assert_error_body(await ctx.idle.client.get(url, headers=other.headers), 404)
+
+
+@recipe("GET", "/api/bulk/{job_id}/changes", 409)
+async def changes_not_a_reverification(ctx: Ctx) -> None:
+    owner = ctx.idle.customer()
+    job_id = await create_bulk(ctx.idle, owner)
+    response = await ctx.idle.client.get(f"/api/bulk/{job_id}/changes", headers=owner.headers)
+    assert "is not a re-verification" in assert_error_body(response, 409)
+
+
+# PUT /api/bulk/{job_id}/reverify-schedule
+
+
+@recipe("PUT", "/api/bulk/{job_id}/reverify-schedule", 200, live=True)
+async def schedule_put_ok(ctx: Ctx) -> None:
+    owner = ctx.live.customer()
+    job_id = await scheduled_list(ctx.live, owner)
+    # Putting it again changes it (a list has one schedule).
+    response = await ctx.live.client.put(
+        f"/api/bulk/{job_id}/reverify-schedule", json={"every_days": 30}, headers=owner.headers
+    )
+    assert assert_json(response)["every_days"] == 30
+    await ctx.live.client.delete(f"/api/bulk/{job_id}/reverify-schedule", headers=owner.headers)
+
+
+@recipe("PUT", "/api/bulk/{job_id}/reverify-schedule", 404)
+async def schedule_put_foreign(ctx: Ctx) -> None:
+    job_id = await create_bulk(ctx.idle, ctx.idle.customer())
+    other = ctx.idle.customer()
+    for url in (
+        f"/api/bulk/{job_id}/reverify-schedule",
+        f"/api/bulk/{UNKNOWN_BULK_ID}/reverify-schedule",
+    ):
+        response = await ctx.idle.client.put(url, json={"every_days": 7}, headers=other.headers)
+        assert_error_body(response, 404)
+
+
+@recipe("PUT", "/api/bulk/{job_id}/reverify-schedule", 409)
+async def schedule_put_pending(ctx: Ctx) -> None:
+    """A list with no completed run yet cannot be scheduled."""
+    owner = ctx.idle.customer()
+    job_id = await create_bulk(ctx.idle, owner)
+    response = await ctx.idle.client.put(
+        f"/api/bulk/{job_id}/reverify-schedule", json={"every_days": 7}, headers=owner.headers
+    )
+    assert "no completed run yet" in assert_error_body(response, 409)
+
+
+@recipe("PUT", "/api/bulk/{job_id}/reverify-schedule", 422)
+async def schedule_put_invalid(ctx: Ctx) -> None:
+    owner = ctx.idle.customer()
+    job_id = await create_bulk(ctx.idle, owner)
+    url = f"/api/bulk/{job_id}/reverify-schedule"
+    for body in ({"every_days": 0}, {"every_days": 7, "first_run_at": "2099-01-01T00:00:00Z"}):
+        response = await ctx.idle.client.put(url, json=body, headers=owner.headers)
+        assert_error_body(response, 422)
+
+
+# GET /api/bulk/{job_id}/reverify-schedule
+
+
+@recipe("GET", "/api/bulk/{job_id}/reverify-schedule", 200, live=True)
+async def schedule_get_ok(ctx: Ctx) -> None:
+    owner = ctx.live.customer()
+    job_id = await scheduled_list(ctx.live, owner)
+    url = f"/api/bulk/{job_id}/reverify-schedule"
+    body = assert_json(await ctx.live.client.get(url, headers=owner.headers))
+    assert (body["list_job_id"], body["every_days"]) == (job_id, 7), body
+    await ctx.live.client.delete(url, headers=owner.headers)
+
+
+@recipe("GET", "/api/bulk/{job_id}/reverify-schedule", 404)
+async def schedule_get_none(ctx: Ctx) -> None:
+    """A list without a schedule; another account's job and an unknown id alike."""
+    owner = ctx.idle.customer()
+    job_id = await create_bulk(ctx.idle, owner)
+    url = f"/api/bulk/{job_id}/reverify-schedule"
+    detail = assert_error_body(await ctx.idle.client.get(url, headers=owner.headers), 404)
+    assert "has no re-verification schedule" in detail
+    other = ctx.idle.customer()
+    for foreign in (url, f"/api/bulk/{UNKNOWN_BULK_ID}/reverify-schedule"):
+        assert_error_body(await ctx.idle.client.get(foreign, headers=other.headers), 404)
+
+
+# DELETE /api/bulk/{job_id}/reverify-schedule
+
+
+@recipe("DELETE", "/api/bulk/{job_id}/reverify-schedule", 204, live=True)
+async def schedule_delete_ok(ctx: Ctx) -> None:
+    owner = ctx.live.customer()
+    job_id = await scheduled_list(ctx.live, owner)
+    url = f"/api/bulk/{job_id}/reverify-schedule"
+    response = await ctx.live.client.delete(url, headers=owner.headers)
+    assert response.status_code == 204, response.text
+    assert_error_body(await ctx.live.client.get(url, headers=owner.headers), 404)
+
+
+@recipe("DELETE", "/api/bulk/{job_id}/reverify-schedule", 404)
+async def schedule_delete_none(ctx: Ctx) -> None:
+    owner = ctx.idle.customer()
+    job_id = await create_bulk(ctx.idle, owner)
+    url = f"/api/bulk/{job_id}/reverify-schedule"
+    detail = assert_error_body(await ctx.idle.client.delete(url, headers=owner.headers), 404)
+    assert "has no re-verification schedule" in detail
+    other = ctx.idle.customer()
+    for foreign in (url, f"/api/bulk/{UNKNOWN_BULK_ID}/reverify-schedule"):
+        assert_error_body(await ctx.idle.client.delete(foreign, headers=other.headers), 404)
+
+
+# GET /api/reverify-schedules
+
+
+@recipe("GET", "/api/reverify-schedules", 200, live=True)
+async def schedules_ok(ctx: Ctx) -> None:
+    owner = ctx.live.customer()
+    job_id = await scheduled_list(ctx.live, owner)
+    mine = await ctx.live.client.get("/api/reverify-schedules", headers=owner.headers)
+    assert mine.status_code == 200, mine.text
+    assert [s["list_job_id"] for s in mine.json()] == [job_id]
+    other = ctx.live.customer()
+    theirs = await ctx.live.client.get("/api/reverify-schedules", headers=other.headers)
+    assert theirs.status_code == 200 and theirs.json() == [], theirs.text
+    await ctx.live.client.delete(f"/api/bulk/{job_id}/reverify-schedule", headers=owner.headers)
+
+
+# GET /api/bulk/{job_id}/reverifications
+
+
+@recipe("GET", "/api/bulk/{job_id}/reverifications", 200, live=True)
+async def reverifications_ok(ctx: Ctx) -> None:
+    owner = ctx.live.customer()
+    job_id = await completed_bulk(ctx.live, owner)
+    created = await ctx.live.client.post(f"/api/bulk/{job_id}/reverify", headers=owner.headers)
+    new_id = assert_json(created)["job_id"]
+    await poll_job(ctx.live.client, f"/api/bulk/{new_id}", owner.headers)
+    # Either run names the list.
+    for url in (f"/api/bulk/{job_id}/reverifications", f"/api/bulk/{new_id}/reverifications"):
+        response = await ctx.live.client.get(url, headers=owner.headers)
+        assert response.status_code == 200, response.text
+        [entry] = response.json()
+        assert (entry["previous_job_id"], entry["job_id"]) == (job_id, new_id), entry
+        assert entry["scheduled"] is False
+
+
+@recipe("GET", "/api/bulk/{job_id}/reverifications", 404)
+async def reverifications_foreign(ctx: Ctx) -> None:
+    job_id = await create_bulk(ctx.idle, ctx.idle.customer())
+    other = ctx.idle.customer()
+    for url in (
+        f"/api/bulk/{job_id}/reverifications",
+        f"/api/bulk/{UNKNOWN_BULK_ID}/reverifications",
+    ):
+        assert_error_body(await ctx.idle.client.get(url, headers=other.headers), 404)
+
+
 KNOWN_IMPOSSIBLE: dict[Key, str] = {
     ("GET", "/api/bulk/{job_id}", 422): "a job_id that is not a number is a 404",
+    ("GET", "/api/bulk/{job_id}/changes", 422): "as for GET /api/bulk/{job_id}",
+    ("GET", "/api/bulk/{job_id}/reverify-schedule", 422): "as for GET /api/bulk/{job_id}",
+    ("DELETE", "/api/bulk/{job_id}/reverify-schedule", 422): "as for GET /api/bulk/{job_id}",
+    ("GET", "/api/bulk/{job_id}/reverifications", 422): "as for GET /api/bulk/{job_id}",
     ("GET", "/api/find-email/csv/{job_id}", 422): "job_id is any string; no query, no body",
     ("GET", "/api/find-email/csv/{job_id}/download", 422): "as above",
 }

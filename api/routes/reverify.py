@@ -296,6 +296,8 @@ def _prefect_ready(request: Request) -> None:
     "/api/bulk/{job_id}/reverify-schedule",
     response_model=ReverifySchedule,
     summary="A list's re-verification schedule",
+    description="The schedule of the job's list (any run of the list names it): how often "
+    "it is re-verified and when the next run is made. 404 when the list has none.",
     responses=_docs(404),
 )
 async def get_schedule(job_id: JobId, account: AccountDep, store: StoreDep) -> ReverifySchedule:
@@ -339,7 +341,10 @@ async def cancel_schedule(store: Store, job: job_store.Job) -> None:
     "/api/reverify-schedules",
     response_model=list[ReverifySchedule],
     summary="This account's re-verification schedules",
-    responses=_docs(),
+    description="Every list of this account that is on a re-verification schedule, with "
+    "when its next run is made; an empty list when there are none.",
+    # No parameters and no body: nothing to validate, so no 422.
+    responses=pick_error_docs(_ERRORS, ()),
 )
 async def list_schedules(account: AccountDep, store: StoreDep) -> list[ReverifySchedule]:
     schedules = await to_thread.run_sync(reverify_store.list_schedules, store.engine, account.id)
