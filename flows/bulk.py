@@ -167,6 +167,7 @@ def create_job_for_file(
     account_id: int,
     email_column: str | None,
     webhook_url: str | None = None,
+    retry_unknowns: bool = True,
 ) -> int:
     """A job row for a run started without one (the Prefect UI, a script): reserve like the
     API does. :class:`FormError` (one sentence) when the file or the balance will not do."""
@@ -179,6 +180,8 @@ def create_job_for_file(
     options: dict[str, Any] = {"source": "prefect", "filename": path.name}
     if webhook_url:
         options["webhook_secret"] = secrets.token_urlsafe(32)
+    if not retry_unknowns:
+        options["retry_unknowns"] = False  # (as the API's upload form stores the opt-out)
     job = job_store.create_job(
         store.engine,
         account_id,
@@ -205,7 +208,13 @@ def create_job_for_form(store: Store, settings: Settings, form: BulkVerifyForm) 
     path = shared_file(settings, form.file)
     webhook_url = checked_webhook(settings, form.webhook_url)
     return create_job_for_file(
-        store, settings, str(path), account.id, form.email_column, webhook_url
+        store,
+        settings,
+        str(path),
+        account.id,
+        form.email_column,
+        webhook_url,
+        retry_unknowns=form.retry_unknowns,
     )
 
 

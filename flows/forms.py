@@ -56,6 +56,13 @@ class BulkVerifyForm(BaseModel):
         description="Optional URL to POST the finished job to, signed as for API jobs (the "
         "signing key is written in the run's log).",
     )
+    retry_unknowns: bool = Field(
+        True,
+        title="Retry unknowns",
+        description="Retry greylisted and temporarily failed addresses in later passes, after "
+        "the greylist window (the job takes longer; fewer addresses come back unknown). Off: "
+        "the job ends after its first pass.",
+    )
 
 
 def find_account(store: Store, account: str) -> accounts.Account:

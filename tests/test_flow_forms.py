@@ -97,8 +97,28 @@ def test_the_form_shows_only_described_inputs(setup):
     assert set(schema["properties"]) == {"verify"}  # job_id, attempt, ... are hidden
     form = schema["definitions"]["BulkVerifyForm"]
     assert form["required"] == ["account", "file"]
-    for field in ("account", "file", "email_column", "webhook_url"):
+    for field in ("account", "file", "email_column", "webhook_url", "retry_unknowns"):
         assert form["properties"][field]["description"], field
+    assert form["properties"]["retry_unknowns"]["default"] is True
+
+
+def test_the_form_can_opt_a_job_out_of_deferred_retries(setup):
+    """ "Retry unknowns" off: the job is made as the API makes one with retry_unknowns=false."""
+    from verimail.flows.bulk import create_job_for_form
+    from verimail.flows.forms import BulkVerifyForm
+    from verimail.flows.retries import enabled
+
+    settings, store, account = setup
+    ids = [
+        create_job_for_form(
+            store,
+            settings,
+            BulkVerifyForm(account=str(account.id), file="inbox/leads.csv", retry_unknowns=wanted),
+        )
+        for wanted in (False, True)
+    ]
+    jobs = [job_store.get_job_any(store.engine, job_id) for job_id in ids]
+    assert [enabled(settings, job) for job in jobs] == [False, True]
 
 
 async def test_a_run_started_from_the_form_makes_a_job_and_a_summary(setup):
