@@ -203,6 +203,9 @@ async def test_finder_page_looks_up_one_person_and_charges_a_find(settings):
         assert found.status_code == 200, found.text
         result = found.text.split('data-testid="finder-result"', 1)[1]
         assert "alice@acme.test" in result and "Found" in result
+        # The domain's pattern learned from this find, as GET /api/domain-pattern has it.
+        learned = result.split('data-testid="learned-pattern">', 1)[1].split("<", 1)[0]
+        assert learned.startswith("first (1 of 1 find, confidence 0.50)"), learned
         charge = settings.finder_charge
         assert balance(app.store.engine, user.id).total == 100 - charge
 

@@ -37,6 +37,7 @@ from verimail.api.routes.finder import (
     FINDER_DISABLED,
     FindEmailRequest,
     app_settings,
+    domain_pattern_route,
     find_email_route,
 )
 from verimail.api.routes.finder_csv import create_from_upload
@@ -116,7 +117,10 @@ async def finder_lookup(
         return await _page(
             request, account, store, exc.status_code, person=person, error=exc.detail
         )
-    return await _page(request, account, store, person=person, result=result)
+    # The domain's pattern as learned so far (this find included): what the next lookup
+    # there tries first, and how established it is.
+    learned = await domain_pattern_route(account, store, app_settings(request), body.domain)
+    return await _page(request, account, store, person=person, result=result, learned=learned)
 
 
 @router.post("/finder/upload")
