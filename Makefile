@@ -28,7 +28,7 @@ test: $(STAMP) chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	@# pytest exits 5 when it collected nothing: that is a broken suite, say so and fail.
-	$(BIN)/python -m pytest; rc=$$?; \
+	$(BIN)/python -m pytest --durations=25; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: the suite is broken" >&2; fi; \
 	  exit $$rc
 	$(MAKE) --no-print-directory test-hostile-env
