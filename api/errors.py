@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 log = logging.getLogger("verimail.api")
 
@@ -249,6 +250,26 @@ def validation_detail(errors: Sequence[Any]) -> str:
 # --- handlers ------------------------------------------------------------------------------
 
 
+HTTP_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method some route serves at this path, for ``Allow``.
+
+    Starlette names only the methods of the first route whose path matched, so a path
+    served by several routes (GET, PUT and DELETE of one resource) listed one of three.
+    """
+    routes = request.app.router.routes
+    allowed = [
+        method
+        for method in HTTP_METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes
+        )
+    ]
+    return ", ".join(allowed)
+
+
 def _http_detail(request: Request, exc: StarletteHTTPException) -> str:
     """Starlette's own one-word details, made into sentences."""
     detail = exc.detail
@@ -257,7 +278,7 @@ def _http_detail(request: Request, exc: StarletteHTTPException) -> str:
             f"Not found: there is no endpoint at {request.url.path}. The API is described at /docs."
         )
     if exc.status_code == 405 and detail == "Method Not Allowed":
-        allowed = (exc.headers or {}).get("Allow") or (exc.headers or {}).get("allow") or ""
+        allowed = (exc.headers or {}).get("Allow") or ""
         hint = f"; use {allowed}" if allowed else ""
         return f"Method {request.method} is not allowed on {request.url.path}{hint}."
     if not isinstance(detail, str):
@@ -277,7 +298,13 @@ async def _on_http_exception(request: Request, exc: Exception) -> JSONResponse:
         issue = {"type": "json_invalid", "loc": ["body"], "msg": "body could not be read as JSON"}
         detail = "request body could not be read as JSON (it must be UTF-8, not nested too deeply)"
         return JSONResponse({"detail": detail, "errors": [issue]}, status_code=422)
-    return error_response(exc.status_code, _http_detail(request, exc), exc.headers)
+    headers = exc.headers
+    if exc.status_code == 405 and exc.detail == "Method Not Allowed":
+        allowed = _allowed_methods(request)
+        if allowed:
+            headers = {**(headers or {}), "Allow": allowed}
+            exc = StarletteHTTPException(405, exc.detail, headers)
+    return error_response(exc.status_code, _http_detail(request, exc), headers)
 
 
 async def _on_api_error(request: Request, exc: Exception) -> JSONResponse:

@@ -39,6 +39,7 @@ EmailText = Annotated[
 CallTimeout = Annotated[
     float | None,
     Field(
+        strict=True,  # a number: `true` is not 1 second
         ge=TIMEOUT_MIN,
         le=TIMEOUT_MAX,
         description="Deadline of the call in seconds, 1 to 60 (default 10, the "

@@ -25,7 +25,7 @@ from typing import Any
 
 from bench.common import Table, add_output_args, command_text, publish
 from verimail.config import Settings
-from verimail.flows.finder import StoredPatterns
+from verimail.flows.learned_patterns import StoredPatterns
 from verimail.store.accounts import create_account
 from verimail.store.db import init_store
 from verimail.tasks.engine import Engine

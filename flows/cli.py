@@ -42,7 +42,7 @@ def _cli_patterns():  # type: ignore[no-untyped-def]
     from sqlalchemy.exc import SQLAlchemyError
 
     from verimail.flows.context import store_for
-    from verimail.flows.finder import StoredPatterns
+    from verimail.flows.learned_patterns import StoredPatterns
 
     settings = get_settings()
     try:

@@ -161,10 +161,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+TEST_RETRY_WINDOW = {"job_retry_delay": 0.5}
+"""A job's deferred retries in the suite's worlds: after 0.5 s, then 1 s — not the
+production 15 min, which would hold every job with an unreachable address that long.
+Tests of the retries themselves set their own."""
+
+
 def env_for_testbed(tb: Testbed) -> dict[str, str]:
     """The environment that points a ``verimail`` process at the testbed."""
     return {
         **tb.environment(),
+        **{f"VERIMAIL_{name.upper()}": str(value) for name, value in TEST_RETRY_WINDOW.items()},
         "VERIMAIL_SMTP_CONNECT_TIMEOUT": "3",
         "VERIMAIL_SMTP_COMMAND_TIMEOUT": "5",
         "VERIMAIL_DNS_TIMEOUT": "2",

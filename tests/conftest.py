@@ -18,6 +18,8 @@ from cli_helpers import WIDTH_ENV
 # fixed width. Set before anything of ours is imported, since a console reads it when made.
 os.environ.update(WIDTH_ENV)
 
+from api_helpers import TEST_RETRY_WINDOW
+
 from verimail.config import Settings
 from verimail.testbed.server import Testbed
 from verimail.testbed.world import World
@@ -31,6 +33,7 @@ def make_testbed_settings(tb: Testbed, tmp_path: Path, **overrides: Any) -> Sett
         "smtp_connect_timeout": 3.0,
         "smtp_command_timeout": 3.0,
         "smtp_greylist_delay": 0.05,
+        **TEST_RETRY_WINDOW,
         "prefect_warm_up": False,  # a test session shares one Prefect server (prefect_harness)
         **tb.settings_overrides(),
     }

@@ -215,6 +215,13 @@ async def test_router_errors_use_the_same_body(api: RunningApp) -> None:
     assert "GET" in detail and "POST" in detail
     assert wrong_method.headers["allow"] == "POST"
 
+    # A path several routes serve (GET, PUT and DELETE of one resource): Allow names them
+    # all, not only the first route Starlette matched.
+    schedule = await api.client.post("/api/bulk/1/reverify-schedule")
+    detail = assert_error_body(schedule, 405)
+    assert set(schedule.headers["allow"].split(", ")) == {"DELETE", "GET", "PUT"}
+    assert "use DELETE, GET, PUT" in detail
+
 
 async def test_a_crash_while_verifying_is_a_plain_500_and_refunds(
     tb, tmp_path, testbed_settings, monkeypatch

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 def _world() -> World:
     return World.of(
-        [HostSpec("mx.acme.test", HostBehaviour(mailboxes={"alice", "john.smith"}))],
+        [HostSpec("mx.acme.test", HostBehaviour(mailboxes={"alice", "john.smith", "mary"}))],
         [DomainSpec("acme.test", mx=[(10, "mx.acme.test")])],
     )
 
@@ -74,17 +74,18 @@ def test_bulk_find_and_history_commands(testbed_factory, tmp_path):
     assert "1 found" in folded(found.stderr)
     with open(tmp_path / "people.found.csv", newline="") as fh:
         assert list(csv.reader(fh))[1][3:5] == ["john.smith@acme.test", "found"]
-    # --max-probes bounds a file's lookups too (it was ignored there): alice@ is the
-    # second candidate for Alice Jones, so one probe does not find her.
-    alice = tmp_path / "alice.csv"
-    alice.write_text("first_name,last_name,domain\nAlice,Jones,acme.test\n")
-    one = _run(["find", "--file", str(alice), "--max-probes", "1"], env)
+    # --max-probes bounds a file's lookups too (it was ignored there): mary@ is the
+    # second candidate for Mary Jones (after the domain's learned first.last), so one
+    # probe does not find her. (Not Alice: the history knows alice@ is valid.)
+    mary = tmp_path / "mary.csv"
+    mary.write_text("first_name,last_name,domain\nMary,Jones,acme.test\n")
+    one = _run(["find", "--file", str(mary), "--max-probes", "1"], env)
     assert one.returncode == 0 and "0 found" in folded(one.stderr), one.stderr
-    two = _run(["find", "--file", str(alice), "--max-probes", "2"], env)
+    two = _run(["find", "--file", str(mary), "--max-probes", "2"], env)
     assert two.returncode == 0 and "1 found" in folded(two.stderr), two.stderr
     for wrong in (
-        ["find", "--file", str(alice), "Alice", "Jones", "acme.test"],
-        ["find", "--file", str(alice), "--json"],
+        ["find", "--file", str(mary), "Mary", "Jones", "acme.test"],
+        ["find", "--file", str(mary), "--json"],
         ["find", "Alice", "Jones", "acme.test", "--out", str(tmp_path / "x.csv")],
     ):
         refused_find = _run(wrong, env)

@@ -20,6 +20,8 @@ import csv
 import io
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -58,19 +60,27 @@ def chromium() -> Iterator[Any]:
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 
-    playwright = sync_playwright().start()
+    # Chromium keeps a Unix socket in its profile under TMPDIR, and a socket path is at most
+    # 107 bytes: under a long TMPDIR (a fresh machine's may be) it cannot start. Its
+    # profile goes to a short folder instead (Playwright's driver reads TMPDIR at start).
+    short_tmp = Path(tempfile.mkdtemp(prefix="vm-chromium-", dir="/tmp"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(short_tmp))
+        playwright = sync_playwright().start()
     try:
         browser = playwright.chromium.launch(
             executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
         )
     except PlaywrightError as exc:
         playwright.stop()
+        shutil.rmtree(short_tmp, ignore_errors=True)
         pytest.skip(f"{CHROMIUM} is installed but could not be started: {exc.message[:500]}")
     try:
         yield browser
     finally:
         browser.close()
         playwright.stop()
+        shutil.rmtree(short_tmp, ignore_errors=True)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 from api_helpers import VERIMAIL_BIN, clean_env, env_for_testbed
 
 from verimail.config import Settings
-from verimail.flows.finder import StoredPatterns
+from verimail.flows.learned_patterns import StoredPatterns
 from verimail.store.accounts import create_account
 from verimail.store.db import Store, init_store
 from verimail.store.patterns import pattern_counts, record_find

@@ -93,3 +93,19 @@ def test_serve_refuses_a_ui_port_when_prefect_is_elsewhere(tmp_path: Path) -> No
     )
     assert run.returncode == 2, run.stdout + run.stderr
     assert "PREFECT_API_URL" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_building_the_api_imports_no_prefect() -> None:
+    """``serve --prefect-ui-port`` must point Prefect's client at its UI server before the
+    first Prefect import, and it builds the app first: a module of the app that imports
+    Prefect at its top (the finder route did, through the finder flow) stops the UI."""
+    import sys
+
+    probe = (
+        "import sys, verimail.api.app, verimail.api.serve, verimail.api.demo\n"
+        "print(sorted(m for m in sys.modules if m == 'prefect' or m.startswith('prefect.')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "[]", done.stdout[:2000]

@@ -305,6 +305,7 @@ class JsonBulkRequest(BaseModel):
     )
     retry_unknowns: bool = Field(
         True,
+        strict=True,  # true or false: 0 and "no" are refused, as the schema says
         description="Retry greylisted and temporarily failed addresses in later passes "
         "(the job shows `phase` `waiting_to_retry` meanwhile); `false`: finish after the "
         "first pass.",

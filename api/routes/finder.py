@@ -35,7 +35,7 @@ from verimail.api.errors import (
 )
 from verimail.api.models import CallTimeout
 from verimail.config import Settings
-from verimail.flows.finder import StoredPatterns
+from verimail.flows.learned_patterns import StoredPatterns
 from verimail.store.accounts import Account
 from verimail.store.credits import balance
 from verimail.tasks.finder import (
