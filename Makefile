@@ -5,6 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+PYTEST_WORKERS ?= -n 2 --dist loadfile
+
 .PHONY: demo test test-hostile-env lint fmt venv bench clean chromium
 
 venv: $(STAMP) chromium
@@ -28,7 +30,9 @@ test: $(STAMP) chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	@# pytest exits 5 when it collected nothing: that is a broken suite, say so and fail.
-	$(BIN)/python -m pytest --durations=25; rc=$$?; \
+	@# Two workers, a file each at a time: the suite mostly waits on sockets and child
+	@# processes, so two halve its time even on two cores (docs/testing.md).
+	$(BIN)/python -m pytest $(PYTEST_WORKERS) --durations=25; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: the suite is broken" >&2; fi; \
 	  exit $$rc
 	$(MAKE) --no-print-directory test-hostile-env
@@ -43,7 +47,7 @@ HOSTILE_TESTS := tests/test_cli_errors.py tests/test_cli_verify.py tests/test_cl
   tests/test_store_cli.py tests/test_api_demo.py tests/test_fresh_machine.py
 test-hostile-env: $(STAMP)
 	mkdir -p $(HOSTILE_TMP)
-	TMPDIR=$(HOSTILE_TMP) COLUMNS=60 $(BIN)/python -m pytest -p no:cacheprovider $(HOSTILE_TESTS)
+	TMPDIR=$(HOSTILE_TMP) COLUMNS=60 $(BIN)/python -m pytest $(PYTEST_WORKERS) -p no:cacheprovider $(HOSTILE_TESTS)
 
 # The dashboard's browser test drives Debian's chromium (Playwright never downloads a
 # browser here). Installed when missing and apt is there, as root or with password-less
