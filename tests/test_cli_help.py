@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from verimail import cli
 
-REPO = Path(cli.__file__).parent
+REPO = Path(__file__).resolve().parent.parent
 
 
 def _app() -> typer.Typer:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
-from verimail.flows.cli_progress import Rate, progress_text, retry_phase, status_counts
+from verimail.cli.progress import Rate, progress_text, retry_phase, status_counts
 
 
 class Clock:

@@ -1070,7 +1070,7 @@ async def test_upload_refusals_store_and_charge_nothing(settings):
 async def test_set_password_command_lets_a_cli_account_log_in(settings, monkeypatch):
     import typer
 
-    from verimail.api.dashboard.cli import set_password_command
+    from verimail.cli.passwords import set_password_command
     from verimail.config import get_settings
 
     async with running_app(settings) as app:

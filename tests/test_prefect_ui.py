@@ -102,7 +102,7 @@ def test_building_the_api_imports_no_prefect() -> None:
     import sys
 
     probe = (
-        "import sys, verimail.api.app, verimail.api.serve, verimail.api.demo\n"
+        "import sys, verimail.api.app, verimail.cli.serve, verimail.cli.demo\n"
         "print(sorted(m for m in sys.modules if m == 'prefect' or m.startswith('prefect.')))"
     )
     done = subprocess.run(

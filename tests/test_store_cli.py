@@ -11,9 +11,9 @@ import typer
 from cli_helpers import folded, run_verimail
 from typer.testing import CliRunner
 
+from verimail.cli.accounts import accounts_app, credits_app, keys_app
 from verimail.config import get_settings
 from verimail.store import accounts as acc
-from verimail.store.cli import accounts_app, credits_app, keys_app
 from verimail.store.db import init_store
 from verimail.store.testing import temporary_database_url
 

@@ -3,7 +3,7 @@
 ``install_dashboard(app)`` is all the app needs: it serves the static files and includes
 the router, whose lifespan (merged into the app's) sets up the session signer and the
 login throttle once the app's own start-up made the settings and the limiter. The pages
-are imported only then, so ``verimail.api.dashboard.cli`` stays light for the CLI.
+are imported only then, so ``verimail.cli.passwords`` stays light for the CLI.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from verimail.cli_output import OutputFormat, print_rows
+from verimail.cli.output import OutputFormat, print_rows
 from verimail.config import get_settings
 
 history_app = typer.Typer(

@@ -1,4 +1,5 @@
-"""Operator commands for accounts, API keys and credits (wired into ``verimail`` by ``cli.py``).
+"""Operator commands for accounts, API keys and credits (wired into ``verimail`` by
+``cli/__init__.py``).
 
     verimail accounts create --plan starter [--finder/--no-finder] [--email E] [--admin]
     verimail accounts list
@@ -28,7 +29,7 @@ from rich.table import Table
 from rich.text import Text
 from sqlalchemy.exc import IntegrityError
 
-from verimail.cli_output import print_table
+from verimail.cli.output import print_table
 from verimail.config import get_settings
 from verimail.store import accounts as acc
 from verimail.store import credits as cr

@@ -1,7 +1,7 @@
 """What every ``verimail`` command shares about its output: rows as a table, CSV or JSON,
 address columns that never break, and help pages without type noise on flags.
 
-It imports nothing of ours, so any area's ``cli.py`` may use it.
+It imports nothing of ours, so every command module of ``cli/`` may use it.
 """
 
 from __future__ import annotations

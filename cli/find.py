@@ -1,8 +1,8 @@
 """``verimail find FIRST LAST DOMAIN``: one Email Finder lookup from the command line.
 
 Runs the engine directly: no API, no credits. The caller may pass the store's learned
-domain patterns (``flows/cli.py`` does, booked to the CLI's operator account). The command
-itself (with its ``--file`` form, which runs the find-emails flow) is in ``flows/cli.py``.
+domain patterns (``cli/jobs.py`` does, booked to the CLI's operator account). The command
+itself (with its ``--file`` form, which runs the find-emails flow) is in ``cli/jobs.py``.
 """
 
 from __future__ import annotations

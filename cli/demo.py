@@ -26,8 +26,8 @@ import httpx
 import typer
 from rich.console import Console
 
+from verimail.cli.jobs import quiet_prefect
 from verimail.config import Settings
-from verimail.flows.cli import quiet_prefect
 from verimail.flows.prefect_ui import port_free
 from verimail.store.accounts import (
     authenticate,

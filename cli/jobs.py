@@ -11,8 +11,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from verimail.cli.progress import JobProgress, finder_counts, status_counts, summary_table
 from verimail.config import get_settings
-from verimail.flows.cli_progress import JobProgress, finder_counts, status_counts, summary_table
 
 console = Console(stderr=True)
 
@@ -171,7 +171,7 @@ def find_command(
             raise typer.BadParameter("give FIRST LAST DOMAIN, or --file people.csv")
         if out is not None:
             raise typer.BadParameter("--out names the results CSV of --file", param_hint="--out")
-        from verimail.tasks.cli_find import find_one
+        from verimail.cli.find import find_one
 
         find_one(
             first_name,

@@ -1,7 +1,8 @@
 """The ``verimail`` command (Typer + Rich).
 
-Each area keeps its commands beside its code (``testbed/cli.py``, ...) and is wired here,
-so this module stays a table of contents.
+Every command lives in a module of this folder (``cli/verify.py``, ``cli/jobs.py``, ...;
+the testbed, a component of its own, keeps ``testbed/cli.py``) and is wired here, so this
+module stays a table of contents.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from verimail import API_VERSION, __version__
-from verimail.cli_output import plain_help
+from verimail.cli.output import plain_help
 
 app = typer.Typer(
     name="verimail",
@@ -31,13 +32,13 @@ def version() -> None:
 
 def _register() -> None:
     """Attach the sub-command groups of each area (imported lazily to keep start-up fast)."""
-    from verimail.api.dashboard.cli import set_password_command
-    from verimail.api.demo import demo_command
-    from verimail.api.serve import serve_command
-    from verimail.flows.cli import bulk_command, deploy_command, find_command
-    from verimail.flows.cli_history import history_app
-    from verimail.store.cli import accounts_app, credits_app, keys_app
-    from verimail.tasks.cli_verify import verify_command
+    from verimail.cli.accounts import accounts_app, credits_app, keys_app
+    from verimail.cli.demo import demo_command
+    from verimail.cli.history import history_app
+    from verimail.cli.jobs import bulk_command, deploy_command, find_command
+    from verimail.cli.passwords import set_password_command
+    from verimail.cli.serve import serve_command
+    from verimail.cli.verify import verify_command
     from verimail.testbed.cli import app as testbed_app
 
     app.add_typer(testbed_app, name="testbed")
