@@ -1,7 +1,7 @@
 """The FastAPI application: ``create_app(settings)`` wires routes, errors and shared state.
 
 Per app (set up in the lifespan, torn down with it): the store (migrated at start-up), one
-verification :class:`~verimail.tasks.engine.Engine` shared by all requests (its DNS cache
+verification :class:`~verimail.engine.core.Engine` shared by all requests (its DNS cache
 and SMTP politeness limits only work if requests share it), the rate/concurrency
 :class:`~verimail.api.ratelimit.Limiter`, and the start time for ``uptime_seconds``.
 
@@ -35,10 +35,10 @@ from verimail.api.ratelimit import Limiter
 from verimail.api.routes import account, bulk, finder, finder_csv, health, reverify, verify
 from verimail.api.routes.health import verifier_ready
 from verimail.config import Settings, get_settings
+from verimail.engine.core import Engine
 from verimail.flows.recovery import Reaper
 from verimail.flows.runner import JobRunner, LocalRunner, make_runner
 from verimail.store.db import Store, init_store, make_engine
-from verimail.tasks.engine import Engine
 
 log = logging.getLogger("verimail.api")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from fastapi.responses import FileResponse
 from starlette.types import Receive, Scope, Send
 
-from verimail.tasks.bulk_io import load_info
+from verimail.files.bulk_io import load_info
 
 _RANGE_HEADERS = (b"range", b"if-range")
 

@@ -20,10 +20,10 @@ from anyio import to_thread
 from fastapi import Request
 
 from verimail.api.errors import DATABASE_RETRY_AFTER, ApiError
+from verimail.files.csv_detect import UploadError, UploadTooLarge
 from verimail.store import jobs as job_store
 from verimail.store.credits import balance
 from verimail.store.db import Store
-from verimail.tasks.csv_detect import UploadError, UploadTooLarge
 from verimail.tasks.webhook import WebhookRefused, check_url
 
 log = logging.getLogger("verimail.api.jobs")

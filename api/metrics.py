@@ -9,7 +9,7 @@ than a separate port keeps one thing to run, and Prometheus sends one with
 What is exposed (see docs/metrics.md):
 - HTTP requests: counts and latency by route template, method and status
   (prometheus-fastapi-instrumentator);
-- the engine's and flows' counters of this process (``verimail.tasks.metrics``):
+- the engine's and flows' counters of this process (``verimail.engine.metrics``):
   verifications by status, SMTP sessions opened and refused by reason, DNS queries, job
   queue wait;
 - jobs by kind and state, credits charged and refunded: read from the database at each
@@ -31,9 +31,9 @@ from prometheus_fastapi_instrumentator import Instrumentator
 
 from verimail.api.errors import ApiError
 from verimail.config import Settings
+from verimail.engine.metrics import ENGINE_REGISTRY
 from verimail.store.stats import credit_totals, jobs_by_state
 from verimail.store.tables import JOB_KINDS, JOB_STATUSES
-from verimail.tasks.metrics import ENGINE_REGISTRY
 
 log = logging.getLogger(__name__)
 

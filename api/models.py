@@ -12,9 +12,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from verimail.engine.core import TIMEOUT_MAX, TIMEOUT_MIN
 from verimail.schemas.results import VerificationResult
 from verimail.store.tables import MAX_EMAIL_LENGTH  # (longer is a 422)
-from verimail.tasks.engine import TIMEOUT_MAX, TIMEOUT_MIN
 
 MAX_BATCH = 500
 """Most addresses per batch request (SPEC §8)."""

@@ -25,12 +25,12 @@ from typing import Any
 
 from bench.common import Table, add_output_args, command_text, publish
 from verimail.config import Settings
+from verimail.engine.core import Engine
+from verimail.engine.finder import FinderResult, find_email
+from verimail.engine.smtp.prober import DomainSession
 from verimail.flows.learned_patterns import StoredPatterns
 from verimail.store.accounts import create_account
 from verimail.store.db import init_store
-from verimail.tasks.engine import Engine
-from verimail.tasks.finder import FinderResult, find_email
-from verimail.tasks.smtp_probe import DomainSession
 from verimail.testbed.people import Person, company, finder_world, one_per_pattern
 from verimail.testbed.server import Testbed
 from verimail.testbed.world import POSTFIX_HARD_ERROR_LIMIT, POSTFIX_SOFT_ERROR_LIMIT

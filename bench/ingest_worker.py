@@ -52,7 +52,7 @@ def safe_value(address: str) -> str:
 
 def ingest_ours(path: Path) -> tuple[dict[str, float], dict[str, int], Any]:
 
-    from verimail.tasks.csv_io import distinct_in_order, normalise_emails, read_emails
+    from verimail.files.csv_io import distinct_in_order, normalise_emails, read_emails
 
     steps: dict[str, float] = {}
     t = time.perf_counter()
@@ -176,7 +176,7 @@ def ingest_csv(path: Path) -> tuple[dict[str, float], dict[str, int], Any]:
 
 
 def write_ours(path: Path, out: Path) -> tuple[dict[str, float], dict[str, int]]:
-    from verimail.tasks.csv_io import values_for_rows, write_results_csv
+    from verimail.files.csv_io import values_for_rows, write_results_csv
 
     _steps, _counts, (info, rows, uniques) = ingest_ours(path)
     mapping = {u: safe_value(u) for u in uniques.to_list()}
@@ -217,7 +217,7 @@ def refuse_fast_path() -> None:
     """``ours-fallback``: the fast path reads and checks the file, then refuses it, as it does
     a file it cannot prove plain late in its checks (bare-CR line ends, a line break inside a
     quoted cell, a stray quote); the tokenizer then reads it. The worst case of a refusal."""
-    from verimail.tasks import csv_detect, csv_io
+    from verimail.files import csv_detect, csv_io
 
     real = csv_detect.fast_data_cells
 
@@ -239,7 +239,7 @@ def main() -> None:
     if args.impl != "csv":
         # Loading Polars and verimail is the process's start-up, not work on the upload (the
         # API does it once); the csv implementation's imports are untimed too.
-        importlib.import_module("verimail.tasks.csv_io")
+        importlib.import_module("verimail.files.csv_io")
     if args.impl == "ours-fallback":
         refuse_fast_path()
     rss_before = current_rss_mib()

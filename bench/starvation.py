@@ -22,7 +22,7 @@ from typing import Any
 
 from bench.common import Table, add_output_args, command_text, fmt_float, fmt_int, publish
 from verimail.config import Settings
-from verimail.tasks.engine import Engine
+from verimail.engine.core import Engine
 from verimail.testbed.server import Testbed
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 

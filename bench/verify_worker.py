@@ -68,7 +68,7 @@ def _timed(fn: Callable[..., Any], into: dict[str, float], name: str) -> Callabl
 
 
 def run_engine(settings: Settings, addresses: list[str]) -> tuple[dict[str, Any], list[str]]:
-    from verimail.tasks.engine import Engine
+    from verimail.engine.core import Engine
 
     engine = Engine(settings)
     phases: dict[str, float] = {}
@@ -84,7 +84,7 @@ def run_engine(settings: Settings, addresses: list[str]) -> tuple[dict[str, Any]
 
 
 def run_engine_stream(settings: Settings, source: Path, out: Path) -> dict[str, Any]:
-    from verimail.tasks.engine import Engine, EngineStats
+    from verimail.engine.core import Engine, EngineStats
 
     engine = Engine(settings)
     phases: dict[str, float] = {}

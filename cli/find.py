@@ -16,9 +16,9 @@ from rich.table import Table
 from rich.text import Text
 
 from verimail.config import get_settings
-from verimail.tasks.engine import Engine
-from verimail.tasks.finder import FinderInputError, FinderResult, find_email
-from verimail.tasks.finder_learned import PatternMemory
+from verimail.engine.core import Engine
+from verimail.engine.finder import FinderInputError, FinderResult, find_email
+from verimail.engine.finder_learned import PatternMemory
 
 STATUS_STYLE = {"found": "green", "catch_all": "yellow", "not_found": "red"}
 

@@ -38,7 +38,7 @@ def _print(
 ) -> None:
     import duckdb
 
-    from verimail.tasks.history import query_rows
+    from verimail.files.history import query_rows
 
     try:
         columns, rows, more = query_rows(get_settings().data_dir, sql, limit, params)

@@ -109,11 +109,11 @@ def bulk_command(
     that is granted exactly the credits the file needs, so the ledger stays complete.
     """
     quiet_prefect()
+    from verimail.files.bulk_io import read_job_input
+    from verimail.files.csv_detect import UploadError
     from verimail.flows.context import store_for
     from verimail.store import credits
     from verimail.store import jobs as job_store
-    from verimail.tasks.bulk_io import read_job_input
-    from verimail.tasks.csv_detect import UploadError
 
     target = _results_path(out, file.with_name(f"{file.stem}.results.csv"))
     settings = get_settings()
@@ -183,11 +183,11 @@ def find_command(
         )
         return
     quiet_prefect()
+    from verimail.files.csv_detect import UploadError
     from verimail.flows.context import store_for
     from verimail.flows.finder import read_finder_upload
     from verimail.store import credits
     from verimail.store import jobs as job_store
-    from verimail.tasks.csv_detect import UploadError
 
     if first_name or last_name or domain:
         raise typer.BadParameter("give FIRST LAST DOMAIN, or --file people.csv, not both")

@@ -21,8 +21,8 @@ from rich.table import Table
 from rich.text import Text
 
 from verimail.config import get_settings
+from verimail.engine.core import TIMEOUT_MAX, TIMEOUT_MIN, BatchResult, Engine
 from verimail.schemas.outcomes import SubStatus
-from verimail.tasks.engine import TIMEOUT_MAX, TIMEOUT_MIN, BatchResult, Engine
 
 STATUS_STYLE = {
     "valid": "green",

@@ -29,6 +29,19 @@ from prefect.context import get_run_context
 from pydantic.json_schema import SkipJsonSchema
 
 from verimail.config import Settings, current_settings
+from verimail.engine import metrics
+from verimail.engine.core import Prepared
+from verimail.engine.smtp.prober import GroupResult, HostGroup
+from verimail.files.bulk_io import (
+    JobInput,
+    ResultSink,
+    append_history,
+    job_dir,
+    read_job_input,
+    results_frame,
+    write_job_results,
+)
+from verimail.files.csv_detect import UploadError
 from verimail.flows import retries
 from verimail.flows.context import db_retried, engine_for, no_such_job, store_for
 from verimail.flows.failures import customer_reason, ends_the_process, refused
@@ -53,19 +66,6 @@ from verimail.schemas.results import VerificationResult
 from verimail.store import jobs as job_store
 from verimail.store.credits import balance
 from verimail.store.db import Store
-from verimail.tasks import metrics
-from verimail.tasks.bulk_io import (
-    JobInput,
-    ResultSink,
-    append_history,
-    job_dir,
-    read_job_input,
-    results_frame,
-    write_job_results,
-)
-from verimail.tasks.csv_detect import UploadError
-from verimail.tasks.engine import Prepared
-from verimail.tasks.smtp_probe import GroupResult, HostGroup
 
 ARTIFACT_TIMEOUT = 5.0
 """Seconds a progress artifact's Prefect API call may take. The artifact is only a view of

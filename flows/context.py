@@ -17,8 +17,8 @@ from typing import Any
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from verimail.config import Settings
+from verimail.engine.core import Engine
 from verimail.store.db import Store, init_store
-from verimail.tasks.engine import Engine
 
 log = logging.getLogger(__name__)
 

@@ -40,6 +40,12 @@ from prefect.cache_policies import NO_CACHE
 from pydantic.json_schema import SkipJsonSchema
 
 from verimail.config import Settings, current_settings
+from verimail.engine import metrics
+from verimail.engine.finder import FinderInputError, find_email, normalise_finder_domain
+from verimail.engine.smtp.prober import DomainSession
+from verimail.files.bulk_io import StagedFiles, job_dir, save_info
+from verimail.files.csv_detect import find_person_columns, inspect_csv
+from verimail.files.csv_io import load_person_rows, write_results_csv
 from verimail.flows.context import db_retried, engine_for, no_such_job, store_for
 from verimail.flows.failures import customer_reason, ends_the_process
 from verimail.flows.heartbeat import (
@@ -56,12 +62,6 @@ from verimail.flows.summary import name_this_run, publish_job_summary, run_name
 from verimail.store import jobs as job_store
 from verimail.store.credits import charges_under
 from verimail.store.db import Store
-from verimail.tasks import metrics
-from verimail.tasks.bulk_io import StagedFiles, job_dir, save_info
-from verimail.tasks.csv_detect import find_person_columns, inspect_csv
-from verimail.tasks.csv_io import load_person_rows, write_results_csv
-from verimail.tasks.finder import FinderInputError, find_email, normalise_finder_domain
-from verimail.tasks.smtp_probe import DomainSession
 
 DOMAINS_PER_TASK = 50
 DOMAIN_CONCURRENCY = 20  # domains looked up at once within a task

@@ -17,10 +17,10 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from verimail.files.bulk_io import StagedFiles
 from verimail.flows.context import db_retried
 from verimail.store import jobs as job_store
 from verimail.store.db import Store
-from verimail.tasks.bulk_io import StagedFiles
 
 log = logging.getLogger(__name__)
 

@@ -14,18 +14,18 @@ import duckdb
 from sqlalchemy.exc import SQLAlchemyError
 
 from verimail.config import Settings
+from verimail.engine.finder_learned import DomainPattern
+from verimail.files.history import valid_locals
 from verimail.flows.context import db_retried
 from verimail.store import patterns as pattern_store
 from verimail.store.db import Store
-from verimail.tasks.finder_learned import DomainPattern
-from verimail.tasks.history import valid_locals
 
 log = logging.getLogger(__name__)
 
 
 class StoredPatterns:
     """The learned domain patterns in the store, as a lookup reads and teaches them
-    (:class:`~verimail.tasks.finder_learned.PatternMemory`).
+    (:class:`~verimail.engine.finder_learned.PatternMemory`).
 
     Finds are counted under ``account_id``; lookups read every account's counts or this
     account's only, as ``finder_pattern_scope`` says. A domain read once is kept here and

@@ -31,6 +31,10 @@ from prefect.context import get_run_context
 from pydantic.json_schema import SkipJsonSchema
 
 from verimail.config import Settings, current_settings
+from verimail.files.bulk_io import append_history, job_dir, read_job_input, results_frame
+from verimail.files.csv_detect import UploadError
+from verimail.files.csv_io import distinct_in_order
+from verimail.files.history import latest_statuses, query
 from verimail.flows import reverify_lists as lists
 from verimail.flows.bulk import bulk_verify, chunk_groups, prepare_addresses, verify_host_groups
 from verimail.flows.context import engine_for, store_for
@@ -39,10 +43,6 @@ from verimail.flows.forms import FormError, shared_file
 from verimail.flows.summary import name_this_run, publish_table, transition_rows
 from verimail.store import jobs as job_store
 from verimail.store import reverify as reverify_store
-from verimail.tasks.bulk_io import append_history, job_dir, read_job_input, results_frame
-from verimail.tasks.csv_detect import UploadError
-from verimail.tasks.csv_io import distinct_in_order
-from verimail.tasks.history import latest_statuses, query
 
 
 def _addresses(

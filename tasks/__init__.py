@@ -1,1 +1,1 @@
-"""verimail.tasks."""
+"""What the flows do besides verifying and handling files: today, webhooks."""

@@ -29,7 +29,7 @@ from urllib.parse import SplitResult, urlsplit, urlunsplit
 import httpx
 import idna
 
-from verimail.tasks.netguard import IPNetwork, smtp_address_allowed
+from verimail.engine.netguard import IPNetwork, smtp_address_allowed
 
 RETRY_STATUSES = {408, 425, 429, 500, 502, 503, 504}
 

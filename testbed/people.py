@@ -2,7 +2,7 @@
 one local-part pattern, and a company with one person per pattern.
 
 The addresses are written here from the pattern's meaning, independently of the finder's
-own pattern table (``tasks/finder_patterns.py``), so a world built from them tests the
+own pattern table (``engine/finder_patterns.py``), so a world built from them tests the
 finder rather than repeating it.
 """
 

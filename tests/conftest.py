@@ -161,7 +161,7 @@ def outside_connections(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]
 @pytest.fixture(autouse=True)
 def _fresh_dns_cache() -> Iterator[None]:
     """Every test builds its own world: answers cached from another test's must not leak in."""
-    from verimail.tasks import dns_facts
+    from verimail.engine import dns_facts
 
     dns_facts.clear_cache()
     yield

@@ -17,9 +17,9 @@ from api_helpers import (
 )
 
 from verimail.api.errors import INTERNAL_ERROR
+from verimail.engine.smtp.host_slots import HostSlots, host_semaphore
 from verimail.store.accounts import list_keys, revoke_key
 from verimail.store.credits import balance, ledger
-from verimail.tasks.host_slots import HostSlots, host_semaphore
 from verimail.testbed.server import Testbed
 
 SINGLE = "/api/verify/single"

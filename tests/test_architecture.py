@@ -15,21 +15,34 @@ ROOT = Path(__file__).resolve().parent.parent
 MAY_IMPORT: dict[str, set[str]] = {
     "schemas": set(),
     "testbed": set(),
+    "engine": {"config", "schemas"},
+    "files": {"config", "schemas", "engine"},
+    "tasks": {"config", "schemas", "engine", "files"},
     "store": {"config", "schemas"},
-    "tasks": {"config", "schemas"},
-    "flows": {"config", "schemas", "tasks", "store"},
-    "api": {"config", "schemas", "tasks", "store", "flows"},
-    "cli": {"config", "schemas", "tasks", "store", "flows", "api", "testbed"},
+    "flows": {"config", "schemas", "engine", "files", "tasks", "store"},
+    "api": {"config", "schemas", "engine", "files", "tasks", "store", "flows"},
+    "cli": {"config", "schemas", "engine", "files", "tasks", "store", "flows", "api", "testbed"},
 }
 
-#: Libraries that mark a layer: the engine is a plain library (no orchestration, HTTP
-#: framework or database), the contract models import no framework.
-#: Only ``cli/`` (and the self-contained testbed's own command) draws on a terminal.
+#: Libraries that mark a layer: the engine and the file handling are plain libraries (no
+#: orchestration, HTTP framework, database or terminal), the contract models import no
+#: framework, and only ``cli/`` (and the self-contained testbed's own command) draws on a
+#: terminal.
+PLAIN_LIBRARY = {
+    "prefect",
+    "fastapi",
+    "starlette",
+    "sqlalchemy",
+    "uvicorn",
+    "jinja2",
+    "typer",
+    "rich",
+}
 FORBIDDEN_LIBRARIES: dict[str, set[str]] = {
     "schemas": {"prefect", "fastapi", "starlette", "sqlalchemy", "typer", "rich", "polars"},
-    "tasks": {
-        *("prefect", "fastapi", "starlette", "sqlalchemy", "uvicorn", "jinja2", "typer", "rich"),
-    },
+    "engine": PLAIN_LIBRARY,
+    "files": PLAIN_LIBRARY,
+    "tasks": {"fastapi", "starlette", "sqlalchemy", "uvicorn", "jinja2", "typer", "rich"},
     "store": {"prefect", "fastapi", "starlette", "typer", "rich"},
     "flows": {"typer", "rich"},
     "api": {"typer", "rich"},

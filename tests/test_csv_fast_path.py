@@ -20,8 +20,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from verimail.tasks import csv_detect, csv_io
-from verimail.tasks.csv_detect import (
+from verimail.files import csv_detect, csv_io
+from verimail.files.csv_detect import (
     FAST_MAX_COLUMNS,
     PY_SPACES,
     UploadError,
@@ -31,7 +31,7 @@ from verimail.tasks.csv_detect import (
     iter_data_cell,
     space_only,
 )
-from verimail.tasks.csv_io import load_emails, read_emails
+from verimail.files.csv_io import load_emails, read_emails
 
 BOM8 = codecs.BOM_UTF8
 

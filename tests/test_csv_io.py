@@ -13,9 +13,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from verimail.tasks import csv_io
-from verimail.tasks.csv_detect import iter_raw_records, open_info, split_terminator
-from verimail.tasks.csv_io import (
+from verimail.files import csv_io
+from verimail.files.csv_detect import iter_raw_records, open_info, split_terminator
+from verimail.files.csv_io import (
     CsvInfo,
     UploadError,
     UploadTooLarge,
@@ -344,8 +344,8 @@ def test_email_reference_finds_the_same_column_again(
 
 
 def test_the_longest_reference_fits_a_job_row() -> None:
+    from verimail.files.csv_detect import MAX_COLUMN_REFERENCE
     from verimail.store.tables import jobs
-    from verimail.tasks.csv_detect import MAX_COLUMN_REFERENCE
 
     assert jobs.c.email_column.type.length == MAX_COLUMN_REFERENCE
 

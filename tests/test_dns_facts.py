@@ -6,9 +6,9 @@ from __future__ import annotations
 import socket
 import time
 
+from verimail.engine import dns_facts
+from verimail.engine.dns_facts import NEGATIVE_TTL, DomainResolver
 from verimail.schemas.outcomes import DomainOutcome
-from verimail.tasks import dns_facts
-from verimail.tasks.dns_facts import NEGATIVE_TTL, DomainResolver
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 HOSTS = [

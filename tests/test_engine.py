@@ -8,11 +8,11 @@ import math
 
 import pytest
 
+from verimail.engine import dns_facts
+from verimail.engine.core import Engine
+from verimail.engine.syntax import ParsedAddress
 from verimail.schemas.outcomes import Status, SubStatus
 from verimail.schemas.results import VerificationResult
-from verimail.tasks import dns_facts
-from verimail.tasks.engine import Engine
-from verimail.tasks.syntax import ParsedAddress
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 
@@ -330,7 +330,7 @@ async def test_a_busy_primary_shared_by_two_domains_falls_back_for_both(
 
 async def test_busy_reads_the_slots_in_use():
     """HostSlots.busy: False with no session on the host, True while one holds a slot."""
-    from verimail.tasks.host_slots import HostSlots
+    from verimail.engine.smtp.host_slots import HostSlots
 
     slots = HostSlots(per_host=2, total=10, redis_url=None)
     assert not slots.busy("busy-check.test")
@@ -547,7 +547,7 @@ async def test_a_host_that_hangs_up_after_n_rejections_is_not_made_to_again(
 def test_what_the_prober_learns_of_hosts_is_bounded(monkeypatch):
     """Recipient and rejection limits and "no mixing" are kept for the hosts learnt of
     last, not for every host a long-lived process ever met (they were never pruned)."""
-    from verimail.tasks import smtp_probe
+    from verimail.engine.smtp import prober as smtp_probe
 
     monkeypatch.setattr(smtp_probe, "LEARNED_HOSTS", 3)
     learned = smtp_probe._Learned()

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from verimail.tasks import file_read
-from verimail.tasks.file_read import PARALLEL_MIN, read_file
+from verimail.files import file_read
+from verimail.files.file_read import PARALLEL_MIN, read_file
 
 
 @pytest.mark.parametrize("size", [0, 1, 1000, PARALLEL_MIN - 1, PARALLEL_MIN, PARALLEL_MIN + 7])

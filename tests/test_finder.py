@@ -1,4 +1,4 @@
-"""The Email Finder engine (``tasks/finder.py``) against the loopback testbed: real DNS
+"""The Email Finder engine (``engine/finder.py``) against the loopback testbed: real DNS
 packets, real SMTP sessions, one session per lookup."""
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ from api_helpers import clean_env, env_for_testbed
 from cli_helpers import folded, run_verimail
 
 from verimail.config import Settings
-from verimail.tasks.engine import Engine
-from verimail.tasks.finder import (
+from verimail.engine.core import Engine
+from verimail.engine.finder import (
     CATCH_ALL_FACTOR,
     FinderInputError,
     check_names,
     find_email,
     normalise_finder_domain,
 )
-from verimail.tasks.finder_patterns import pattern_confidence
-from verimail.tasks.smtp_probe import DomainSession
+from verimail.engine.finder_patterns import pattern_confidence
+from verimail.engine.smtp.prober import DomainSession
 from verimail.testbed.server import Testbed
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 

@@ -14,16 +14,16 @@ import pytest
 from api_helpers import VERIMAIL_BIN, clean_env, env_for_testbed
 
 from verimail.config import Settings
+from verimail.engine.core import Engine
+from verimail.engine.finder import CATCH_ALL_FACTOR, find_email
+from verimail.engine.finder_learned import DomainPattern, learned_confidence
+from verimail.engine.finder_patterns import PATTERNS, pattern_confidence
+from verimail.engine.smtp.prober import DomainSession
+from verimail.files.bulk_io import RESULT_SCHEMA, append_history
 from verimail.flows.learned_patterns import StoredPatterns
 from verimail.store.accounts import create_account
 from verimail.store.db import Store, init_store
 from verimail.store.patterns import pattern_counts, record_find
-from verimail.tasks.bulk_io import RESULT_SCHEMA, append_history
-from verimail.tasks.engine import Engine
-from verimail.tasks.finder import CATCH_ALL_FACTOR, find_email
-from verimail.tasks.finder_learned import DomainPattern, learned_confidence
-from verimail.tasks.finder_patterns import PATTERNS, pattern_confidence
-from verimail.tasks.smtp_probe import DomainSession
 from verimail.testbed.people import company, finder_world, one_per_pattern
 from verimail.testbed.server import Testbed
 from verimail.testbed.world import (

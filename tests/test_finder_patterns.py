@@ -7,7 +7,7 @@ from itertools import pairwise
 import pytest
 
 from verimail.config import Settings
-from verimail.tasks.finder_patterns import (
+from verimail.engine.finder_patterns import (
     EARLY,
     MAX_LOCAL_LENGTH,
     PATTERNS,

@@ -17,6 +17,11 @@ from prefect.exceptions import TerminationSignal
 from sqlalchemy.exc import OperationalError
 
 from verimail.config import using_settings
+from verimail.engine.core import EngineStats, Prepared
+from verimail.engine.smtp.prober import HostGroup
+from verimail.files import bulk_io
+from verimail.files.bulk_io import job_dir
+from verimail.files.csv_detect import UploadError
 from verimail.flows import bulk as bulk_module
 from verimail.flows import heartbeat as heartbeat_module
 from verimail.flows.bulk import bulk_verify, chunk_groups
@@ -29,11 +34,6 @@ from verimail.schemas.results import VerificationResult
 from verimail.store import accounts, credits
 from verimail.store import jobs as job_store
 from verimail.store.db import utcnow
-from verimail.tasks import bulk_io
-from verimail.tasks.bulk_io import job_dir
-from verimail.tasks.csv_detect import UploadError
-from verimail.tasks.engine import EngineStats, Prepared
-from verimail.tasks.smtp_probe import HostGroup
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")

@@ -8,12 +8,12 @@ import polars as pl
 import pytest
 
 from verimail.config import using_settings
+from verimail.files.history import history_dir, query
 from verimail.flows.bulk import bulk_verify
 from verimail.flows.context import forget, store_for
 from verimail.flows.reverify import reverify_stored
 from verimail.store import accounts
 from verimail.store import jobs as job_store
-from verimail.tasks.history import history_dir, query
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -120,7 +120,7 @@ def test_a_jobs_results_are_in_the_history_once_however_often_they_are_written(t
     (even from another day's partition); re-verifications still add rows each time."""
     from datetime import UTC, datetime, timedelta
 
-    from verimail.tasks.bulk_io import append_history
+    from verimail.files.bulk_io import append_history
 
     results = _full(
         pl.DataFrame({"verified_email": ["a@x.test", "b@x.test"], "status": ["valid", "invalid"]})
@@ -139,7 +139,7 @@ def test_a_jobs_results_are_in_the_history_once_however_often_they_are_written(t
 
 def _full(results: pl.DataFrame) -> pl.DataFrame:
     """``results`` with every other result column, as results_frame makes them."""
-    from verimail.tasks.bulk_io import RESULT_SCHEMA
+    from verimail.files.bulk_io import RESULT_SCHEMA
 
     return pl.concat([RESULT_SCHEMA.to_frame(), results], how="diagonal_relaxed").with_columns(
         normalised=pl.col("verified_email")
@@ -149,7 +149,7 @@ def _full(results: pl.DataFrame) -> pl.DataFrame:
 def test_history_is_read_under_a_data_dir_whose_path_looks_like_a_glob(tmp_path):
     """``/srv/verimail[prod]`` is a glob to DuckDB (it matched nothing: every query and the
     weekly re-verification failed); the history files are listed, not globbed."""
-    from verimail.tasks.bulk_io import append_history
+    from verimail.files.bulk_io import append_history
 
     data_dir = tmp_path / "verimail[prod]*"
     results = _full(pl.DataFrame({"verified_email": ["a@x.test"], "status": ["valid"]}))
@@ -165,7 +165,7 @@ def test_history_query_prints_any_result(tmp_path):
     from api_helpers import clean_env
     from cli_helpers import folded, run_verimail
 
-    from verimail.tasks.bulk_io import append_history
+    from verimail.files.bulk_io import append_history
 
     results = _full(pl.DataFrame({"verified_email": ["a@x.test"], "status": ["valid"]}))
     append_history(tmp_path, results, job_id=1, account_id=1, source="bulk")

@@ -36,9 +36,9 @@ from schemathesis.python import asgi as schemathesis_asgi
 from verimail.api import app as app_module
 from verimail.api.app import create_app
 from verimail.config import Settings
+from verimail.engine import dns_facts
 from verimail.store.accounts import create_api_key, list_keys, revoke_key
 from verimail.store.db import init_store
-from verimail.tasks import dns_facts
 from verimail.testbed.server import Testbed
 
 # schemathesis' own strategies trip a Hypothesis deprecation warning; nothing of ours.

@@ -20,11 +20,11 @@ import pytest
 from hardening_helpers import scaled
 
 from verimail.config import Settings
+from verimail.engine import dns_facts
+from verimail.engine.core import Engine
+from verimail.engine.smtp.host_slots import host_semaphore
+from verimail.engine.smtp.prober import MAX_ATTEMPTS, MAX_CONNECT_ATTEMPTS
 from verimail.schemas.outcomes import Status, SubStatus
-from verimail.tasks import dns_facts
-from verimail.tasks.engine import Engine
-from verimail.tasks.host_slots import host_semaphore
-from verimail.tasks.smtp_probe import MAX_ATTEMPTS, MAX_CONNECT_ATTEMPTS
 from verimail.testbed.server import Testbed
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 

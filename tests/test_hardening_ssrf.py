@@ -10,11 +10,11 @@ import pytest
 from api_helpers import assert_error_body, running_app, total_balance
 
 from verimail.config import Settings
+from verimail.engine.core import Engine
+from verimail.engine.dns_facts import MailHost
+from verimail.engine.netguard import smtp_address_allowed
+from verimail.engine.smtp.prober import Prober
 from verimail.schemas.outcomes import Status, SubStatus
-from verimail.tasks.dns_facts import MailHost
-from verimail.tasks.engine import Engine
-from verimail.tasks.netguard import smtp_address_allowed
-from verimail.tasks.smtp_probe import Prober
 from verimail.tasks.webhook import deliver
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 

@@ -1,5 +1,5 @@
 """Politeness is the service's, not one job's: SMTP session slots per mail host are shared by
-every event loop of a process and, with Redis, by every process (``tasks/host_slots.py``)."""
+every event loop of a process and, with Redis, by every process (``engine/smtp/host_slots.py``)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pytest
 from api_helpers import clean_env, env_for_testbed
 
 from verimail.config import Settings
-from verimail.tasks import host_slots
-from verimail.tasks.engine import Engine
-from verimail.tasks.host_slots import HostSlots, SharedSemaphore, host_semaphore
+from verimail.engine.core import Engine
+from verimail.engine.smtp import host_slots
+from verimail.engine.smtp.host_slots import HostSlots, SharedSemaphore, host_semaphore
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -257,7 +257,7 @@ async def test_a_redis_outage_falls_back_to_the_process_slots(caplog) -> None:
 _WORKER = """
 import asyncio, sys
 from verimail.config import Settings
-from verimail.tasks.engine import Engine
+from verimail.engine.core import Engine
 
 async def main():
     engine = Engine(Settings())

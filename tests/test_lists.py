@@ -8,7 +8,7 @@ import pytest
 from disposable_email_domains import blocklist as disposable_blocklist
 
 from verimail.config import Settings
-from verimail.tasks.lists import (
+from verimail.engine.lists import (
     DATA_DIR,
     FREE_PROVIDERS_FILE,
     POPULAR_DOMAINS_FILE,

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
+from verimail.engine.core import Engine
+from verimail.engine.smtp import prober as smtp_probe
 from verimail.schemas.outcomes import Status, SubStatus
-from verimail.tasks import smtp_probe
-from verimail.tasks.engine import Engine
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from verimail.engine.core import Engine
+from verimail.engine.finder import find_email
 from verimail.schemas.outcomes import Status, SubStatus
-from verimail.tasks.engine import Engine
-from verimail.tasks.finder import find_email
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 SENDER_UNKNOWN = "553 5.1.8 <verify@verimail.localhost>: Sender address rejected: Domain not found"

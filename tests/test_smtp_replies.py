@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from verimail.engine.smtp.replies import classify_rcpt
 from verimail.schemas.outcomes import SmtpOutcome
-from verimail.tasks.smtp_replies import classify_rcpt
 
 REPLIES: list[tuple[int, str, SmtpOutcome]] = [
     (250, "2.1.5 Ok", SmtpOutcome.ACCEPTED),

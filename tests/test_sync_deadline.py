@@ -185,6 +185,6 @@ async def test_find_email_answers_by_the_deadline_and_charges_nothing(
     ],
 )
 def test_retry_after_reads_the_servers_own_figure(reply: str | None, seconds: int) -> None:
-    from verimail.tasks.smtp_replies import retry_after_hint
+    from verimail.engine.smtp.replies import retry_after_hint
 
     assert retry_after_hint(reply, 300) == seconds

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from verimail.tasks.syntax import ParsedAddress, SyntaxProblem, parse_address
+from verimail.engine.syntax import ParsedAddress, SyntaxProblem, parse_address
 
 LONG_LABEL = "a" * 63
 

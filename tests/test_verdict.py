@@ -6,9 +6,8 @@ import dataclasses
 
 import pytest
 
-from verimail.schemas.outcomes import DomainOutcome, SmtpOutcome, Status, SubStatus
-from verimail.tasks import verdict as verdict_module
-from verimail.tasks.verdict import (
+from verimail.engine import verdict as verdict_module
+from verimail.engine.verdict import (
     LIKELY_VALID_THRESHOLD,
     Facts,
     Verdict,
@@ -16,6 +15,7 @@ from verimail.tasks.verdict import (
     decide,
     one_line_reply,
 )
+from verimail.schemas.outcomes import DomainOutcome, SmtpOutcome, Status, SubStatus
 
 DOMAIN = "acme.test"
 

@@ -24,8 +24,8 @@ from verimail.api.dashboard.web import (
 from verimail.api.deps import JobId
 from verimail.api.errors import ApiError
 from verimail.api.routes.bulk import BULK_KINDS
+from verimail.files.bulk_io import SEGMENTS, ResultFilter, job_dir, read_result_page, result_facets
 from verimail.store.jobs import Job
-from verimail.tasks.bulk_io import SEGMENTS, ResultFilter, job_dir, read_result_page, result_facets
 
 router = APIRouter(prefix=PREFIX, route_class=DashboardRoute, include_in_schema=False)
 

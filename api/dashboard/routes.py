@@ -73,6 +73,14 @@ from verimail.api.jobs import create_and_start, uploads_dir
 from verimail.api.models import MAX_EMAIL_LENGTH, VerifyResult
 from verimail.api.routes import bulk, finder_csv
 from verimail.api.uploads import receive_upload
+from verimail.engine.smtp.host_slots import urgent
+from verimail.files.csv_detect import (
+    UploadError,
+    UploadTooLarge,
+    inspect_csv,
+    iter_data_records,
+    open_info,
+)
 from verimail.schemas.jobs import BulkJob, FinderJob
 from verimail.store import accounts as acc
 from verimail.store import jobs as job_store
@@ -81,14 +89,6 @@ from verimail.store.db import utcnow
 from verimail.store.plans import PLANS, get_plan
 from verimail.store.sessions import end_session
 from verimail.store.tables import MAX_INT
-from verimail.tasks.csv_detect import (
-    UploadError,
-    UploadTooLarge,
-    inspect_csv,
-    iter_data_records,
-    open_info,
-)
-from verimail.tasks.host_slots import urgent
 
 
 @contextlib.asynccontextmanager

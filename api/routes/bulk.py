@@ -31,10 +31,7 @@ from verimail.api.jobs import (
     webhook_options,
 )
 from verimail.api.uploads import receive_upload, upload_body
-from verimail.schemas.jobs import BulkJob, JsonBulkCreated, JsonBulkJob
-from verimail.store import jobs as job_store
-from verimail.store.tables import MAX_EMAIL_LENGTH, MAX_INT
-from verimail.tasks.bulk_io import (
+from verimail.files.bulk_io import (
     ADDRESS_LIST_COLUMN,
     job_dir,
     read_result_page,
@@ -42,7 +39,10 @@ from verimail.tasks.bulk_io import (
     segment_parquet,
     write_address_list,
 )
-from verimail.tasks.csv_detect import inspect_csv
+from verimail.files.csv_detect import inspect_csv
+from verimail.schemas.jobs import BulkJob, JsonBulkCreated, JsonBulkJob
+from verimail.store import jobs as job_store
+from verimail.store.tables import MAX_EMAIL_LENGTH, MAX_INT
 
 router = APIRouter(tags=["bulk jobs"])
 

@@ -35,10 +35,7 @@ from verimail.api.errors import (
 )
 from verimail.api.models import CallTimeout
 from verimail.config import Settings
-from verimail.flows.learned_patterns import StoredPatterns
-from verimail.store.accounts import Account
-from verimail.store.credits import balance
-from verimail.tasks.finder import (
+from verimail.engine.finder import (
     NAME_MAX_LENGTH,
     FinderInputError,
     FinderResult,
@@ -47,7 +44,10 @@ from verimail.tasks.finder import (
     find_email_within,
     normalise_finder_domain,
 )
-from verimail.tasks.host_slots import urgent
+from verimail.engine.smtp.host_slots import urgent
+from verimail.flows.learned_patterns import StoredPatterns
+from verimail.store.accounts import Account
+from verimail.store.credits import balance
 
 router = APIRouter(tags=["email finder"])
 

@@ -34,12 +34,12 @@ from verimail.api.jobs import (
 from verimail.api.routes.finder import FINDER_DISABLED, FinderAccountDep, SettingsDep
 from verimail.api.uploads import ReceivedUpload, receive_upload, upload_body
 from verimail.config import Settings
+from verimail.files.csv_detect import find_person_columns, inspect_csv
 from verimail.schemas.jobs import FinderJob
 from verimail.store import jobs as job_store
 from verimail.store.accounts import Account
 from verimail.store.credits import balance
 from verimail.store.db import Store
-from verimail.tasks.csv_detect import find_person_columns, inspect_csv
 
 router = APIRouter(tags=["email finder"])
 

@@ -29,12 +29,12 @@ from verimail.api.errors import (
 )
 from verimail.api.jobs import start_run, webhook_options
 from verimail.api.routes.bulk import BULK_KINDS
+from verimail.files.bulk_io import change_report_csv, job_dir
 from verimail.flows import reverify_lists as lists
 from verimail.schemas.jobs import BulkJob
 from verimail.store import jobs as job_store
 from verimail.store import reverify as reverify_store
 from verimail.store.db import Store
-from verimail.tasks.bulk_io import change_report_csv, job_dir
 
 router = APIRouter(tags=["re-verification"])
 

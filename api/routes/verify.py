@@ -26,8 +26,8 @@ from verimail.api.models import (
     SingleRequest,
     VerifyResult,
 )
+from verimail.engine.smtp.host_slots import urgent
 from verimail.schemas.outcomes import Status
-from verimail.tasks.host_slots import urgent
 
 router = APIRouter(tags=["verification"])
 

@@ -56,19 +56,19 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from verimail.schemas.outcomes import DomainOutcome, SmtpOutcome, Status
-from verimail.tasks.engine import STOP_RESERVE, Engine, stop_tasks
-from verimail.tasks.finder_learned import DomainPattern, PatternMemory
-from verimail.tasks.finder_patterns import (
+from verimail.engine.core import STOP_RESERVE, Engine, stop_tasks
+from verimail.engine.finder_learned import DomainPattern, PatternMemory
+from verimail.engine.finder_patterns import (
     Candidate,
     NameParts,
     candidate_addresses,
     normalise_name,
     pattern_confidence,
 )
-from verimail.tasks.smtp_probe import DomainSession, Finding, SequenceResult
-from verimail.tasks.syntax import SyntaxProblem, parse_address
-from verimail.tasks.verdict import Facts, decide
+from verimail.engine.smtp.prober import DomainSession, Finding, SequenceResult
+from verimail.engine.syntax import SyntaxProblem, parse_address
+from verimail.engine.verdict import Facts, decide
+from verimail.schemas.outcomes import DomainOutcome, SmtpOutcome, Status
 
 FinderStatus = Literal["found", "not_found", "catch_all"]
 

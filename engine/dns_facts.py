@@ -31,8 +31,8 @@ import dns.rdatatype
 import dns.resolver
 
 from verimail.config import Settings
+from verimail.engine import metrics
 from verimail.schemas.outcomes import DomainOutcome
-from verimail.tasks import metrics
 
 MAX_MX_HOSTS = 10  # a domain with thousands of MX records gets its best ten tried
 MAX_MX_LOOKUPS = 50  # MX names looked up at most, ten at a time, while none has an address

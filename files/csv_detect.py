@@ -35,7 +35,7 @@ from typing import Any, TextIO
 import polars as pl
 import pyarrow as pa
 
-from verimail.tasks.file_read import read_file
+from verimail.files.file_read import read_file
 
 QUOTE = '"'
 DELIMITERS: tuple[str, ...] = (",", ";", "\t", "|")
@@ -563,7 +563,7 @@ def fast_data_cells(
     *,
     checked: bool = False,
 ) -> pl.Series | None:
-    """The cell at ``index`` of each data row as :func:`~verimail.tasks.csv_io.load_emails`
+    """The cell at ``index`` of each data row as :func:`~verimail.files.csv_io.load_emails`
     holds it: the value :func:`iter_data_cell` reads, null when blank (``not value.strip()``,
     or past a short row's end). Read by Polars; None when the file needs the tokenizer.
 

@@ -24,15 +24,15 @@ from typing import Any
 
 from verimail import API_VERSION
 from verimail.config import Settings
+from verimail.engine import metrics
+from verimail.engine.dns_facts import DnsStats, DomainFacts, DomainResolver, MailHost
+from verimail.engine.lists import ReferenceLists
+from verimail.engine.smtp.prober import Finding, GroupResult, HostGroup, Prober, SmtpStats
+from verimail.engine.smtp.replies import retry_after_hint
+from verimail.engine.syntax import ParsedAddress, SyntaxProblem, parse_address
+from verimail.engine.verdict import Facts, decide
 from verimail.schemas.outcomes import DomainOutcome, SmtpOutcome, SubStatus
 from verimail.schemas.results import VerificationResult
-from verimail.tasks import metrics
-from verimail.tasks.dns_facts import DnsStats, DomainFacts, DomainResolver, MailHost
-from verimail.tasks.lists import ReferenceLists
-from verimail.tasks.smtp_probe import Finding, GroupResult, HostGroup, Prober, SmtpStats
-from verimail.tasks.smtp_replies import retry_after_hint
-from verimail.tasks.syntax import ParsedAddress, SyntaxProblem, parse_address
-from verimail.tasks.verdict import Facts, decide
 
 DNS_CONCURRENCY = 64  # domains resolved at once
 TIMEOUT_MIN = 1.0

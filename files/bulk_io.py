@@ -14,7 +14,7 @@ Layout under ``<data_dir>/jobs/<job_id>/``:
   parts (:class:`ResultSink`); read back and removed once the files above are written.
 
 History: ``<data_dir>/history/date=YYYY-MM-DD/*.parquet``, one file per job or run, read by
-DuckDB (``tasks/history.py``).
+DuckDB (``files/history.py``).
 """
 
 from __future__ import annotations
@@ -33,14 +33,14 @@ from typing import Any, Union, get_args, get_origin
 
 import polars as pl
 
-from verimail.schemas.results import VerificationResult
-from verimail.tasks.csv_detect import CsvInfo
-from verimail.tasks.csv_io import (
+from verimail.files.csv_detect import CsvInfo
+from verimail.files.csv_io import (
     distinct_in_order,
     normalise_emails,
     read_emails,
     write_results_csv,
 )
+from verimail.schemas.results import VerificationResult
 
 SAFE_COLUMN = "Safe to Send"
 # A re-verification's download adds these after ``Safe to Send``: the row's status in the

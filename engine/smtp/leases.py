@@ -5,7 +5,7 @@ Taking a lease sweeps the expired members and adds one only under the cap, in on
 script, so check-and-add is atomic across processes; a holder renews its lease while it
 runs, and a process that dies stops renewing, so its leases lapse instead of leaking.
 Used for the API's per-account concurrency (:mod:`verimail.api.ratelimit`) and for SMTP
-politeness per mail host (:mod:`verimail.tasks.host_slots`).
+politeness per mail host (:mod:`verimail.engine.smtp.host_slots`).
 """
 
 from __future__ import annotations

@@ -56,12 +56,12 @@ from aiosmtplib.errors import (
 )
 
 from verimail.config import Settings
+from verimail.engine import metrics
+from verimail.engine.dns_facts import MailHost
+from verimail.engine.netguard import smtp_address_allowed
+from verimail.engine.smtp.host_slots import HeldSlots, HostSlots
+from verimail.engine.smtp.replies import classify_rcpt, enhanced_code, one_line
 from verimail.schemas.outcomes import SmtpOutcome
-from verimail.tasks import metrics
-from verimail.tasks.dns_facts import MailHost
-from verimail.tasks.host_slots import HeldSlots, HostSlots
-from verimail.tasks.netguard import smtp_address_allowed
-from verimail.tasks.smtp_replies import classify_rcpt, enhanced_code, one_line
 
 _REPLY = re.compile(r"[2-5][0-9][0-9](?: |$)")  # as one_line writes a reply
 MAX_ATTEMPTS = 3  # tries of one recipient across broken sessions before giving up
@@ -203,7 +203,7 @@ CROWDED_WAITS = (0.5, 1.0, 2.0, 4.0, 8.0)
 now while no session of this process is there but it gave this run one before: a server's
 count of connections may lag our QUIT, and other machines' sessions end. (While this
 process has sessions there, the worker queues for their slots instead:
-:meth:`~verimail.tasks.host_slots.HostSlots.learn_cap`.)"""
+:meth:`~verimail.engine.smtp.host_slots.HostSlots.learn_cap`.)"""
 
 
 class _Learned(dict):  # type: ignore[type-arg]
@@ -324,7 +324,7 @@ def _tally(session: _Session, outcome: SmtpOutcome) -> None:
 
 
 class Prober:
-    """Runs host groups; holds the politeness slots (:mod:`~verimail.tasks.host_slots`)
+    """Runs host groups; holds the politeness slots (:mod:`~verimail.engine.smtp.host_slots`)
     and the limits it learns."""
 
     def __init__(self, settings: Settings) -> None:

@@ -3,7 +3,7 @@
 The results file is the original file byte for byte with columns appended at the end of each
 record (``Safe to Send`` for bulk verification; ``email``, ``status``, ``confidence`` for the
 Email Finder). To make that safe, one tokenizer decides where records start and end for
-counting, loading and writing alike (see :mod:`verimail.tasks.csv_detect`). Polars holds the
+counting, loading and writing alike (see :mod:`verimail.files.csv_detect`). Polars holds the
 loaded columns and does the vectorised normalising and de-duplication. It parses the file
 itself only on the fast path (``fast_data_cells``), for files where every line is checked to
 read the same both ways: Polars 2.1 refuses real-world quoting that spreadsheets produce
@@ -26,7 +26,7 @@ from typing import BinaryIO, TextIO
 
 import polars as pl
 
-from verimail.tasks.csv_detect import (
+from verimail.files.csv_detect import (
     DELIMITERS,
     EMAIL_HEADERS,
     CsvInfo,
@@ -157,7 +157,7 @@ def load_emails(path: Path | str, info: CsvInfo) -> pl.DataFrame:
     ``email`` (the cell as typed; null when blank or missing from a short row).
 
     Read by the native fast path when the file allows it (same values; see
-    :func:`~verimail.tasks.csv_detect.fast_data_cells`), else by the tokenizer."""
+    :func:`~verimail.files.csv_detect.fast_data_cells`), else by the tokenizer."""
     index = info.email_index
     if index is None:
         raise ValueError("CsvInfo has no email column; inspect the file with need_email=True")
