@@ -24,6 +24,7 @@ from verimail.files.csv_detect import UploadError, UploadTooLarge
 from verimail.store import jobs as job_store
 from verimail.store.credits import balance
 from verimail.store.db import Store
+from verimail.store.prices import price
 from verimail.tasks.webhook import WebhookRefused, check_url
 
 log = logging.getLogger("verimail.api.jobs")
@@ -77,7 +78,7 @@ async def create_and_start(
             account_id,
             kind,  # type: ignore[arg-type]
             total,
-            reserve=total,
+            reserve=price("verify", total),
             upload_path=str(upload),
             email_column=email_column,
             options=options,

@@ -29,6 +29,7 @@ from typing import Any
 
 from bench.common import current_rss_mib, emit_result, peak_rss_mib
 from verimail.config import Settings
+from verimail.store.prices import price
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -131,7 +132,12 @@ def run_flow(settings: Settings, addresses: list[str]) -> tuple[dict[str, Any], 
         upload.write_text("email\n" + "\n".join(addresses) + "\n", encoding="utf-8")
         n = len(addresses)
         job = job_store.create_job(
-            store.engine, account.id, "bulk_csv", n, reserve=n, upload_path=str(upload)
+            store.engine,
+            account.id,
+            "bulk_csv",
+            n,
+            reserve=price("verify", n),
+            upload_path=str(upload),
         )
         assert job is not None, "not enough credits for the job"
         runner = LocalRunner(settings)

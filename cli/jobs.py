@@ -13,6 +13,7 @@ from rich.text import Text
 
 from verimail.cli.progress import JobProgress, finder_counts, status_counts, summary_table
 from verimail.config import get_settings
+from verimail.store.prices import price
 
 console = Console(stderr=True)
 
@@ -127,13 +128,15 @@ def bulk_command(
     count = job_input.address_rows
     store = store_for(settings)
     account = _cli_account(store, settings)
-    credits.grant(store.engine, account.id, count, reason=f"verimail bulk {file.name}")
+    credits.grant(
+        store.engine, account.id, price("verify", count), reason=f"verimail bulk {file.name}"
+    )
     job = job_store.create_job(
         store.engine,
         account.id,
         "bulk_csv",
         count,
-        reserve=count,
+        reserve=price("verify", count),
         upload_path=str(file.resolve()),
         email_column=job_input.info.email_reference,
         options={"source": "cli"},
@@ -206,7 +209,7 @@ def find_command(
     store = store_for(settings)
     account = _cli_account(store, settings)
     credits.grant(
-        store.engine, account.id, rows.height * settings.finder_charge, reason=f"find {file.name}"
+        store.engine, account.id, price("find", rows.height, settings), reason=f"find {file.name}"
     )
     job = job_store.create_job(
         store.engine,

@@ -66,6 +66,7 @@ from verimail.schemas.results import VerificationResult
 from verimail.store import jobs as job_store
 from verimail.store.credits import balance
 from verimail.store.db import Store
+from verimail.store.prices import price
 
 ARTIFACT_TIMEOUT = 5.0
 """Seconds a progress artifact's Prefect API call may take. The artifact is only a view of
@@ -187,7 +188,7 @@ def create_job_for_file(
         account_id,
         "bulk_csv",
         count,
-        reserve=count,
+        reserve=price("verify", count),
         upload_path=str(path.resolve()),
         email_column=job_input.info.email_reference,
         options=options,

@@ -62,6 +62,7 @@ from verimail.flows.summary import name_this_run, publish_job_summary, run_name
 from verimail.store import jobs as job_store
 from verimail.store.credits import charges_under
 from verimail.store.db import Store
+from verimail.store.prices import price
 
 DOMAINS_PER_TASK = 50
 DOMAIN_CONCURRENCY = 20  # domains looked up at once within a task
@@ -314,7 +315,7 @@ async def find_emails(job_id: int, attempt: SkipJsonSchema[int | None] = None) -
     if job.status == "pending":
         await asyncio.to_thread(job_store.mark_processing, store.engine, job.id)
         metrics.observe_queue_wait(job.kind, job.created_at)
-    billing = _Billing(store, job, settings.finder_charge)
+    billing = _Billing(store, job, price("find", 1, settings))
     progress = _Progress(store, job, billing)
     try:
         await billing.load()

@@ -31,6 +31,7 @@ from verimail.store import reverify as reverify_store
 from verimail.store.accounts import get_account
 from verimail.store.credits import balance
 from verimail.store.db import Store
+from verimail.store.prices import price
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ def create_reverify_job(
             previous.account_id,
             previous.kind,  # type: ignore[arg-type]
             previous.total_emails,
-            reserve=previous.total_emails,
+            reserve=price("verify", previous.total_emails),
             upload_path=str(upload),
             email_column=previous.email_column,
             options=options,

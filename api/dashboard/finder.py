@@ -44,6 +44,7 @@ from verimail.api.routes.finder_csv import create_from_upload
 from verimail.api.uploads import receive_upload
 from verimail.store.accounts import Account
 from verimail.store.credits import balance
+from verimail.store.prices import price
 
 router = APIRouter(prefix=PREFIX, route_class=DashboardRoute, include_in_schema=False)
 
@@ -63,7 +64,7 @@ async def _page(
     bal = await to_thread.run_sync(balance, store.engine, account.id)
     values = {
         "balance": bal,
-        "charge": app_settings(request).finder_charge,
+        "charge": price("find", 1, app_settings(request)),
         "disabled_why": None if account.finder_enabled else DISABLED_WHY,
         "person": {"first_name": "", "last_name": "", "domain": ""},
         **context,

@@ -87,6 +87,7 @@ from verimail.store import jobs as job_store
 from verimail.store.credits import balance, ledger
 from verimail.store.db import utcnow
 from verimail.store.plans import PLANS, get_plan
+from verimail.store.prices import price
 from verimail.store.sessions import end_session
 from verimail.store.tables import MAX_INT
 
@@ -322,7 +323,7 @@ async def plan_page(request: Request, account: CurrentAccount, store: StoreDep) 
             "plan": get_plan(account.plan),
             "plans": list(PLANS.values()),
             "balance": bal,
-            "finder_charge": request.app.state.settings.finder_charge,
+            "finder_charge": price("find", 1, request.app.state.settings),
         },
         account=account,
     )
@@ -407,7 +408,7 @@ async def verify_one(
     try:
         async with (
             plan_limits(request, account),
-            charged(store, account.id, 1, reason="verify single (dashboard)"),
+            charged(store, account.id, price("verify", 1), reason="verify single (dashboard)"),
         ):
             with urgent():
                 context["result"] = VerifyResult.of(await engine.verify(email))

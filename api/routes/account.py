@@ -20,6 +20,7 @@ from verimail.api.models import MAX_BATCH
 from verimail.api.routes.bulk import MAX_JSON_BULK
 from verimail.store.credits import balance
 from verimail.store.plans import get_plan
+from verimail.store.prices import price
 
 router = APIRouter(tags=["account"])
 
@@ -138,6 +139,6 @@ async def get_account(request: Request, account: AccountDep, store: StoreDep) ->
             upload_max_rows=settings.upload_max_rows,
         ),
         finder_enabled=account.finder_enabled,
-        finder_credits_per_find=settings.finder_charge,
+        finder_credits_per_find=price("find", 1, settings),
         upgrade=UPGRADE_HELP,
     )

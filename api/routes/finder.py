@@ -48,6 +48,7 @@ from verimail.engine.smtp.host_slots import urgent
 from verimail.flows.learned_patterns import StoredPatterns
 from verimail.store.accounts import Account
 from verimail.store.credits import balance
+from verimail.store.prices import price
 
 router = APIRouter(tags=["email finder"])
 
@@ -221,12 +222,12 @@ async def find_email_route(
     engine: EngineDep,
     settings: SettingsDep,
 ) -> FindEmailResponse:
-    price = settings.finder_charge
+    cost = price("find", 1, settings)
     have = await to_thread.run_sync(lambda: balance(store.engine, account.id).total)
-    if have < price:
+    if have < cost:
         raise ApiError(
             402,
-            f"Not enough credits: a found address costs {price}, the balance is {have}; "
+            f"Not enough credits: a found address costs {cost}, the balance is {have}; "
             "nothing was looked up or charged.",
         )
     try:
@@ -247,8 +248,8 @@ async def find_email_route(
         ) from exc
     if not result.found:
         return FindEmailResponse.of(result, credits_used=0)
-    async with charged(store, account.id, price, reason=f"email finder: {result.email}"):
-        return FindEmailResponse.of(result, credits_used=price)
+    async with charged(store, account.id, cost, reason=f"email finder: {result.email}"):
+        return FindEmailResponse.of(result, credits_used=cost)
 
 
 # --- GET /api/domain-pattern ------------------------------------------------------------

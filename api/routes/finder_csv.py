@@ -40,6 +40,7 @@ from verimail.store import jobs as job_store
 from verimail.store.accounts import Account
 from verimail.store.credits import balance
 from verimail.store.db import Store
+from verimail.store.prices import price
 
 router = APIRouter(tags=["email finder"])
 
@@ -134,10 +135,11 @@ async def create_from_upload(
     if rows == 0:
         raise ApiError(422, "The file has no data rows.")
     have = await to_thread.run_sync(lambda: balance(store.engine, account.id).total)
-    if have < settings.finder_charge:
+    cost = price("find", 1, settings)
+    if have < cost:
         raise ApiError(
             402,
-            f"Not enough credits: a found address costs {settings.finder_charge}, the "
+            f"Not enough credits: a found address costs {cost}, the "
             f"balance is {have}; nothing was stored.",
         )
     job = await to_thread.run_sync(

@@ -28,6 +28,7 @@ from verimail.api.models import (
 )
 from verimail.engine.smtp.host_slots import urgent
 from verimail.schemas.outcomes import Status
+from verimail.store.prices import price
 
 router = APIRouter(tags=["verification"])
 
@@ -59,7 +60,7 @@ def _errors(credits_402: str) -> dict[int | str, dict]:
 async def verify_single(
     body: SingleRequest, account: AccountDep, store: StoreDep, engine: EngineDep
 ) -> VerifyResult:
-    async with charged(store, account.id, 1, reason="verify single"):
+    async with charged(store, account.id, price("verify", 1), reason="verify single"):
         with urgent():
             timeout = body.timeout or engine.settings.verify_timeout
             result = await engine.verify(body.email, timeout=timeout, greylist_retries=0)
@@ -80,7 +81,7 @@ async def verify_batch(
     body: BatchRequest, account: AccountDep, store: StoreDep, engine: EngineDep
 ) -> BatchResponse:
     n = len(body.emails)
-    async with charged(store, account.id, n, reason=f"verify batch of {n}"):
+    async with charged(store, account.id, price("verify", n), reason=f"verify batch of {n}"):
         with urgent():
             timeout = body.timeout or engine.settings.verify_timeout
             outcome = await engine.verify_many(body.emails, timeout=timeout, greylist_retries=0)
