@@ -1,5 +1,8 @@
 """The published OpenAPI document: FastAPI's, completed with examples and the edge refusals.
 
+Why one long file: it is mostly data, the examples and refusals of every operation, kept
+together so that /docs reads consistently.
+
 FastAPI builds the schema from the routes and models; this module adds what a reader of
 ``/docs`` needs and the routes cannot say one by one:
 

@@ -1,5 +1,8 @@
 """The verification engine: addresses in, SPEC §2.2 results out.
 
+Why one long file: ``verify``, ``verify_many`` and ``stream`` share the deadline, the host
+grouping and the result assembly that make them answer alike.
+
 Three steps, so that flows can spread the middle one over Prefect tasks:
 
 1. ``prepare`` — syntax, reference lists, DNS once per unique domain (concurrently,

@@ -1,5 +1,8 @@
 """The Email Finder, single lookup: a person's name and company domain in, one address out.
 
+Why one long file: the steps of one lookup (input checks, candidates, probing order, catch-all
+and history shortcuts) and their refusals are read in the order they run.
+
 Steps, cheapest first, so that most refusals cost no network traffic at all:
 
 1. the input: the domain is validated and normalised with the syntax module (IDNA, lower

@@ -1,5 +1,8 @@
 """A bulk job's files: read the upload into a work list, write results and history.
 
+Why one long file: the reader of a job's input and the writers of its results share one
+column layout (below), which must not drift between them.
+
 Layout under ``<data_dir>/jobs/<job_id>/``:
 
 - ``upload.csv`` — the upload exactly as received (or the JSON list, as a one-column CSV);

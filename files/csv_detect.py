@@ -1,5 +1,8 @@
 """Sniff an uploaded CSV: encoding, delimiter, header, row count and the columns we need.
 
+Why one long file: encoding, delimiter, header and column detection are one pipeline over one
+tokenizer, and their heuristics score the same sample rows.
+
 Everything here reads the file through one tokenizer, :func:`iter_records` (CPython's C
 ``csv`` semantics over the decoded text, with a split fast path for lines without quotes).
 Counting, loading and writing all use it, so the n-th data row means the same record

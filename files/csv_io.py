@@ -1,5 +1,8 @@
 """CSV uploads end to end: save the upload, sniff it, load its columns, write the results file.
 
+Why one long file: saving, loading and writing an upload share its dialect and encoding, so
+the results file is the upload byte for byte plus columns.
+
 The results file is the original file byte for byte with columns appended at the end of each
 record (``Safe to Send`` for bulk verification; ``email``, ``status``, ``confidence`` for the
 Email Finder). To make that safe, one tokenizer decides where records start and end for

@@ -1,8 +1,11 @@
 """The ``bulk-verify`` flow: a stored upload in, results CSV/Parquet and history out.
 
-Thin orchestration: the work is in ``tasks/``. One Prefect task per chunk of mail-host
-groups (never per address), results caching and persistence off, progress written to the
-job row and a Prefect progress artifact as chunks finish.
+Why one long file: the flow and its Prefect tasks (read, verify a chunk, write, retry passes)
+stay together until the tasks move to ``tasks/`` in the re-plan.
+
+Thin orchestration: the work is in ``engine/`` and ``files/``. One Prefect task per chunk
+of mail-host groups (never per address), results caching and persistence off, progress
+written to the job row and a Prefect progress artifact as chunks finish.
 
 The same flow serves CSV uploads (``POST /api/bulk``), JSON lists (``POST /api/verify/bulk``)
 and runs started by hand from the Prefect UI with ``file_path`` and ``account_id`` (which

@@ -1,5 +1,8 @@
 """Credits: balances, charges, reservations, refunds and grants, with an append-only ledger.
 
+Why one long file: the pools, charges, reservations, refunds and grants are one consistency
+boundary over one ledger; each write's locking is read beside the others.
+
 Two pools of credits per account:
 
 * the plan **allowance** (SPEC §8 "monthly credits"; Free: 25 a day) counts up in

@@ -1,5 +1,8 @@
 """Jobs (bulk CSV/JSON verification, finder CSV, re-verification) and their credits.
 
+Why one long file: every transition of a job row and its credit reservation, so the state
+machine below and its conditional writes are read in one place.
+
 States: ``pending → processing → completed | failed``, and ``pending → failed``. Nothing
 leaves ``completed`` or ``failed``. Every transition is a conditional write on the current
 status, so a late or duplicated call (a retried flow, the stale-job reaper racing a slow

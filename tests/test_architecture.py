@@ -111,3 +111,19 @@ def test_the_rules_see_every_part() -> None:
         if p.is_dir() and not p.name.startswith(".") and any(p.glob("*.py"))
     }
     assert with_code <= set(MAY_IMPORT) | {"tests", "bench"}, with_code - set(MAY_IMPORT)
+
+
+LONG_FILE_LINES = 500
+
+
+def test_a_long_module_says_why_it_is_long() -> None:
+    """A module over ~500 lines carries a one-line reason at its top ("Why one long file:"),
+    so that length is a decision someone made, not drift."""
+    unexplained = []
+    for _part, path in _modules():
+        text = path.read_text()
+        if text.count("\n") > LONG_FILE_LINES:
+            docstring = ast.get_docstring(ast.parse(text)) or ""
+            if "Why one long file:" not in docstring:
+                unexplained.append(f"{path.relative_to(ROOT).as_posix()} ({text.count(chr(10))})")
+    assert not unexplained, unexplained

@@ -1,4 +1,7 @@
 """The dashboard's pages under ``/dashboard``: sign-up, login, credits, plan, keys, jobs,
+
+Why one long file: the pages not yet split by resource (results, finder and re-verification
+have their own modules; sign-up, keys, credits and uploads follow in the re-plan).
 uploads and a "try one address" box.
 
 Everything an account sees is read with its own id (``get_job(engine, account_id, …)``,

@@ -50,7 +50,7 @@ MAX_JSON_BULK = 10_000
 BULK_KINDS = ("bulk_csv", "bulk_json")
 
 Segment = Literal["valid", "valid_and_catchall", "invalid", "unknown"]
-"""The ``segment`` of a download (``tasks.bulk_io.SEGMENTS`` says which statuses)."""
+"""The ``segment`` of a download (``files.bulk_io.SEGMENTS`` says which statuses)."""
 SEGMENT_DOC = (
     "Only the rows of one segment (the header is kept): `valid` (status valid), "
     "`valid_and_catchall` (valid, likely_valid, catchall), `invalid` (invalid, disposable) "

@@ -1,5 +1,9 @@
 """The SMTP prober: many ``RCPT TO`` per session, grouped by mail host. Never ``DATA``.
 
+Why one long file: a session's conversation (connect, EHLO, STARTTLS, MAIL, the RCPTs, the
+catch-all probe, RSET, a fresh connection at the server's limits) is one state machine whose
+steps share the session's state; split, it would be read in pieces.
+
 A *host group* is every domain served by the same MX hosts. For each group the prober
 opens at most ``smtp_max_sessions_per_host`` sessions (and no more than the work needs;
 the cap holds per server IP address across every group and MX name that reach it),
