@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from cli_helpers import WIDTH_ENV
 # fixed width. Set before anything of ours is imported, since a console reads it when made.
 os.environ.update(WIDTH_ENV)
 
-from api_helpers import TEST_RETRY_WINDOW
+from api_helpers import TEST_RETRY_WINDOW, RunningApp, api_world, running_app
 
 from verimail.config import Settings
 from verimail.testbed.server import Testbed
@@ -166,3 +166,17 @@ def _fresh_dns_cache() -> Iterator[None]:
     dns_facts.clear_cache()
     yield
     dns_facts.clear_cache()
+
+
+@pytest.fixture
+def tb(testbed_factory: Callable[..., Testbed]) -> Testbed:
+    """The API tests' small world (``api_helpers.api_world``); a test file whose tests need
+    another world defines its own ``tb``, which takes this one's place there."""
+    return testbed_factory(api_world())
+
+
+@pytest.fixture
+async def api(tb: Testbed, tmp_path: Path) -> AsyncIterator[RunningApp]:
+    """The app on ``tb`` (this file's or the test file's own), its lifespan running."""
+    async with running_app(make_testbed_settings(tb, tmp_path)) as running:
+        yield running

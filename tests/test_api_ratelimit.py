@@ -13,7 +13,6 @@ import redis
 from api_helpers import (
     RawTcpServer,
     RunningApp,
-    api_world,
     assert_error_body,
     running_app,
     wait_until,
@@ -27,11 +26,6 @@ SINGLE = "/api/verify/single"
 OFFLINE = {"email": "not-an-address"}  # verified without any network traffic
 SLOW = {"email": "sam@slow.test"}  # every SMTP reply of mx.slow.test is delayed
 REDIS_URL = "redis://127.0.0.1:6379/0"
-
-
-@pytest.fixture
-def tb(testbed_factory) -> Testbed:
-    return testbed_factory(api_world())
 
 
 @pytest.fixture

@@ -3,32 +3,17 @@ size limits and the all-or-nothing charge."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 from api_helpers import (
     RunningApp,
-    api_world,
     assert_error_body,
     ledger_size,
-    running_app,
     total_balance,
 )
 
 from verimail.testbed.server import Testbed
 
 BATCH = "/api/verify/batch"
-
-
-@pytest.fixture
-def tb(testbed_factory) -> Testbed:
-    return testbed_factory(api_world())
-
-
-@pytest.fixture
-async def api(tb, tmp_path, testbed_settings) -> AsyncIterator[RunningApp]:
-    async with running_app(testbed_settings(tb, tmp_path)) as running:
-        yield running
 
 
 async def test_results_in_input_order_duplicates_charged_but_probed_once(

@@ -4,12 +4,10 @@ and the error body shape everywhere (including Starlette's own 404/405)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 from api_helpers import (
     RunningApp,
-    api_world,
     assert_error_body,
     ledger_size,
     running_app,
@@ -39,17 +37,6 @@ RESULT_FIELDS = {
     "api_version": str,
     "sub_status": str,
 }
-
-
-@pytest.fixture
-def tb(testbed_factory) -> Testbed:
-    return testbed_factory(api_world())
-
-
-@pytest.fixture
-async def api(tb, tmp_path, testbed_settings) -> AsyncIterator[RunningApp]:
-    async with running_app(testbed_settings(tb, tmp_path)) as running:
-        yield running
 
 
 async def test_valid_invalid_and_catch_all_cost_one_credit_each(api: RunningApp) -> None:

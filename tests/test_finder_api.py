@@ -4,7 +4,6 @@ what is charged and when, the order of the refusals, and the error body everywhe
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 from api_helpers import (
@@ -58,12 +57,6 @@ def _world() -> World:
 @pytest.fixture
 def tb(testbed_factory) -> Testbed:
     return testbed_factory(_world())
-
-
-@pytest.fixture
-async def api(tb, tmp_path, testbed_settings) -> AsyncIterator[RunningApp]:
-    async with running_app(testbed_settings(tb, tmp_path)) as running:
-        yield running
 
 
 async def test_found_charges_exactly_the_finder_charge_once(api: RunningApp, tb: Testbed) -> None:

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 from api_helpers import RunningApp, assert_error_body, running_app, total_balance
 
@@ -20,12 +18,6 @@ PEOPLE = company("lastf.test", "last.f", 4)
 @pytest.fixture
 def tb(testbed_factory) -> Testbed:
     return testbed_factory(finder_world(PEOPLE))
-
-
-@pytest.fixture
-async def api(tb, tmp_path, testbed_settings) -> AsyncIterator[RunningApp]:
-    async with running_app(testbed_settings(tb, tmp_path)) as running:
-        yield running
 
 
 async def _find(api: RunningApp, headers: dict[str, str], index: int) -> dict:
