@@ -32,7 +32,6 @@ from prefect.context import get_run_context
 from pydantic.json_schema import SkipJsonSchema
 
 from verimail.config import Settings, current_settings
-from verimail.engine import metrics
 from verimail.engine.core import Prepared
 from verimail.engine.smtp.prober import GroupResult, HostGroup
 from verimail.files.bulk_io import (
@@ -46,8 +45,8 @@ from verimail.files.bulk_io import (
 )
 from verimail.files.csv_detect import UploadError
 from verimail.flows import retries
-from verimail.flows.context import db_retried, engine_for, no_such_job, store_for
-from verimail.flows.failures import customer_reason, ends_the_process, refused
+from verimail.flows.context import db_retried, engine_for, store_for
+from verimail.flows.failures import refused
 from verimail.flows.forms import (
     BulkVerifyForm,
     FormError,
@@ -56,15 +55,12 @@ from verimail.flows.forms import (
     shared_file,
 )
 from verimail.flows.heartbeat import (
-    Superseded,
-    as_owner,
     complete_run,
-    started_late,
     still_owned,
     superseded_outcome,
 )
-from verimail.flows.notify import notify_job
-from verimail.flows.summary import artifact_key, name_this_run, publish_job_summary, run_name
+from verimail.flows.job_run import run_as_owner, start_job
+from verimail.flows.summary import artifact_key, name_this_run, run_name
 from verimail.schemas.results import VerificationResult
 from verimail.store import jobs as job_store
 from verimail.store.credits import balance
@@ -251,19 +247,13 @@ async def bulk_verify(
                 raise FormError("Fill in the form: the account and the CSV file to verify.")
         except FormError as exc:
             return refused(str(exc))
-    job = await _db(job_store.get_job_any, store.engine, job_id)
-    if job is None:
-        raise no_such_job(store, job_id)
+    started = await start_job(store, job_id, attempt, flow_run_id=_flow_run_id())
+    if not isinstance(started, job_store.Job):
+        return started
+    job = started
     if verify is not None and job.webhook_url and job.status == "pending":
         secret = (job.options or {}).get("webhook_secret")
         get_run_logger().info("job %s: its webhook signing key is %s", job.id, secret)
-    if job.finished:
-        return {"job_id": job.id, "status": job.status}
-    if started_late(job, attempt):
-        return superseded_outcome(job, attempt)
-    if job.status == "pending":
-        await _db(job_store.mark_processing, store.engine, job.id, flow_run_id=_flow_run_id())
-        metrics.observe_queue_wait(job.kind, job.created_at)
     if retry_pass:
         claimed = await _db(
             job_store.claim_retry_pass, store.engine, job.id, job.attempt, retry_pass
@@ -273,31 +263,13 @@ async def bulk_verify(
         work = _retry(settings, store, job, retry_pass)
     else:
         work = _run(settings, store, job)
-    try:
-        summary = await as_owner(store, job, settings.job_stale_after, work)
-    except Superseded:  # a later run has the job: it is not this run's to fail
-        return superseded_outcome(job)
-    except BaseException as exc:
-        if ends_the_process(exc):  # (not the job's failure: the reaper resumes it)
-            raise
-        await _db(
-            job_store.mark_failed,
-            store.engine,
-            job.id,
-            customer_reason(job.id, "The job stopped", exc),
-            job_store.UNVERIFIED,
-            attempt=job.attempt,  # (refused if a later run has the job: it is that run's)
-        )
-        with contextlib.suppress(Exception):
-            await notify_job(settings, job.id)
-        await publish_job_summary(settings, store, job.id)
-        raise
-    if summary["status"] == "waiting_to_retry":
+
+    async def park(summary: dict[str, Any]) -> dict[str, Any]:
         return await _park(settings, store, job, summary)
-    # (Outside the try: a run cancelled while it delivers must not deliver again as failed.)
-    await notify_job(settings, job.id)
-    await publish_job_summary(settings, store, job.id)
-    return summary
+
+    return await run_as_owner(
+        settings, store, job, work, unverified=job_store.UNVERIFIED, park=park
+    )
 
 
 async def _park(

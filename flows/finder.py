@@ -25,7 +25,6 @@ unusable domain), ``skipped_no_credits``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import math
@@ -40,25 +39,20 @@ from prefect.cache_policies import NO_CACHE
 from pydantic.json_schema import SkipJsonSchema
 
 from verimail.config import Settings, current_settings
-from verimail.engine import metrics
 from verimail.engine.finder import FinderInputError, find_email, normalise_finder_domain
 from verimail.engine.smtp.prober import DomainSession
 from verimail.files.bulk_io import StagedFiles, job_dir, save_info
 from verimail.files.csv_detect import find_person_columns, inspect_csv
 from verimail.files.csv_io import load_person_rows, write_results_csv
-from verimail.flows.context import db_retried, engine_for, no_such_job, store_for
-from verimail.flows.failures import customer_reason, ends_the_process
+from verimail.flows.context import db_retried, engine_for, store_for
 from verimail.flows.heartbeat import (
     Superseded,
-    as_owner,
     complete_run,
-    started_late,
     still_owned,
-    superseded_outcome,
 )
+from verimail.flows.job_run import run_as_owner, start_job
 from verimail.flows.learned_patterns import StoredPatterns
-from verimail.flows.notify import notify_job
-from verimail.flows.summary import name_this_run, publish_job_summary, run_name
+from verimail.flows.summary import name_this_run, run_name
 from verimail.store import jobs as job_store
 from verimail.store.credits import charges_under
 from verimail.store.db import Store
@@ -305,45 +299,21 @@ async def find_emails(job_id: int, attempt: SkipJsonSchema[int | None] = None) -
     ``attempt`` (the number it was submitted as)."""
     settings = current_settings()
     store = store_for(settings)
-    job = await asyncio.to_thread(job_store.get_job_any, store.engine, job_id)
-    if job is None:
-        raise no_such_job(store, job_id)
-    if job.finished:
-        return {"job_id": job.id, "status": job.status}
-    if started_late(job, attempt):
-        return superseded_outcome(job, attempt)
-    if job.status == "pending":
-        await asyncio.to_thread(job_store.mark_processing, store.engine, job.id)
-        metrics.observe_queue_wait(job.kind, job.created_at)
+    started = await start_job(store, job_id, attempt)
+    if not isinstance(started, job_store.Job):
+        return started
+    job = started
     billing = _Billing(store, job, price("find", 1, settings))
     progress = _Progress(store, job, billing)
-    try:
+
+    async def work() -> dict[str, Any]:
         await billing.load()
-        work = _run(settings, store, job, billing, progress)
-        summary = await as_owner(store, job, settings.job_stale_after, work)
-    except Superseded:  # a later run has the job (and pays only for rows not paid before)
-        return superseded_outcome(job)
-    except BaseException as exc:
-        if ends_the_process(exc):  # (not the job's failure: the reaper resumes it)
-            raise
-        with contextlib.suppress(Exception):
-            await progress.flush()
-        await asyncio.to_thread(
-            job_store.mark_failed,
-            store.engine,
-            job.id,
-            customer_reason(job.id, "The job stopped", exc),
-            0,
-            attempt=job.attempt,  # (refused if a later run has the job: it is that run's)
-        )
-        with contextlib.suppress(Exception):
-            await notify_job(settings, job.id)
-        await publish_job_summary(settings, store, job.id)
-        raise
-    # (Outside the try: a run cancelled while it delivers must not deliver again as failed.)
-    await notify_job(settings, job.id)
-    await publish_job_summary(settings, store, job.id)
-    return summary
+        return await _run(settings, store, job, billing, progress)
+
+    # (finds are charged as they go: a failure refunds nothing; the progress is saved first)
+    return await run_as_owner(
+        settings, store, job, work(), unverified=0, before_failing=progress.flush
+    )
 
 
 async def _run(
