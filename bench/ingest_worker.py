@@ -30,16 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import current_rss_mib, emit_result, peak_rss_mib
-
-EMAIL_HEADERS = (
-    "email",
-    "emailaddress",
-    "emails",
-    "workemail",
-    "businessemail",
-    "contactemail",
-    "mail",
-)
+from verimail.files.csv_detect import EMAIL_HEADERS  # (every implementation knows the same headers)
 
 
 def safe_value(address: str) -> str:

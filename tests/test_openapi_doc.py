@@ -167,3 +167,15 @@ def test_the_leak_pattern_catches_what_it_is_for() -> None:
         assert LEAKS.search(text), text
     for text in ("Verify one address.", "The upload (a .csv file).", "up to 4 MiB"):
         assert not LEAKS.search(text), text
+
+
+def test_the_bulk_upload_names_every_header_the_reader_knows(document: dict[str, Any]) -> None:
+    """The description is made from the reader's own list: a copy of it once named 7 of 11."""
+    from verimail.files.csv_detect import EMAIL_HEADERS, header_key
+
+    described = document["paths"]["/api/bulk"]["post"]["description"]
+    for name in EMAIL_HEADERS:
+        assert f"`{name}`" in described, name
+    # What the description promises about spelling is what the reader does.
+    assert header_key("Email Address") == "emailaddress"
+    assert header_key(" Work-E.mail ") == "workemail"

@@ -39,7 +39,7 @@ from verimail.files.bulk_io import (
     segment_parquet,
     write_address_list,
 )
-from verimail.files.csv_detect import inspect_csv
+from verimail.files.csv_detect import EMAIL_HEADERS, inspect_csv
 from verimail.schemas.jobs import BulkJob, JsonBulkCreated, JsonBulkJob
 from verimail.store import jobs as job_store
 from verimail.store.tables import MAX_EMAIL_LENGTH, MAX_INT
@@ -106,15 +106,21 @@ def retry_option(value: str | bool | None) -> dict[str, bool]:
     raise ApiError(422, f"retry_unknowns: {value!r} is not true or false.")
 
 
+RECOGNISED_HEADERS = (
+    ", ".join(f"`{name}`" for name in EMAIL_HEADERS)
+    + " (letter case, spaces, `_`, `-` and `.` ignored: `Email Address` and `work_email` match)"
+)
+"""The email headers the reader knows, from its own list (a copy here named 7 of 11)."""
+
+
 @router.post(
     "/api/bulk",
     response_model=BulkJob,
     summary="Upload a CSV for bulk verification",
     description="Creates a job and reserves 1 credit per address (every row with an "
     "address, duplicates included). Poll `GET /api/bulk/{job_id}` until `completed`, then "
-    "download. Recognised email headers: `email`, `Email`, `Email Address`, `emails`, "
-    "`work_email`, `business_email`, `contact_email` (case and spacing ignored); a "
-    "headerless one-column file is accepted.",
+    f"download. Recognised email headers: {RECOGNISED_HEADERS}; a column without one is "
+    "found by its content, and a headerless one-column file is accepted.",
     responses=_docs(402, 413, 422),
     openapi_extra=UPLOAD_BODY,
 )
