@@ -26,7 +26,6 @@ from sqlalchemy.exc import OperationalError
 from typer.testing import CliRunner
 
 from verimail.api.dashboard import routes as dashboard_routes
-from verimail.api.dashboard.routes import PICKER_MAX_COLUMNS
 from verimail.api.dashboard.security import (
     LOGIN_FAILURES,
     LOGIN_FAILURES_PER_ADDRESS,
@@ -34,6 +33,7 @@ from verimail.api.dashboard.security import (
     SIGNUPS_PER_HOUR,
     hash_password_sync,
 )
+from verimail.api.dashboard.uploads import PICKER_MAX_COLUMNS
 from verimail.store import accounts as acc
 from verimail.store.credits import balance, grant, ledger, refund
 from verimail.store.jobs import list_jobs

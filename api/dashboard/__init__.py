@@ -20,7 +20,7 @@ def install_dashboard(app: FastAPI) -> None:
     """Mount ``/dashboard/static`` and the pages (static first: the pages end in a catch-all)."""
     from fastapi.staticfiles import StaticFiles
 
-    from verimail.api.dashboard import finder, results
+    from verimail.api.dashboard import finder, results, uploads
     from verimail.api.dashboard.reverify import router as reverify_router
     from verimail.api.dashboard.routes import router
     from verimail.api.dashboard.web import PREFIX, STATIC_DIR
@@ -30,4 +30,5 @@ def install_dashboard(app: FastAPI) -> None:
     app.include_router(results.router)
     app.include_router(finder.router)
     app.include_router(reverify_router)
+    app.include_router(uploads.router)
     app.include_router(router)

@@ -1,26 +1,21 @@
-"""The dashboard's pages under ``/dashboard``: sign-up, login, credits, plan, keys, jobs,
+"""The dashboard's account pages under ``/dashboard``: sign-up, login, the overview,
+credits, plan, keys, jobs, a "try one address" box, the operators' page, and the catch-all
+that answers any other path (so this router is included last).
 
-Why one long file: the pages not yet split by resource (results, finder and re-verification
-have their own modules; sign-up, keys, credits and uploads follow in the re-plan).
-uploads and a "try one address" box.
+Why one long file: the account pages share their notices, paging and login helpers; uploads,
+results, the finder and re-verification have their own modules.
 
 Everything an account sees is read with its own id (``get_job(engine, account_id, …)``,
 ``revoke_key(engine, account_id, …)``), so another account's job or key is a 404 exactly
 like an unknown one. Work that costs credits goes through the same code as the API:
-:func:`~verimail.api.billing.charged` for a single address and
-:func:`~verimail.api.jobs.create_and_start` for an upload, under the plan's limits.
+:func:`~verimail.api.billing.charged` for a single address, under the plan's limits.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
-import time
-import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from anyio import to_thread
@@ -31,7 +26,6 @@ from fastapi.routing import APIRoute
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from verimail.api.billing import charged
-from verimail.api.body_limit import streams_own_body
 from verimail.api.dashboard import finder as finder_pages
 from verimail.api.dashboard import results as results_pages
 from verimail.api.dashboard.insights import account_charts
@@ -57,7 +51,6 @@ from verimail.api.dashboard.web import (
     DashboardState,
     MaybeAccount,
     StoreDep,
-    check_csrf,
     client_address,
     dashboard_state,
     error_page,
@@ -72,18 +65,9 @@ from verimail.api.dashboard.web import (
 )
 from verimail.api.deps import EngineDep, JobId
 from verimail.api.errors import ApiError
-from verimail.api.jobs import create_and_start, uploads_dir
 from verimail.api.models import MAX_EMAIL_LENGTH, VerifyResult
 from verimail.api.routes import bulk, finder_csv
-from verimail.api.uploads import receive_upload
 from verimail.engine.smtp.host_slots import urgent
-from verimail.files.csv_detect import (
-    UploadError,
-    UploadTooLarge,
-    inspect_csv,
-    iter_data_records,
-    open_info,
-)
 from verimail.schemas.jobs import BulkJob, FinderJob
 from verimail.store import accounts as acc
 from verimail.store import jobs as job_store
@@ -114,13 +98,6 @@ router = APIRouter(
 )
 
 PAGE_SIZE = 25
-PENDING_DIR = "pending"
-PENDING_MAX_AGE = 3600
-"""Seconds an upload waiting for its email column is kept (then it is swept away)."""
-PREVIEW_ROWS = 5
-PICKER_MAX_COLUMNS = 200
-"""Columns the picker lists and previews: a file 2 million columns wide made a 130 MB page
-and took 2 GB of memory to build it."""
 
 NOTICES = {
     "welcome": "Welcome! Your account is ready, with its free credits, and you are signed "
@@ -529,248 +506,6 @@ async def job_download(
         neutralise_formulas=neutralise_formulas,
         segment=segment,
     )
-
-
-# --- uploads -------------------------------------------------------------------------------
-
-
-def _pending_root(request: Request) -> Path:
-    return uploads_dir(request) / PENDING_DIR
-
-
-def _sweep_pending(root: Path) -> None:
-    """Remove uploads whose column was never chosen (older than PENDING_MAX_AGE)."""
-    if not root.is_dir():
-        return
-    cutoff = time.time() - PENDING_MAX_AGE
-    for folder in root.iterdir():
-        with contextlib.suppress(OSError):
-            if folder.stat().st_mtime < cutoff:
-                shutil.rmtree(folder, ignore_errors=True)
-
-
-def _preview(path: Path, max_rows: int) -> tuple[tuple[str, ...], list[list[str]], int]:
-    """The first columns (at most PICKER_MAX_COLUMNS), the first rows' cells under them, and
-    how many columns the file has, to help choose the email column."""
-    info = inspect_csv(path, max_rows=max_rows, need_email=False)
-    rows: list[list[str]] = []
-    with open_info(path, info) as stream:
-        for fields in iter_data_records(stream, info.delimiter, info.has_header):
-            shown = fields[:PICKER_MAX_COLUMNS]
-            rows.append([(cell if len(cell) <= 60 else cell[:59] + "…") for cell in shown])
-            if len(rows) >= PREVIEW_ROWS:
-                break
-    return info.columns[:PICKER_MAX_COLUMNS], rows, len(info.columns)
-
-
-def _pending_prefix(account_id: int) -> str:
-    """How an account's waiting upload is named in ``pending/`` (letters and digits only)."""
-    return f"a{account_id}x"
-
-
-def _forget_pending(root: Path, account_id: int) -> None:
-    """Remove the account's uploads still waiting for a column, unless one is being used.
-
-    One upload waits per account: each kept its whole file for an hour, so a script posting
-    undetectable files could fill the disk (about 500 MB a minute per account)."""
-    if not root.is_dir():
-        return
-    for folder in root.glob(_pending_prefix(account_id) + "*"):
-        if not (folder / ".claimed").exists():
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-@router.get("/upload")
-async def upload_form(request: Request, account: CurrentAccount, store: StoreDep) -> Response:
-    bal = await to_thread.run_sync(balance, store.engine, account.id)
-    return render(request, "upload.html", {"balance": bal}, account=account)
-
-
-async def _upload_refused(
-    request: Request,
-    account: acc.Account,
-    store: StoreDep,
-    status_code: int,
-    error: str | None,
-    **context: Any,
-) -> Response:
-    bal = await to_thread.run_sync(balance, store.engine, account.id)
-    return render(
-        request,
-        "upload.html",
-        {"balance": bal, "error": error, **context},
-        account=account,
-        status_code=status_code,
-    )
-
-
-async def _start_job(
-    request: Request,
-    account: acc.Account,
-    store: StoreDep,
-    folder: Path,
-    column: str | None,
-    filename: str | None,
-) -> Response:
-    """Inspect the stored upload and start its job; a missing column shows the picker."""
-    settings = request.app.state.settings
-    path = folder / "upload.csv"
-    try:
-        info = await to_thread.run_sync(
-            lambda: inspect_csv(path, max_rows=settings.upload_max_rows, email_column=column)
-        )
-    except UploadTooLarge as exc:
-        shutil.rmtree(folder, ignore_errors=True)
-        return await _upload_refused(
-            request, account, store, 413, f"{exc.detail} Nothing was stored."
-        )
-    except UploadError as exc:
-        try:
-            preview = await to_thread.run_sync(_preview, path, settings.upload_max_rows)
-        except UploadError:
-            shutil.rmtree(folder, ignore_errors=True)
-            return await _upload_refused(request, account, store, 422, exc.detail)
-        return await _column_picker(
-            request, account, store, folder, filename, preview, exc.detail, column
-        )
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
-    if info.email_count == 0:
-        shutil.rmtree(folder, ignore_errors=True)
-        return await _upload_refused(
-            request, account, store, 422, f"The column {info.email_column!r} holds no addresses."
-        )
-    if folder.parent.name == PENDING_DIR:  # out of the sweeper's reach before the job exists
-        ready = uploads_dir(request) / folder.name
-        os.replace(folder, ready)
-        folder, path = ready, ready / "upload.csv"
-    try:
-        job = await create_and_start(
-            request,
-            store,
-            account.id,
-            kind="bulk_csv",
-            runner_kind="bulk",
-            total=info.email_count,
-            upload=path,
-            email_column=info.email_reference,
-            options={"filename": filename},
-        )
-    except ApiError as exc:
-        if exc.status_code != 402:
-            raise
-        return await _upload_refused(request, account, store, 402, exc.detail)
-    return redirect(f"{PREFIX}/jobs/{job.id}")
-
-
-async def _column_picker(
-    request: Request,
-    account: acc.Account,
-    store: StoreDep,
-    folder: Path,
-    filename: str | None,
-    preview: tuple[tuple[str, ...], list[list[str]], int],
-    why: str,
-    chosen: str | None,
-) -> Response:
-    """Keep the file (in ``pending/``, replacing the account's earlier waiting upload) and
-    ask which column holds the addresses.
-
-    A first upload without a detectable column is a normal step (200, no error shown
-    beyond the question); a column the person chose and that does not work is a 422.
-    """
-    columns, rows, width = preview
-    if folder.parent.name != PENDING_DIR:
-        root = _pending_root(request)
-        await to_thread.run_sync(_forget_pending, root, account.id)
-        pending = root / (_pending_prefix(account.id) + folder.name)
-        pending.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(folder, pending)
-        folder = pending
-    token = dashboard_state(request).signer.dump_token(
-        {"upload": folder.name, "account": account.id, "filename": filename}
-    )
-    undetected = chosen is None and why.startswith("No email column found")
-    return await _upload_refused(
-        request,
-        account,
-        store,
-        200 if chosen is None else 422,
-        None if undetected else why,
-        picker={
-            "token": token,
-            "columns": columns,
-            "rows": rows,
-            "filename": filename,
-            "width": width,
-        },
-    )
-
-
-@router.post("/upload")
-@streams_own_body
-async def upload(request: Request, account: CurrentAccount, store: StoreDep) -> Response:
-    """A CSV from the browser: streamed to disk with the API's size cap, then a job."""
-    settings = request.app.state.settings
-    await to_thread.run_sync(_sweep_pending, _pending_root(request))
-    folder = uploads_dir(request) / uuid.uuid4().hex
-    async with plan_limits(request, account):
-        try:
-            received = await receive_upload(
-                request, folder / "upload.csv", max_bytes=settings.upload_max_bytes
-            )
-        except ApiError as exc:  # too large, or not a readable form: nothing was done
-            shutil.rmtree(folder, ignore_errors=True)
-            return await _upload_refused(request, account, store, exc.status_code, exc.detail)
-        try:
-            check_csrf(request, received.fields.get("csrf_token"))
-        except Exception:
-            shutil.rmtree(folder, ignore_errors=True)
-            raise
-        if received.size == 0 and not received.filename:
-            shutil.rmtree(folder, ignore_errors=True)
-            return await _upload_refused(request, account, store, 422, "Choose a CSV file.")
-        return await _start_job(request, account, store, folder, None, received.filename)
-
-
-@router.post("/upload/column")
-async def upload_column(
-    request: Request, account: CurrentAccount, store: StoreDep, form: CheckedForm
-) -> Response:
-    """The picker's answer: the pending upload and the chosen column."""
-    data = dashboard_state(request).signer.load_token(
-        text_field(form, "upload", 4096), max_age=PENDING_MAX_AGE
-    )
-    folder = None
-    if data is not None and data.get("account") == account.id:
-        name = str(data.get("upload", ""))
-        if name and name.isalnum():
-            folder = _pending_root(request) / name
-    # Claimed before the work starts: a second submit of the same picker (a double click,
-    # two tabs) is told the upload is taken instead of racing this one for the folder.
-    claim = folder / ".claimed" if folder is not None else None
-    try:
-        if claim is None or not (claim.parent / "upload.csv").is_file():
-            raise FileNotFoundError
-        os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except (FileExistsError, FileNotFoundError):
-        return await _upload_refused(
-            request,
-            account,
-            store,
-            410,
-            "That upload is no longer waiting (it expired or was used); upload the file again.",
-        )
-    assert folder is not None
-    column = text_field(form, "email_column", 300).strip() or None
-    try:
-        async with plan_limits(request, account):
-            return await _start_job(request, account, store, folder, column, data.get("filename"))
-    finally:
-        for place in (claim, uploads_dir(request) / folder.name / claim.name):
-            with contextlib.suppress(FileNotFoundError):
-                place.unlink()
 
 
 # --- operators -----------------------------------------------------------------------------
