@@ -18,6 +18,7 @@ address. The engine knows nothing of HTTP, accounts or Prefect's server.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from asyncio import FIRST_COMPLETED
 from collections import Counter
@@ -533,3 +534,26 @@ def _unanswered(prepared: Prepared, group: HostGroup, timeout: float) -> None:
             if email not in prepared.findings:
                 prepared.findings[email] = late
                 prepared.late.add(email)
+
+
+_SHARED_LOCK = threading.Lock()
+_SHARED: dict[str, Engine] = {}
+
+
+def shared_engine(settings: Settings) -> Engine:
+    """The one engine of this process for ``settings``: concurrent runs (flow runs in the API
+    process, or in one worker) share its resolver cache and per-host politeness limits."""
+    key = settings.model_dump_json()
+    with _SHARED_LOCK:
+        engine = _SHARED.get(key)
+        if engine is None:
+            engine = _SHARED[key] = Engine(settings)
+        return engine
+
+
+def forget_engine(settings: Settings) -> None:
+    """Close and drop the shared engine of ``settings`` (tests that change their world)."""
+    with _SHARED_LOCK:
+        engine = _SHARED.pop(settings.model_dump_json(), None)
+    if engine is not None:
+        engine.close()

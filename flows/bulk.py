@@ -16,18 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import secrets
 from asyncio import FIRST_COMPLETED
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import polars as pl
-from prefect import flow, get_run_logger, task
+from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_progress_artifact, aupdate_progress_artifact
-from prefect.cache_policies import NO_CACHE
 from prefect.context import get_run_context
 from pydantic.json_schema import SkipJsonSchema
 
@@ -66,13 +64,12 @@ from verimail.store import jobs as job_store
 from verimail.store.credits import balance
 from verimail.store.db import Store
 from verimail.store.prices import price
+from verimail.tasks.verify import chunk_groups, prepare_addresses, verify_host_groups
 
 ARTIFACT_TIMEOUT = 5.0
 """Seconds a progress artifact's Prefect API call may take. The artifact is only a view of
 progress: a Prefect server slow to answer (its client waits up to 60 s) once held a job at
 100% in processing for a minute, past a test's wait."""
-MAX_CHUNKS = 100  # task runs per job, whatever its size
-MIN_CHUNK_ADDRESSES = 200  # below this, one task does it all
 # A host group of more recipients is verified in pieces of this many (Prepared.split_groups),
 # each settled — and counted in the job's progress — as soon as its task is done: a list on
 # one big provider would otherwise show 0% until the very end.
@@ -89,33 +86,6 @@ STATUS_COUNTS = {
     "unknown": ("unknown_count",),
     "risky": ("risky_count",),
 }
-
-
-def chunk_groups(groups: Sequence[HostGroup]) -> list[list[HostGroup]]:
-    """Pack host groups into at most ``MAX_CHUNKS`` chunks of similar size (largest first)."""
-    total = sum(g.size for g in groups)
-    if not groups:
-        return []
-    n = max(1, min(MAX_CHUNKS, len(groups), math.ceil(total / MIN_CHUNK_ADDRESSES)))
-    chunks: list[list[HostGroup]] = [[] for _ in range(n)]
-    loads = [0] * n
-    for group in sorted(groups, key=lambda g: g.size, reverse=True):
-        i = loads.index(min(loads))
-        chunks[i].append(group)
-        loads[i] += group.size
-    return [c for c in chunks if c]
-
-
-@task(name="verify-host-groups", persist_result=False, cache_policy=NO_CACHE)
-async def verify_host_groups(groups: list[HostGroup]) -> list[GroupResult]:
-    """SMTP for a chunk of host groups; sessions are shared within each group."""
-    return await engine_for(current_settings()).run_groups(groups)
-
-
-@task(name="prepare-addresses", persist_result=False, cache_policy=NO_CACHE)
-async def prepare_addresses(addresses: list[str]) -> Prepared:
-    """Syntax, lists and DNS once per unique domain; SMTP work grouped by mail host."""
-    return await engine_for(current_settings()).prepare(addresses)
 
 
 class _Tally:

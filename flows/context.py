@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from verimail.config import Settings
-from verimail.engine.core import Engine
+from verimail.engine.core import Engine, forget_engine, shared_engine
 from verimail.store.db import Store, init_store
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,6 @@ DB_RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0)
 
 _LOCK = threading.Lock()
 _STORES: dict[str, Store] = {}
-_ENGINES: dict[str, Engine] = {}
 
 
 def store_for(settings: Settings) -> Store:
@@ -42,23 +41,16 @@ def store_for(settings: Settings) -> Store:
 
 def engine_for(settings: Settings) -> Engine:
     """The verification engine for ``settings`` (made once per process)."""
-    key = settings.model_dump_json()
-    with _LOCK:
-        engine = _ENGINES.get(key)
-        if engine is None:
-            engine = _ENGINES[key] = Engine(settings)
-        return engine
+    return shared_engine(settings)
 
 
 def forget(settings: Settings) -> None:
     """Drop the handles of ``settings`` (tests that dispose their database)."""
     with _LOCK:
         store = _STORES.pop(str(settings.database_url), None)
-        engine = _ENGINES.pop(settings.model_dump_json(), None)
     if store is not None:
         store.close()
-    if engine is not None:
-        engine.close()
+    forget_engine(settings)
 
 
 async def db_retried(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

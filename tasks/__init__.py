@@ -1,1 +1,1 @@
-"""What the flows do besides verifying and handling files: today, webhooks."""
+"""The Prefect tasks the flows compose, each a thin unit over the engine, and webhooks."""

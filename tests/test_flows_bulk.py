@@ -24,7 +24,7 @@ from verimail.files.bulk_io import job_dir
 from verimail.files.csv_detect import UploadError
 from verimail.flows import bulk as bulk_module
 from verimail.flows import heartbeat as heartbeat_module
-from verimail.flows.bulk import bulk_verify, chunk_groups
+from verimail.flows.bulk import bulk_verify
 from verimail.flows.context import forget, store_for
 from verimail.flows.failures import ends_the_process
 from verimail.flows.recovery import recover_stale_jobs
@@ -34,6 +34,8 @@ from verimail.schemas.results import VerificationResult
 from verimail.store import accounts, credits
 from verimail.store import jobs as job_store
 from verimail.store.db import utcnow
+from verimail.tasks import verify as verify_tasks
+from verimail.tasks.verify import chunk_groups
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -659,7 +661,7 @@ def test_a_list_on_one_big_domain_shows_progress_piece_by_piece(
     moves while it runs (not only at the end), every piece probes the domain for catch-all,
     and the results are those of one piece."""
     monkeypatch.setattr(bulk_module, "PIECE_ADDRESSES", 10)
-    monkeypatch.setattr(bulk_module, "MIN_CHUNK_ADDRESSES", 5)
+    monkeypatch.setattr(verify_tasks, "MIN_CHUNK_ADDRESSES", 5)
     tb, settings, store, job = _slow_job(
         testbed_factory, testbed_settings, tmp_path, "bigco.test", 0.02, stale=120
     )
