@@ -31,12 +31,13 @@ from sqlalchemy.exc import IntegrityError
 
 from verimail.cli.output import print_table
 from verimail.config import get_settings
+from verimail.schemas.limits import MAX_EMAIL_LENGTH
 from verimail.store import accounts as acc
 from verimail.store import credits as cr
 from verimail.store.credits import AccountNotFound
 from verimail.store.db import Store, init_store
 from verimail.store.plans import PLAN_NAMES, UnknownPlan, get_plan
-from verimail.store.tables import MAX_EMAIL_LENGTH, MAX_INT
+from verimail.store.tables import MAX_INT
 
 accounts_app = typer.Typer(help="Create, list and change accounts.", no_args_is_help=True)
 keys_app = typer.Typer(help="Issue, list and revoke API keys.", no_args_is_help=True)

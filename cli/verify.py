@@ -21,7 +21,8 @@ from rich.table import Table
 from rich.text import Text
 
 from verimail.config import get_settings
-from verimail.engine.core import TIMEOUT_MAX, TIMEOUT_MIN, BatchResult, Engine
+from verimail.engine.core import BatchResult, Engine
+from verimail.schemas.limits import TIMEOUT_MAX, TIMEOUT_MIN
 from verimail.schemas.outcomes import SubStatus
 
 STATUS_STYLE = {

@@ -39,9 +39,6 @@ from verimail.schemas.outcomes import DomainOutcome, SmtpOutcome, SubStatus
 from verimail.schemas.results import VerificationResult
 
 DNS_CONCURRENCY = 64  # domains resolved at once
-TIMEOUT_MIN = 1.0
-TIMEOUT_MAX = 60.0
-"""Bounds of a synchronous call's deadline (API ``timeout``, CLI ``--timeout``), seconds."""
 STOP_RESERVE = 0.4
 """Seconds before a call's deadline at which its work is stopped: room to hang up (see
 :func:`stop_tasks`) and build the answer, so the answer is never later than the deadline."""

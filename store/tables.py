@@ -32,6 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
+from verimail.schemas.limits import MAX_EMAIL_LENGTH
 from verimail.store.plans import PLAN_NAMES
 
 # Stable constraint names, so later migrations can drop/alter them by name on both backends.
@@ -48,8 +49,6 @@ metadata = MetaData(naming_convention=NAMING_CONVENTION)
 LEDGER_KINDS = ("signup", "grant", "charge", "reserve", "refund", "allowance")
 MAX_INT = 2**31 - 1
 """The largest value of an ``Integer`` column (32 bits on PostgreSQL): ids, credits, counts."""
-MAX_EMAIL_LENGTH = 320
-"""Longest address stored or accepted (64-octet local part + ``@`` + 255-octet domain)."""
 LEDGER_SOURCES = ("prepaid", "allowance")
 JOB_KINDS = ("bulk_csv", "bulk_json", "finder_csv", "reverify")
 JOB_STATUSES = ("pending", "processing", "completed", "failed")

@@ -65,10 +65,11 @@ from verimail.api.dashboard.web import (
 )
 from verimail.api.deps import EngineDep, JobId
 from verimail.api.errors import ApiError
-from verimail.api.models import MAX_EMAIL_LENGTH, VerifyResult
 from verimail.api.routes import bulk, finder_csv
 from verimail.engine.smtp.host_slots import urgent
+from verimail.schemas.api import VerifyResult
 from verimail.schemas.jobs import BulkJob, FinderJob
+from verimail.schemas.limits import MAX_EMAIL_LENGTH
 from verimail.store import accounts as acc
 from verimail.store import jobs as job_store
 from verimail.store.credits import balance, ledger

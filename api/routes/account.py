@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from verimail.api.deps import AccountDep, StoreDep
 from verimail.api.errors import pick_error_docs
-from verimail.api.models import MAX_BATCH
 from verimail.api.routes.bulk import MAX_JSON_BULK
+from verimail.schemas.limits import MAX_BATCH
 from verimail.store.credits import balance
 from verimail.store.plans import get_plan
 from verimail.store.prices import price

@@ -41,8 +41,9 @@ from verimail.files.bulk_io import (
 )
 from verimail.files.csv_detect import EMAIL_HEADERS, inspect_csv
 from verimail.schemas.jobs import BulkJob, JsonBulkCreated, JsonBulkJob
+from verimail.schemas.limits import MAX_EMAIL_LENGTH
 from verimail.store import jobs as job_store
-from verimail.store.tables import MAX_EMAIL_LENGTH, MAX_INT
+from verimail.store.tables import MAX_INT
 
 router = APIRouter(tags=["bulk jobs"])
 

@@ -33,7 +33,6 @@ from verimail.api.errors import (
     ValidationErrorBody,
     error_doc,
 )
-from verimail.api.models import CallTimeout
 from verimail.config import Settings
 from verimail.engine.finder import (
     NAME_MAX_LENGTH,
@@ -46,6 +45,7 @@ from verimail.engine.finder import (
 )
 from verimail.engine.smtp.host_slots import urgent
 from verimail.flows.learned_patterns import StoredPatterns
+from verimail.schemas.api import CallTimeout
 from verimail.store.accounts import Account
 from verimail.store.credits import balance
 from verimail.store.prices import price

@@ -19,8 +19,8 @@ from sqlalchemy import text
 
 from verimail import API_VERSION
 from verimail.api.errors import COMMON_ERRORS
-from verimail.api.models import HealthResult
 from verimail.engine.core import Engine
+from verimail.schemas.api import HealthResult
 from verimail.store.db import Store
 
 log = logging.getLogger("verimail.api.health")

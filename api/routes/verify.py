@@ -18,7 +18,8 @@ from fastapi import APIRouter
 from verimail.api.billing import charged
 from verimail.api.deps import AccountDep, EngineDep, StoreDep
 from verimail.api.errors import AUTH_ERRORS, COMMON_ERRORS, ValidationErrorBody, error_doc
-from verimail.api.models import (
+from verimail.engine.smtp.host_slots import urgent
+from verimail.schemas.api import (
     MAX_BATCH,
     BatchRequest,
     BatchResponse,
@@ -26,7 +27,6 @@ from verimail.api.models import (
     SingleRequest,
     VerifyResult,
 )
-from verimail.engine.smtp.host_slots import urgent
 from verimail.schemas.outcomes import Status
 from verimail.store.prices import price
 

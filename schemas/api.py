@@ -1,4 +1,5 @@
-"""Request and response models of the HTTP API, every field described for OpenAPI.
+"""Request and response models of the verify and health endpoints, every field described
+for OpenAPI (the models of the other resources still live beside their routes).
 
 The result record is the engine's :class:`~verimail.schemas.results.VerificationResult`
 (SPEC §2.2 plus ``sub_status``, ``did_you_mean`` and ``catch_all_score``); it is re-declared
@@ -12,12 +13,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from verimail.engine.core import TIMEOUT_MAX, TIMEOUT_MIN
+from verimail.schemas.limits import MAX_BATCH, MAX_EMAIL_LENGTH, TIMEOUT_MAX, TIMEOUT_MIN
 from verimail.schemas.results import VerificationResult
-from verimail.store.tables import MAX_EMAIL_LENGTH  # (longer is a 422)
-
-MAX_BATCH = 500
-"""Most addresses per batch request (SPEC §8)."""
 
 EmailText = Annotated[
     str,

@@ -1,0 +1,10 @@
+"""Bounds the contract states, shared by the models here and the parts that enforce them
+(the engine's deadline, the store's column sizes): one number each."""
+
+MAX_EMAIL_LENGTH = 320
+"""Longest address stored or accepted (64-octet local part + ``@`` + 255-octet domain)."""
+MAX_BATCH = 500
+"""Most addresses per batch request (SPEC §8)."""
+TIMEOUT_MIN = 1.0
+TIMEOUT_MAX = 60.0
+"""Bounds of a synchronous call's deadline (API ``timeout``, CLI ``--timeout``), seconds."""
