@@ -22,6 +22,7 @@ from rich.text import Text
 
 from verimail.config import get_settings
 from verimail.engine.core import BatchResult, Engine
+from verimail.files.csv_detect import looks_delimited
 from verimail.schemas.limits import TIMEOUT_MAX, TIMEOUT_MIN
 from verimail.schemas.outcomes import SubStatus
 
@@ -40,14 +41,6 @@ def read_address_file(path: Path) -> list[str]:
     """One address a line; blank lines and ``#`` comments skipped."""
     lines = path.read_text(encoding="utf-8-sig", errors="replace").splitlines()
     return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
-
-
-def looks_like_csv(lines: list[str]) -> bool:
-    """Most of the first lines hold a comma, semicolon or tab (which an address list does not):
-    each line would be checked whole and come back invalid, the file "verified"."""
-    sample = lines[:20]
-    split = [line for line in sample if any(d in line for d in (",", ";", "\t"))]
-    return len(split) * 2 > len(sample)
 
 
 def verify_command(
@@ -82,7 +75,7 @@ def verify_command(
         listed = read_address_file(file)
         if not listed:
             raise typer.BadParameter(f"{file} holds no addresses", param_hint="--file")
-        if looks_like_csv(listed):
+        if looks_delimited(listed):
             raise typer.BadParameter(
                 f"{file} looks like a CSV file (its lines hold several fields); "
                 "`verimail bulk FILE` verifies its email column",

@@ -776,6 +776,15 @@ def _holds_address(cell: str) -> bool:
     return quoted or not any(c.isspace() for c in local)
 
 
+def looks_delimited(lines: Sequence[str]) -> bool:
+    """Most of the first lines hold a delimiter the reader knows (:data:`DELIMITERS`): records
+    of several fields, not one address a line (``verimail verify --file`` refuses such a
+    file, whose lines would each be checked whole and come back invalid)."""
+    sample = lines[:20]
+    split = [line for line in sample if any(d in line for d in DELIMITERS)]
+    return len(split) * 2 > len(sample)
+
+
 def looks_like_email(value: str) -> bool:
     """Loose shape test for detection only: one ``@``, text before it, a dotted domain after."""
     value = value.strip()

@@ -886,3 +886,16 @@ def test_save_upload_sync(tmp_path: Path) -> None:
     with pytest.raises(UploadTooLarge, match="larger than the 1 MB upload limit"):
         save_upload_sync([b"x" * (1 << 19)] * 3, dest, max_bytes=1 << 20)
     assert not dest.exists()
+
+
+def test_a_list_of_records_is_told_from_a_list_of_addresses() -> None:
+    """``verimail verify --file`` refuses a file of records with the reader's own delimiters
+    (the command once kept a copy without ``|``)."""
+    from verimail.files.csv_detect import DELIMITERS, looks_delimited
+
+    assert not looks_delimited(["alice@x.test", "bob@x.test", "carol@x.test"])
+    for delimiter in DELIMITERS:
+        rows = [f"name{delimiter}email", f"alice{delimiter}alice@x.test", f"bob{delimiter}b@x.test"]
+        assert looks_delimited(rows), delimiter
+    # One odd line among addresses is not a table.
+    assert not looks_delimited(["a@x.test", "b@x.test", "c,d@x.test"])
