@@ -189,6 +189,8 @@ async def test_a_page_asked_with_another_method_is_an_html_405(settings):
             ("PATCH", "/dashboard/login", "GET, POST"),
             ("PUT", "/dashboard/finder", "GET, POST"),  # (a page of another module)
             ("DELETE", "/dashboard/jobs/1/results", "GET"),
+            ("PUT", "/dashboard/upload", "GET, POST"),  # (every page module counts)
+            ("GET", "/dashboard/jobs/1/reverify", "POST"),
         ]:
             response = await app.client.request(method, path)
             assert response.status_code == 405, (method, path)

@@ -20,15 +20,9 @@ def install_dashboard(app: FastAPI) -> None:
     """Mount ``/dashboard/static`` and the pages (static first: the pages end in a catch-all)."""
     from fastapi.staticfiles import StaticFiles
 
-    from verimail.api.dashboard import finder, results, uploads
-    from verimail.api.dashboard.reverify import router as reverify_router
-    from verimail.api.dashboard.routes import router
+    from verimail.api.dashboard.routes import page_routers
     from verimail.api.dashboard.web import PREFIX, STATIC_DIR
 
     app.mount(f"{PREFIX}/static", StaticFiles(directory=STATIC_DIR), name="dashboard-static")
-    # The pages split by resource come before the main router, whose catch-all ends it.
-    app.include_router(results.router)
-    app.include_router(finder.router)
-    app.include_router(reverify_router)
-    app.include_router(uploads.router)
-    app.include_router(router)
+    for pages in page_routers():  # (the last ends in the dashboard's catch-all)
+        app.include_router(pages)

@@ -28,9 +28,10 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from verimail.api.billing import charged
 from verimail.api.dashboard import finder as finder_pages
 from verimail.api.dashboard import results as results_pages
+from verimail.api.dashboard import reverify as reverify_pages
+from verimail.api.dashboard import uploads as upload_pages
 from verimail.api.dashboard.insights import account_charts
 from verimail.api.dashboard.progress import progress_fields
-from verimail.api.dashboard.reverify import reverify_panel
 from verimail.api.dashboard.security import (
     LOGIN_FAILURES,
     LOGIN_WINDOW_SECONDS,
@@ -467,7 +468,7 @@ async def job_page(
             "row": row,
             "filename": filename,
             **results_pages.job_extras(job, row["view"]),
-            **await reverify_panel(store, job),
+            **await reverify_pages.reverify_panel(store, job),
         },
         account=account,
     )
@@ -552,10 +553,23 @@ async def not_found(request: Request, rest: str) -> Response:
     return error_page(request, 404, "There is no such page.")
 
 
+def page_routers() -> tuple[APIRouter, ...]:
+    """Every router of dashboard pages, in the order the app includes them: the modules split
+    by resource first, this one (whose catch-all ends the dashboard) last. The one list both
+    the app and the catch-all's ``Allow`` read, so a new page module cannot miss either."""
+    return (
+        results_pages.router,
+        finder_pages.router,
+        reverify_pages.router,
+        upload_pages.router,
+        router,
+    )
+
+
 def _methods_for(request: Request) -> list[str]:
     """The methods the dashboard's other routes take at this path (none: no such page)."""
     methods: set[str] = set()
-    for route in (*router.routes, *results_pages.router.routes, *finder_pages.router.routes):
+    for route in (route for pages in page_routers() for route in pages.routes):
         others = isinstance(route, APIRoute) and route.endpoint is not not_found
         if others and route.path_regex.match(request.url.path):
             methods |= route.methods or set()
