@@ -270,15 +270,17 @@ def _allowed_methods(request: Request) -> str:
     return ", ".join(allowed)
 
 
-def _http_detail(request: Request, exc: StarletteHTTPException) -> str:
-    """Starlette's own one-word details, made into sentences."""
+def _http_detail(
+    request: Request, exc: StarletteHTTPException, headers: dict[str, str] | None
+) -> str:
+    """Starlette's own one-word details, made into sentences (``headers``: the answer's)."""
     detail = exc.detail
     if exc.status_code == 404 and detail == "Not Found":
         return (
             f"Not found: there is no endpoint at {request.url.path}. The API is described at /docs."
         )
     if exc.status_code == 405 and detail == "Method Not Allowed":
-        allowed = (exc.headers or {}).get("Allow") or ""
+        allowed = (headers or {}).get("Allow") or ""
         hint = f"; use {allowed}" if allowed else ""
         return f"Method {request.method} is not allowed on {request.url.path}{hint}."
     if not isinstance(detail, str):
@@ -303,8 +305,7 @@ async def _on_http_exception(request: Request, exc: Exception) -> JSONResponse:
         allowed = _allowed_methods(request)
         if allowed:
             headers = {**(headers or {}), "Allow": allowed}
-            exc = StarletteHTTPException(405, exc.detail, headers)
-    return error_response(exc.status_code, _http_detail(request, exc), headers)
+    return error_response(exc.status_code, _http_detail(request, exc, headers), headers)
 
 
 async def _on_api_error(request: Request, exc: Exception) -> JSONResponse:

@@ -1019,17 +1019,22 @@ async def schedule_get_ok(ctx: Ctx) -> None:
     await ctx.live.client.delete(url, headers=owner.headers)
 
 
-@recipe("GET", "/api/bulk/{job_id}/reverify-schedule", 404)
-async def schedule_get_none(ctx: Ctx) -> None:
+async def _no_schedule_is_404(ctx: Ctx, method: str) -> None:
     """A list without a schedule; another account's job and an unknown id alike."""
     owner = ctx.idle.customer()
     job_id = await create_bulk(ctx.idle, owner)
     url = f"/api/bulk/{job_id}/reverify-schedule"
-    detail = assert_error_body(await ctx.idle.client.get(url, headers=owner.headers), 404)
-    assert "has no re-verification schedule" in detail
+    mine = await ctx.idle.client.request(method, url, headers=owner.headers)
+    assert "has no re-verification schedule" in assert_error_body(mine, 404)
     other = ctx.idle.customer()
     for foreign in (url, f"/api/bulk/{UNKNOWN_BULK_ID}/reverify-schedule"):
-        assert_error_body(await ctx.idle.client.get(foreign, headers=other.headers), 404)
+        theirs = await ctx.idle.client.request(method, foreign, headers=other.headers)
+        assert_error_body(theirs, 404)
+
+
+@recipe("GET", "/api/bulk/{job_id}/reverify-schedule", 404)
+async def schedule_get_none(ctx: Ctx) -> None:
+    await _no_schedule_is_404(ctx, "GET")
 
 
 # DELETE /api/bulk/{job_id}/reverify-schedule
@@ -1047,14 +1052,7 @@ async def schedule_delete_ok(ctx: Ctx) -> None:
 
 @recipe("DELETE", "/api/bulk/{job_id}/reverify-schedule", 404)
 async def schedule_delete_none(ctx: Ctx) -> None:
-    owner = ctx.idle.customer()
-    job_id = await create_bulk(ctx.idle, owner)
-    url = f"/api/bulk/{job_id}/reverify-schedule"
-    detail = assert_error_body(await ctx.idle.client.delete(url, headers=owner.headers), 404)
-    assert "has no re-verification schedule" in detail
-    other = ctx.idle.customer()
-    for foreign in (url, f"/api/bulk/{UNKNOWN_BULK_ID}/reverify-schedule"):
-        assert_error_body(await ctx.idle.client.delete(foreign, headers=other.headers), 404)
+    await _no_schedule_is_404(ctx, "DELETE")
 
 
 # GET /api/reverify-schedules
