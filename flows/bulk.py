@@ -30,7 +30,7 @@ from prefect.context import get_run_context
 from pydantic.json_schema import SkipJsonSchema
 
 from verimail.config import Settings, current_settings
-from verimail.engine.core import Prepared
+from verimail.engine.core import Prepared, shared_engine
 from verimail.engine.smtp.prober import GroupResult, HostGroup
 from verimail.files.bulk_io import (
     JobInput,
@@ -43,7 +43,7 @@ from verimail.files.bulk_io import (
 )
 from verimail.files.csv_detect import UploadError
 from verimail.flows import retries
-from verimail.flows.context import db_retried, engine_for, store_for
+from verimail.flows.context import db_retried, store_for
 from verimail.flows.failures import refused
 from verimail.flows.forms import (
     BulkVerifyForm,
@@ -289,7 +289,7 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
     logger = get_run_logger()
     # (Here, under the job's heartbeat: a slow Prefect API must not make the job look dead.)
     await name_this_run(run_name(job))
-    engine = engine_for(settings)
+    engine = shared_engine(settings)
     directory = job_dir(settings.data_dir, job.id)
     upload = Path(job.upload_path or directory / "upload.csv")
     job_input: JobInput = await asyncio.to_thread(
@@ -401,7 +401,7 @@ async def _retry(
 ) -> dict[str, Any]:
     """Deferred pass ``retry_pass``: ask the parked addresses again, replace their rows,
     then park again or finish. Other addresses keep the results they had."""
-    engine = engine_for(settings)
+    engine = shared_engine(settings)
     directory = job_dir(settings.data_dir, job.id)
     upload = Path(job.upload_path or directory / "upload.csv")
     job_input: JobInput = await asyncio.to_thread(

@@ -1,9 +1,8 @@
-"""Per-process handles the flows share: one migrated store and one engine per settings.
+"""Per-process handles the flows share: one migrated store per database (the engine's
+counterpart is ``engine.core.shared_engine``), and retried store calls.
 
 A flow run is one call in a long-lived process (the API with the local runner, or a
-Prefect worker); building the store (migrations) and the engine (resolver, per-host
-politeness semaphores) once per process keeps every run cheap and keeps the politeness
-limits shared between concurrent runs.
+Prefect worker); building the store (migrations) once per process keeps every run cheap.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from typing import Any
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from verimail.config import Settings
-from verimail.engine.core import Engine, forget_engine, shared_engine
+from verimail.engine.core import forget_engine
 from verimail.store.db import Store, init_store
 
 log = logging.getLogger(__name__)
@@ -37,11 +36,6 @@ def store_for(settings: Settings) -> Store:
         if store is None:
             store = _STORES[key] = init_store(settings)
         return store
-
-
-def engine_for(settings: Settings) -> Engine:
-    """The verification engine for ``settings`` (made once per process)."""
-    return shared_engine(settings)
 
 
 def forget(settings: Settings) -> None:

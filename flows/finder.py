@@ -39,12 +39,13 @@ from prefect.cache_policies import NO_CACHE
 from pydantic.json_schema import SkipJsonSchema
 
 from verimail.config import Settings, current_settings
+from verimail.engine.core import shared_engine
 from verimail.engine.finder import FinderInputError, find_email, normalise_finder_domain
 from verimail.engine.smtp.prober import DomainSession
 from verimail.files.bulk_io import StagedFiles, job_dir, save_info
 from verimail.files.csv_detect import find_person_columns, inspect_csv
 from verimail.files.csv_io import load_person_rows, write_results_csv
-from verimail.flows.context import db_retried, engine_for, store_for
+from verimail.flows.context import db_retried, store_for
 from verimail.flows.heartbeat import (
     Superseded,
     complete_run,
@@ -203,7 +204,7 @@ async def _domain(
 ) -> None:
     """Every row of one domain, in order, over one shared SMTP session; each find teaches
     the rows after it the domain's pattern."""
-    engine = engine_for(settings)
+    engine = shared_engine(settings)
     async with DomainSession(engine.prober) as session:
         for row in rows:
             first, last, domain = row["first_name"], row["last_name"], row["domain"]

@@ -31,13 +31,14 @@ from prefect.context import get_run_context
 from pydantic.json_schema import SkipJsonSchema
 
 from verimail.config import Settings, current_settings
+from verimail.engine.core import shared_engine
 from verimail.files.bulk_io import append_history, job_dir, read_job_input, results_frame
 from verimail.files.csv_detect import UploadError
 from verimail.files.csv_io import distinct_in_order
 from verimail.files.history import latest_statuses, query
 from verimail.flows import reverify_lists as lists
 from verimail.flows.bulk import bulk_verify
-from verimail.flows.context import engine_for, store_for
+from verimail.flows.context import store_for
 from verimail.flows.failures import refused
 from verimail.flows.forms import FormError, shared_file
 from verimail.flows.summary import name_this_run, publish_table, transition_rows
@@ -120,7 +121,7 @@ async def reverify_stored(
         )
     except FormError as exc:
         return refused(str(exc))
-    engine = engine_for(settings)
+    engine = shared_engine(settings)
     prepared = await prepare_addresses(addresses)
     chunks = chunk_groups(prepared.groups)
     for results in await asyncio.gather(*(verify_host_groups(c) for c in chunks)):
