@@ -1,4 +1,5 @@
-"""Creating a job and starting its run, shared by the CSV and JSON bulk endpoints.
+"""The job service (``jobs/create.py``) at the HTTP edge: its refusals as the spec's
+answers, and an upload that is refused leaves nothing on disk.
 
 The order makes "nothing lost, nothing overcharged" hold at every step: the upload is on
 disk before the job exists; the job and its reservation are one transaction (402 leaves
@@ -8,26 +9,22 @@ with a full refund (503) instead of sitting in ``pending``.
 
 from __future__ import annotations
 
-import logging
 import secrets
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from anyio import to_thread
 from fastapi import Request
 
 from verimail.api.errors import DATABASE_RETRY_AFTER, ApiError
-from verimail.files.csv_detect import UploadError, UploadTooLarge
+from verimail.files.csv_detect import CsvInfo, UploadError, UploadTooLarge
+from verimail.jobs.create import NotEnoughCredits, NotStarted, create_verify_job, submit
 from verimail.store import jobs as job_store
-from verimail.store.credits import balance
 from verimail.store.db import Store
-from verimail.store.prices import price
 from verimail.tasks.webhook import WebhookRefused, check_url
-
-log = logging.getLogger("verimail.api.jobs")
 
 
 def uploads_dir(request: Request) -> Path:
@@ -61,61 +58,54 @@ async def create_and_start(
     request: Request,
     store: Store,
     account_id: int,
-    *,
-    kind: str,
-    runner_kind: str,
     total: int,
+    *,
     upload: Path,
+    kind: Literal["bulk_csv", "bulk_json"] = "bulk_csv",
+    info: CsvInfo | None = None,
     email_column: str | None = None,
     options: dict[str, Any] | None = None,
     webhook_url: str | None = None,
 ) -> job_store.Job:
-    """Reserve ``total`` credits with the job row, then hand it to the runner."""
+    """A verification job through the job service, its ``total`` credits reserved, then
+    started; 402 (nothing kept: the upload's folder goes too) when the balance is short."""
 
-    def create() -> job_store.Job | None:
-        return job_store.create_job(
-            store.engine,
+    def create() -> job_store.Job:
+        return create_verify_job(
+            store,
             account_id,
-            kind,  # type: ignore[arg-type]
             total,
-            reserve=price("verify", total),
-            upload_path=str(upload),
+            upload=upload,
+            kind=kind,
+            info=info,
             email_column=email_column,
             options=options,
             webhook_url=webhook_url,
         )
 
     with dropped_on_failure(upload.parent):
-        job = await to_thread.run_sync(create)
-        if job is None:
-            have = await to_thread.run_sync(lambda: balance(store.engine, account_id).total)
+        try:
+            job = await to_thread.run_sync(create)
+        except NotEnoughCredits as exc:
             raise ApiError(
                 402,
                 f"Not enough credits: this job needs {total} (1 per address), the balance is "
-                f"{have}. Nothing was stored or charged.",
-            )
-    await start_run(request, store, runner_kind, job)
+                f"{exc.have}. Nothing was stored or charged.",
+            ) from None
+    await start_run(request, store, job)
     return job
 
 
-async def start_run(request: Request, store: Store, runner_kind: str, job: job_store.Job) -> None:
-    """Hand a created job to the runner. If it cannot start, the job is failed (which
-    refunds its reservation, if any) and the answer is 503: no job is left pending and
-    nothing stays charged."""
+async def start_run(request: Request, store: Store, job: job_store.Job) -> None:
+    """Start a created job's run (the job service's :func:`submit`); when it cannot start
+    the job is failed with its refund and the answer is 503."""
     runner = request.app.state.runner
     try:
-        await to_thread.run_sync(runner.submit, runner_kind, job.id, job.attempt)
-    except Exception as exc:
-        log.exception("could not start job %s", job.id)
-        settled = "its credits were refunded" if job.credits_reserved else "nothing was charged"
-        await to_thread.run_sync(
-            lambda: job_store.mark_failed(
-                store.engine, job.id, f"The job could not be started; {settled}."
-            )
-        )
+        await to_thread.run_sync(submit, store, runner, job)
+    except NotStarted as exc:
         raise ApiError(
             503,
-            f"The job could not be started right now; {settled}.",
+            f"The job could not be started right now; {exc.settled}.",
             {"Retry-After": str(DATABASE_RETRY_AFTER)},
         ) from exc
 

@@ -29,7 +29,6 @@ from typing import Any
 
 from bench.common import current_rss_mib, emit_result, peak_rss_mib
 from verimail.config import Settings
-from verimail.store.prices import price
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -112,8 +111,9 @@ def run_flow(settings: Settings, addresses: list[str]) -> tuple[dict[str, Any], 
     import polars as pl
     from prefect.testing.utilities import prefect_test_harness
 
-    from verimail.flows.context import store_for
     from verimail.flows.runner import LocalRunner
+    from verimail.jobs.context import store_for
+    from verimail.jobs.create import create_verify_job
     from verimail.store import accounts
     from verimail.store import jobs as job_store
 
@@ -131,15 +131,7 @@ def run_flow(settings: Settings, addresses: list[str]) -> tuple[dict[str, Any], 
         upload = Path(settings.data_dir) / "upload.csv"
         upload.write_text("email\n" + "\n".join(addresses) + "\n", encoding="utf-8")
         n = len(addresses)
-        job = job_store.create_job(
-            store.engine,
-            account.id,
-            "bulk_csv",
-            n,
-            reserve=price("verify", n),
-            upload_path=str(upload),
-        )
-        assert job is not None, "not enough credits for the job"
+        job = create_verify_job(store, account.id, n, upload=upload)
         runner = LocalRunner(settings)
         started = time.perf_counter()
         runner.submit("bulk", job.id)

@@ -42,8 +42,8 @@ def _cli_patterns():  # type: ignore[no-untyped-def]
     quiet_prefect()  # (flows.finder imports Prefect)
     from sqlalchemy.exc import SQLAlchemyError
 
-    from verimail.flows.context import store_for
     from verimail.flows.learned_patterns import StoredPatterns
+    from verimail.jobs.context import store_for
 
     settings = get_settings()
     try:
@@ -112,9 +112,9 @@ def bulk_command(
     quiet_prefect()
     from verimail.files.bulk_io import read_job_input
     from verimail.files.csv_detect import UploadError
-    from verimail.flows.context import store_for
+    from verimail.jobs.context import store_for
+    from verimail.jobs.create import create_verify_job
     from verimail.store import credits
-    from verimail.store import jobs as job_store
 
     target = _results_path(out, file.with_name(f"{file.stem}.results.csv"))
     settings = get_settings()
@@ -131,17 +131,15 @@ def bulk_command(
     credits.grant(
         store.engine, account.id, price("verify", count), reason=f"verimail bulk {file.name}"
     )
-    job = job_store.create_job(
-        store.engine,
+    job = create_verify_job(
+        store,
         account.id,
-        "bulk_csv",
         count,
-        reserve=price("verify", count),
-        upload_path=str(file.resolve()),
+        upload=file.resolve(),
+        info=job_input.info,
         email_column=job_input.info.email_reference,
         options={"source": "cli"},
     )
-    assert job is not None  # just granted
     console.print(
         f"job {job.id}: {count} addresses ({len(job_input.uniques)} unique) from "
         f"column {job_input.info.email_column!r}; starting the flow (Prefect may take a few "
@@ -187,10 +185,10 @@ def find_command(
         return
     quiet_prefect()
     from verimail.files.csv_detect import UploadError
-    from verimail.flows.context import store_for
     from verimail.flows.finder import read_finder_upload
+    from verimail.jobs.context import store_for
+    from verimail.jobs.create import create_finder_job
     from verimail.store import credits
-    from verimail.store import jobs as job_store
 
     if first_name or last_name or domain:
         raise typer.BadParameter("give FIRST LAST DOMAIN, or --file people.csv, not both")
@@ -203,7 +201,7 @@ def find_command(
     if max_probes is not None:  # (the job's flow reads the setting, as a worker's does)
         settings = settings.model_copy(update={"finder_max_probes": max_probes})
     try:
-        _, rows = read_finder_upload(file, {}, settings.upload_max_rows)
+        info, rows = read_finder_upload(file, {}, settings.upload_max_rows)
     except UploadError as exc:
         raise typer.BadParameter(exc.detail, param_hint="--file") from exc
     store = store_for(settings)
@@ -211,16 +209,15 @@ def find_command(
     credits.grant(
         store.engine, account.id, price("find", rows.height, settings), reason=f"find {file.name}"
     )
-    job = job_store.create_job(
-        store.engine,
+    job = create_finder_job(
+        store,
+        settings,
         account.id,
-        "finder_csv",
         rows.height,
-        reserve=0,
-        upload_path=str(file.resolve()),
+        upload=file.resolve(),
+        info=info,
         options={"source": "cli"},
     )
-    assert job is not None
     current = _run_here(settings, store, "finder", job.id, rows.height)
     shutil.copyfile(current.result_path or "", target)
     console.print(

@@ -28,7 +28,7 @@ import json
 import shutil
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import UnionType
@@ -39,6 +39,7 @@ import polars as pl
 from verimail.files.csv_detect import CsvInfo
 from verimail.files.csv_io import (
     distinct_in_order,
+    load_emails,
     normalise_emails,
     read_emails,
     write_results_csv,
@@ -129,24 +130,32 @@ class JobInput:
         return dict(zip(counts[:, 0].to_list(), counts[:, 1].to_list(), strict=True))
 
 
-def read_job_input(upload: Path, email_column: str | None, max_rows: int) -> JobInput:
-    """Sniff, load, normalise and dedupe the upload (Polars; raises ``UploadError``).
+def read_job_input(
+    upload: Path, email_column: str | None, max_rows: int, info: CsvInfo | None = None
+) -> JobInput:
+    """Load, normalise and dedupe the upload (Polars; raises ``UploadError``).
 
-    One read of the file for counting and loading when the fast path applies."""
-    info, emails = read_emails(upload, max_rows=max_rows, email_column=email_column)
+    ``info``: the upload's inspection when it was made before (the API inspects an upload
+    as it takes it, and the job keeps what it learned): the file is loaded as it says,
+    without sniffing it again. Without it the file is sniffed first, in the same read as
+    the load when the fast path applies."""
+    if info is not None:
+        emails = load_emails(upload, info)
+    else:
+        info, emails = read_emails(upload, max_rows=max_rows, email_column=email_column)
     rows = normalise_emails(emails)
     uniques = distinct_in_order(rows.get_column("normalised")).to_list()
     return JobInput(info, rows, uniques)
 
 
 def save_info(directory: Path, info: CsvInfo) -> None:
-    (directory / "upload-info.json").write_text(json.dumps(asdict(info)), encoding="utf-8")
+    (directory / "upload-info.json").write_text(json.dumps(info.to_dict()), encoding="utf-8")
 
 
 def load_info(directory: Path) -> CsvInfo:
-    data = json.loads((directory / "upload-info.json").read_text(encoding="utf-8"))
-    data["columns"] = tuple(data["columns"])
-    return CsvInfo(**data)
+    return CsvInfo.from_dict(
+        json.loads((directory / "upload-info.json").read_text(encoding="utf-8"))
+    )
 
 
 def results_frame(results: Mapping[str, VerificationResult]) -> pl.DataFrame:

@@ -42,8 +42,6 @@ from verimail.files.bulk_io import (
     write_job_results,
 )
 from verimail.files.csv_detect import UploadError
-from verimail.flows import retries
-from verimail.flows.context import db_retried, store_for
 from verimail.flows.failures import refused
 from verimail.flows.forms import (
     BulkVerifyForm,
@@ -52,18 +50,19 @@ from verimail.flows.forms import (
     find_account,
     shared_file,
 )
-from verimail.flows.heartbeat import (
+from verimail.flows.job_run import run_as_owner, start_job
+from verimail.flows.summary import artifact_key, name_this_run, run_name
+from verimail.jobs import retries
+from verimail.jobs.context import db_retried, store_for
+from verimail.jobs.create import NotEnoughCredits, create_verify_job, stored_info
+from verimail.jobs.heartbeat import (
     complete_run,
     still_owned,
     superseded_outcome,
 )
-from verimail.flows.job_run import run_as_owner, start_job
-from verimail.flows.summary import artifact_key, name_this_run, run_name
 from verimail.schemas.results import VerificationResult
 from verimail.store import jobs as job_store
-from verimail.store.credits import balance
 from verimail.store.db import Store
-from verimail.store.prices import price
 from verimail.tasks.verify import chunk_groups, prepare_addresses, verify_host_groups
 
 ARTIFACT_TIMEOUT = 5.0
@@ -152,23 +151,22 @@ def create_job_for_file(
         options["webhook_secret"] = secrets.token_urlsafe(32)
     if not retry_unknowns:
         options["retry_unknowns"] = False  # (as the API's upload form stores the opt-out)
-    job = job_store.create_job(
-        store.engine,
-        account_id,
-        "bulk_csv",
-        count,
-        reserve=price("verify", count),
-        upload_path=str(path.resolve()),
-        email_column=job_input.info.email_reference,
-        options=options,
-        webhook_url=webhook_url,
-    )
-    if job is None:
-        have = balance(store.engine, account_id).total
-        raise FormError(
-            f"Account {account_id} has {have} credits and {path.name} needs {count} "
-            "(1 per address row); nothing was charged."
+    try:
+        job = create_verify_job(
+            store,
+            account_id,
+            count,
+            upload=path.resolve(),
+            info=job_input.info,
+            email_column=job_input.info.email_reference,
+            options=options,
+            webhook_url=webhook_url,
         )
+    except NotEnoughCredits as exc:
+        raise FormError(
+            f"Account {account_id} has {exc.have} credits and {path.name} needs {count} "
+            "(1 per address row); nothing was charged."
+        ) from None
     return job.id
 
 
@@ -293,7 +291,7 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
     directory = job_dir(settings.data_dir, job.id)
     upload = Path(job.upload_path or directory / "upload.csv")
     job_input: JobInput = await asyncio.to_thread(
-        read_job_input, upload, job.email_column, settings.upload_max_rows
+        read_job_input, upload, job.email_column, settings.upload_max_rows, stored_info(job)
     )
     prepared = await prepare_addresses(job_input.uniques)
     tally = _Tally(job_input.row_counts())
@@ -405,7 +403,7 @@ async def _retry(
     directory = job_dir(settings.data_dir, job.id)
     upload = Path(job.upload_path or directory / "upload.csv")
     job_input: JobInput = await asyncio.to_thread(
-        read_job_input, upload, job.email_column, settings.upload_max_rows
+        read_job_input, upload, job.email_column, settings.upload_max_rows, stored_info(job)
     )
     earlier = await asyncio.to_thread(pl.read_parquet, retries.state_path(directory))
     again = retries.parked(earlier)

@@ -45,15 +45,15 @@ from verimail.engine.smtp.prober import DomainSession
 from verimail.files.bulk_io import StagedFiles, job_dir, save_info
 from verimail.files.csv_detect import find_person_columns, inspect_csv
 from verimail.files.csv_io import load_person_rows, write_results_csv
-from verimail.flows.context import db_retried, store_for
-from verimail.flows.heartbeat import (
+from verimail.flows.job_run import run_as_owner, start_job
+from verimail.flows.learned_patterns import StoredPatterns
+from verimail.flows.summary import name_this_run, run_name
+from verimail.jobs.context import db_retried, store_for
+from verimail.jobs.heartbeat import (
     Superseded,
     complete_run,
     still_owned,
 )
-from verimail.flows.job_run import run_as_owner, start_job
-from verimail.flows.learned_patterns import StoredPatterns
-from verimail.flows.summary import name_this_run, run_name
 from verimail.store import jobs as job_store
 from verimail.store.credits import charges_under
 from verimail.store.db import Store

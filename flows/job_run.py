@@ -2,7 +2,7 @@
 
 ``bulk-verify`` and ``find-emails`` differ in their work and agree on everything around it:
 a run for a finished job or a job a later run owns does nothing; the first run marks the job
-``processing``; the work runs with the heartbeat (``flows/heartbeat.py``); a failure marks
+``processing``; the work runs with the heartbeat (``jobs/heartbeat.py``); a failure marks
 the job failed (refunding what was not verified), tells its webhook and publishes its
 summary; a success tells the webhook and publishes the summary — or, for a job whose
 first pass parked addresses for a deferred retry, parks it instead.
@@ -17,11 +17,11 @@ from typing import Any
 
 from verimail.config import Settings
 from verimail.engine import metrics
-from verimail.flows.context import no_such_job
 from verimail.flows.failures import customer_reason, ends_the_process
-from verimail.flows.heartbeat import Superseded, as_owner, started_late, superseded_outcome
-from verimail.flows.notify import notify_job
 from verimail.flows.summary import publish_job_summary
+from verimail.jobs.context import no_such_job
+from verimail.jobs.heartbeat import Superseded, as_owner, started_late, superseded_outcome
+from verimail.jobs.notify import notify_job
 from verimail.store import jobs as job_store
 from verimail.store.db import Store
 

@@ -16,7 +16,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from verimail.config import Settings
 from verimail.engine.finder_learned import DomainPattern
 from verimail.files.history import valid_locals
-from verimail.flows.context import db_retried
+from verimail.jobs.context import db_retried
 from verimail.store import patterns as pattern_store
 from verimail.store.db import Store
 

@@ -38,10 +38,10 @@ from verimail.files.csv_io import distinct_in_order
 from verimail.files.history import latest_statuses, query
 from verimail.flows import reverify_lists as lists
 from verimail.flows.bulk import bulk_verify
-from verimail.flows.context import store_for
 from verimail.flows.failures import refused
 from verimail.flows.forms import FormError, shared_file
 from verimail.flows.summary import name_this_run, publish_table, transition_rows
+from verimail.jobs.context import store_for
 from verimail.store import jobs as job_store
 from verimail.store import reverify as reverify_store
 from verimail.tasks.verify import chunk_groups, prepare_addresses, verify_host_groups

@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from verimail.config import Settings
-from verimail.flows.context import store_for
+from verimail.jobs.context import store_for
+from verimail.jobs.create import NotEnoughCredits, create_verify_job, stored_info
 from verimail.store import jobs as job_store
 from verimail.store import reverify as reverify_store
 from verimail.store.accounts import get_account
 from verimail.store.credits import balance
 from verimail.store.db import Store
-from verimail.store.prices import price
 
 log = logging.getLogger(__name__)
 
@@ -85,24 +85,24 @@ def create_reverify_job(
         options["webhook_secret"] = webhook_secret
     try:
         shutil.copyfile(str(previous.upload_path), upload)
-        job = job_store.create_job(
-            store.engine,
+        job = create_verify_job(
+            store,
             previous.account_id,
-            previous.kind,  # type: ignore[arg-type]
             previous.total_emails,
-            reserve=price("verify", previous.total_emails),
-            upload_path=str(upload),
+            upload=upload,
+            kind=previous.kind,  # type: ignore[arg-type]
+            info=stored_info(previous),  # (the same bytes: no need to inspect them again)
             email_column=previous.email_column,
             options=options,
             webhook_url=webhook_url if webhook_secret else None,
             flow_run_id=flow_run_id,
         )
+    except NotEnoughCredits:
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
-    if job is None:
-        shutil.rmtree(folder, ignore_errors=True)
-        return None
     reverify_store.record_run(
         store.engine,
         job,

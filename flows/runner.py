@@ -20,14 +20,15 @@ import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 from uuid import UUID
 
 from verimail.config import Settings, using_settings
-from verimail.flows.context import store_for
 from verimail.flows.failures import customer_reason, ends_the_process
-from verimail.flows.heartbeat import was_superseded
-from verimail.flows.notify import notify_job_soon
+from verimail.jobs.context import store_for
+from verimail.jobs.create import JobRunner
+from verimail.jobs.heartbeat import was_superseded
+from verimail.jobs.notify import notify_job_soon
 from verimail.store import jobs as job_store
 
 log = logging.getLogger(__name__)
@@ -38,28 +39,6 @@ DEPLOYMENTS = {
     "finder": "find-emails/find-emails",
     "reverify": "reverify-stored/reverify-stored",
 }
-
-
-class JobRunner(Protocol):
-    """Starts the flow run of a job and returns at once.
-
-    ``attempt`` is the run number the run is for (recovery's claim gives it; None: the
-    job's run now). It is fixed here, at submission: a run that waits (for a worker thread,
-    in the work pool) while recovery passes the job to a later run must find that out when
-    it starts, not take the later run's number."""
-
-    def submit(
-        self,
-        kind: str,
-        job_id: int,
-        attempt: int | None = None,
-        *,
-        retry_pass: int = 0,
-        at: datetime | None = None,
-    ) -> None:
-        """``retry_pass``/``at``: a parked job's deferred retry pass, to start at ``at``."""
-
-    def shutdown(self) -> None: ...
 
 
 def _flow_for(kind: str) -> Any:

@@ -19,9 +19,13 @@ MAY_IMPORT: dict[str, set[str]] = {
     "files": {"config", "schemas", "engine"},
     "tasks": {"config", "schemas", "engine", "files"},
     "store": {"config", "schemas"},
-    "flows": {"config", "schemas", "engine", "files", "tasks", "store"},
-    "api": {"config", "schemas", "engine", "files", "tasks", "store", "flows"},
-    "cli": {"config", "schemas", "engine", "files", "tasks", "store", "flows", "api", "testbed"},
+    "jobs": {"config", "schemas", "engine", "files", "tasks", "store"},
+    "flows": {"config", "schemas", "engine", "files", "tasks", "store", "jobs"},
+    "api": {"config", "schemas", "engine", "files", "tasks", "store", "jobs", "flows"},
+    "cli": {
+        *("config", "schemas", "engine", "files", "tasks", "store", "jobs", "flows", "api"),
+        "testbed",
+    },
 }
 
 #: Libraries that mark a layer: the engine and the file handling are plain libraries (no
@@ -44,6 +48,7 @@ FORBIDDEN_LIBRARIES: dict[str, set[str]] = {
     "files": PLAIN_LIBRARY,
     "tasks": {"fastapi", "starlette", "sqlalchemy", "uvicorn", "jinja2", "typer", "rich"},
     "store": {"prefect", "fastapi", "starlette", "typer", "rich"},
+    "jobs": {"prefect", "fastapi", "starlette", "uvicorn", "jinja2", "typer", "rich"},
     "flows": {"typer", "rich"},
     "api": {"typer", "rich"},
     "testbed": {"prefect", "fastapi", "sqlalchemy"},

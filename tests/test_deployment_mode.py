@@ -212,8 +212,8 @@ async def test_a_queued_job_is_held_and_a_dead_run_is_resumed(
     from prefect.states import Running
 
     from verimail.config import Settings
-    from verimail.flows.recovery import recover_stale_jobs
     from verimail.flows.runner import DeploymentRunner
+    from verimail.jobs.recovery import recover_stale_jobs
     from verimail.store.db import init_store, utcnow
 
     pool = _pool()

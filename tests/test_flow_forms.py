@@ -17,8 +17,8 @@ import pytest
 
 from verimail.config import using_settings
 from verimail.flows.bulk import bulk_verify
-from verimail.flows.context import forget, store_for
 from verimail.flows.summary import artifact_key, installation_id
+from verimail.jobs.context import forget, store_for
 from verimail.store import accounts, credits
 from verimail.store import jobs as job_store
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
@@ -106,7 +106,7 @@ def test_the_form_can_opt_a_job_out_of_deferred_retries(setup):
     """ "Retry unknowns" off: the job is made as the API makes one with retry_unknowns=false."""
     from verimail.flows.bulk import create_job_for_form
     from verimail.flows.forms import BulkVerifyForm
-    from verimail.flows.retries import enabled
+    from verimail.jobs.retries import enabled
 
     settings, store, account = setup
     ids = [

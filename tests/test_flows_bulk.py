@@ -23,13 +23,13 @@ from verimail.files import bulk_io
 from verimail.files.bulk_io import job_dir
 from verimail.files.csv_detect import UploadError
 from verimail.flows import bulk as bulk_module
-from verimail.flows import heartbeat as heartbeat_module
 from verimail.flows.bulk import bulk_verify
-from verimail.flows.context import forget, store_for
 from verimail.flows.failures import ends_the_process
-from verimail.flows.recovery import recover_stale_jobs
 from verimail.flows.runner import LocalRunner
 from verimail.flows.summary import artifact_key
+from verimail.jobs import heartbeat as heartbeat_module
+from verimail.jobs.context import forget, store_for
+from verimail.jobs.recovery import recover_stale_jobs
 from verimail.schemas.results import VerificationResult
 from verimail.store import accounts, credits
 from verimail.store import jobs as job_store

@@ -10,8 +10,8 @@ import pytest
 from verimail.config import using_settings
 from verimail.files.history import history_dir, query
 from verimail.flows.bulk import bulk_verify
-from verimail.flows.context import forget, store_for
 from verimail.flows.reverify import reverify_stored
+from verimail.jobs.context import forget, store_for
 from verimail.store import accounts
 from verimail.store import jobs as job_store
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World

@@ -28,8 +28,8 @@ from api_helpers import make_customer, serve_processes
 from hardening_helpers import assert_ledger_exact, assert_no_open_jobs, serve_env
 
 from verimail.config import Settings
-from verimail.flows.context import forget, store_for
-from verimail.flows.recovery import recover_stale_jobs
+from verimail.jobs.context import forget, store_for
+from verimail.jobs.recovery import recover_stale_jobs
 from verimail.store import jobs as job_store
 from verimail.store.credits import balance
 from verimail.store.db import init_store, utcnow

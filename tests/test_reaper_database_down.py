@@ -8,7 +8,7 @@ import time
 import pytest
 
 from verimail.config import Settings
-from verimail.flows.recovery import Reaper
+from verimail.jobs.recovery import Reaper
 
 
 class _NoRunner:
@@ -25,7 +25,7 @@ def test_sweeps_against_a_database_that_is_down_log_one_line_each(tmp_path, capl
         database_url="postgresql+psycopg://u@127.0.0.1:1/nothing",
         job_stale_after=2.0,  # a sweep every 0.5 s
     )
-    caplog.set_level(logging.WARNING, logger="verimail.flows.recovery")
+    caplog.set_level(logging.WARNING, logger="verimail.jobs.recovery")
     reaper = Reaper(settings, _NoRunner()).start()  # type: ignore[arg-type]
     try:
         deadline = time.monotonic() + 30

@@ -23,9 +23,9 @@ from api_helpers import (
 from sqlalchemy import update
 
 from verimail.config import using_settings
-from verimail.flows.context import forget, store_for
-from verimail.flows.notify import notify_job
-from verimail.flows.recovery import recover_stale_jobs
+from verimail.jobs.context import forget, store_for
+from verimail.jobs.notify import notify_job
+from verimail.jobs.recovery import recover_stale_jobs
 from verimail.store import accounts
 from verimail.store import jobs as job_store
 from verimail.store.db import utcnow

@@ -143,5 +143,5 @@ async def finder_upload(request: Request, account: CurrentAccount, store: StoreD
         except ApiError as exc:  # nothing was stored (dropped_on_failure removed it)
             shutil.rmtree(folder, ignore_errors=True)
             return await _page(request, account, store, exc.status_code, error=exc.detail)
-    await start_run(request, store, "finder", job)
+    await start_run(request, store, job)
     return redirect(f"{PREFIX}/jobs/{job.id}")

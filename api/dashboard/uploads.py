@@ -172,10 +172,9 @@ async def _start_job(
             request,
             store,
             account.id,
-            kind="bulk_csv",
-            runner_kind="bulk",
-            total=info.email_count,
+            info.email_count,
             upload=path,
+            info=info,
             email_column=info.email_reference,
             options={"filename": filename},
         )

@@ -34,13 +34,12 @@ from verimail.api.jobs import (
 from verimail.api.routes.finder import FINDER_DISABLED, FinderAccountDep, SettingsDep
 from verimail.api.uploads import ReceivedUpload, receive_upload, upload_body
 from verimail.config import Settings
-from verimail.files.csv_detect import find_person_columns, inspect_csv
+from verimail.files.csv_detect import CsvInfo, find_person_columns, inspect_csv
+from verimail.jobs import create as job_service
 from verimail.schemas.jobs import FinderJob
 from verimail.store import jobs as job_store
 from verimail.store.accounts import Account
-from verimail.store.credits import balance
 from verimail.store.db import Store
-from verimail.store.prices import price
 
 router = APIRouter(tags=["email finder"])
 
@@ -98,7 +97,7 @@ async def create_finder_job(
             request, folder / "upload.csv", max_bytes=settings.upload_max_bytes
         )
         job, hook = await create_from_upload(request, account, store, settings, received)
-    await start_run(request, store, "finder", job)
+    await start_run(request, store, job)
     out = FinderJob.of(job)
     if hook:
         out.webhook_secret = hook["webhook_secret"]  # type: ignore[attr-defined]
@@ -122,39 +121,37 @@ async def create_from_upload(
         for key in ("first_name_column", "last_name_column", "domain_column")
     }
 
-    def inspect() -> int:
+    def inspect() -> CsvInfo:
         info = inspect_csv(received.path, max_rows=settings.upload_max_rows, need_email=False)
         find_person_columns(
             info, mapping["first_name_column"], mapping["last_name_column"],
             mapping["domain_column"],
         )  # fmt: skip
-        return info.row_count
+        return info
 
     with upload_refusals():
-        rows = await to_thread.run_sync(inspect)
-    if rows == 0:
+        info = await to_thread.run_sync(inspect)
+    if info.row_count == 0:
         raise ApiError(422, "The file has no data rows.")
-    have = await to_thread.run_sync(lambda: balance(store.engine, account.id).total)
-    cost = price("find", 1, settings)
-    if have < cost:
+    try:
+        job = await to_thread.run_sync(
+            lambda: job_service.create_finder_job(
+                store,
+                settings,
+                account.id,
+                info.row_count,
+                upload=received.path,
+                info=info,
+                options={**mapping, "filename": received.filename, **hook},
+                webhook_url=webhook_url,
+            )
+        )
+    except job_service.NotEnoughCredits as exc:
         raise ApiError(
             402,
-            f"Not enough credits: a found address costs {cost}, the "
-            f"balance is {have}; nothing was stored.",
-        )
-    job = await to_thread.run_sync(
-        lambda: job_store.create_job(
-            store.engine,
-            account.id,
-            "finder_csv",
-            rows,
-            reserve=0,
-            upload_path=str(received.path),
-            options={**mapping, "filename": received.filename, **hook},
-            webhook_url=webhook_url,
-        )
-    )
-    assert job is not None  # nothing to reserve
+            f"Not enough credits: a found address costs {exc.needed}, the "
+            f"balance is {exc.have}; nothing was stored.",
+        ) from None
     return job, hook
 
 

@@ -151,7 +151,7 @@ async def start_reverification(
         raise ApiError(409, str(exc)) from exc
     if job is None:
         raise ApiError(402, await to_thread.run_sync(lists.short_of_credits, store, previous))
-    await start_run(request, store, "bulk", job)
+    await start_run(request, store, job)
     return job, new_secret
 
 

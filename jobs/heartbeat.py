@@ -1,7 +1,7 @@
 """A job run's heartbeat, beaten from a thread of its own, and what a run does when a
 later run has taken its job over.
 
-Recovery (``flows/recovery.py``) resumes a job whose heartbeat went quiet. A run must
+Recovery (``jobs/recovery.py``) resumes a job whose heartbeat went quiet. A run must
 therefore beat while it works — and not from its event loop: parsing a million addresses
 holds that loop for minutes, and a finder task works through many slow domains between
 progress writes. A run can be taken for dead all the same (a frozen process, a cut to the
@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from verimail.files.bulk_io import StagedFiles
-from verimail.flows.context import db_retried
+from verimail.jobs.context import db_retried
 from verimail.store import jobs as job_store
 from verimail.store.db import Store
 

@@ -8,7 +8,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 
 from verimail.config import Settings
-from verimail.flows.context import store_for
+from verimail.jobs.context import store_for
 from verimail.schemas.jobs import BulkJob, FinderJob
 from verimail.store import jobs as job_store
 from verimail.tasks.webhook import Delivery, deliver

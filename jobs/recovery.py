@@ -16,9 +16,9 @@ from datetime import timedelta
 from sqlalchemy.exc import OperationalError
 
 from verimail.config import Settings
-from verimail.flows.context import store_for
-from verimail.flows.notify import deliver_owed_webhooks, notify_job_soon
-from verimail.flows.runner import JobRunner
+from verimail.jobs.context import store_for
+from verimail.jobs.create import JobRunner
+from verimail.jobs.notify import deliver_owed_webhooks, notify_job_soon
 from verimail.store import jobs as job_store
 from verimail.store.db import utcnow
 
