@@ -62,6 +62,18 @@ class JobRunner(Protocol):
     def shutdown(self) -> None: ...
 
 
+def from_deployment() -> bool:
+    """The flow run this code runs in is a deployment's (a worker took it from the work pool),
+    not the local runner's or a direct call. A run it plans for later belongs to that
+    deployment too, whatever the worker's own ``runner`` setting says."""
+    try:
+        from prefect.context import get_run_context
+
+        return get_run_context().flow_run.deployment_id is not None  # type: ignore[union-attr]
+    except Exception:  # (no run here)
+        return False
+
+
 def _flow_for(kind: str) -> Any:
     """The flow object of a job kind (imported lazily: ``import prefect`` takes ~2 s)."""
     if kind == "bulk":
