@@ -51,6 +51,7 @@ from verimail.flows.forms import (
     shared_file,
 )
 from verimail.flows.job_run import run_as_owner, start_job
+from verimail.flows.runner import from_deployment
 from verimail.flows.summary import artifact_key, name_this_run, run_name
 from verimail.jobs import retries
 from verimail.jobs.context import db_retried, store_for
@@ -120,13 +121,6 @@ def _flow_run_id() -> str | None:
     with contextlib.suppress(Exception):
         return str(get_run_context().flow_run.id)
     return None
-
-
-def _from_deployment() -> bool:
-    """This flow run is a deployment's (a worker runs it), not the local runner's."""
-    with contextlib.suppress(Exception):
-        return get_run_context().flow_run.deployment_id is not None
-    return False
 
 
 def create_job_for_file(
@@ -266,7 +260,7 @@ async def _park(
         summary["retry_pass"],
         summary["next_retry_at"].isoformat(),
     )
-    if _from_deployment():  # (the local runner schedules it when we return)
+    if from_deployment():  # (the local runner schedules it when we return)
         from prefect.deployments import run_deployment
 
         from verimail.flows.runner import DEPLOYMENTS

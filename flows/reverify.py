@@ -13,7 +13,9 @@ reason in its history and this run's log, when the balance is short), and runs i
 Writes the new results to the history and a change report CSV
 (``<data_dir>/reports/reverify-<time>.csv``: email, previous_status, status,
 previous_verified_at, reason) and returns the transitions counted, e.g.
-``{"valid->invalid": 3}``.
+``{"valid->invalid": 3}``. Addresses the servers put off are parked for deferred retry
+passes (``flows/reverify_retries.py``): follow-up runs of this flow (``retry_of``,
+``retry_pass``) ask them again later and update the same report.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import Counter
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -37,11 +40,13 @@ from verimail.files.csv_detect import UploadError
 from verimail.files.csv_io import distinct_in_order
 from verimail.files.history import latest_statuses, query
 from verimail.flows import reverify_lists as lists
+from verimail.flows import reverify_retries as parking
 from verimail.flows.bulk import bulk_verify
 from verimail.flows.failures import refused
 from verimail.flows.forms import FormError, shared_file
 from verimail.flows.summary import name_this_run, publish_table, transition_rows
 from verimail.jobs.context import store_for
+from verimail.schemas.results import VerificationResult
 from verimail.store import jobs as job_store
 from verimail.store import reverify as reverify_store
 from verimail.tasks.verify import chunk_groups, prepare_addresses, verify_host_groups
@@ -86,8 +91,11 @@ async def reverify_stored(
     job_id: int | None = None,
     file_path: str | None = None,
     older_than_days: int = 30,
+    retry_unknowns: bool = True,
     account_id: SkipJsonSchema[int | None] = None,
     list_job_id: SkipJsonSchema[int | None] = None,
+    retry_of: SkipJsonSchema[str | None] = None,
+    retry_pass: SkipJsonSchema[int] = 0,
 ) -> Any:
     """Re-verify a job's, a file's, or all stale addresses; report status changes.
 
@@ -98,15 +106,21 @@ async def reverify_stored(
             again and compare with the history. Leave empty for a job or the stale addresses.
         older_than_days: With neither a job nor a file: re-verify every address whose
             latest verification is older than this many days.
+        retry_unknowns: Ask greylisted and temporarily failed addresses again later (a
+            follow-up run, after VERIMAIL_JOB_RETRY_DELAY), updating the report; off: the
+            report is final after this run.
         account_id: (Set by a list's schedule, hidden from the form.) The list's owner.
         list_job_id: (Set by a list's schedule, hidden from the form.) The list's first job.
+        retry_of: (Set by a parked run, hidden from the form.) The report to update.
+        retry_pass: (Set by a parked run, hidden from the form.) Which retry pass this is.
     """
     settings = current_settings()
-    logger = get_run_logger()
     if list_job_id is not None:
         if account_id is None:
             return refused("A list's scheduled run needs both its account and its list.")
         return await run_scheduled(settings, account_id, list_job_id)
+    if retry_of is not None:
+        return await _retry_pass(settings, retry_of, retry_pass)
     what = (
         f"job {job_id}"
         if job_id is not None
@@ -121,20 +135,130 @@ async def reverify_stored(
         )
     except FormError as exc:
         return refused(str(exc))
+    results = await _verify(settings, addresses)
+    previous = await asyncio.to_thread(_previous, settings, addresses, results)
+    await _to_history(settings, addresses, results, job_id)
+    reports = Path(settings.data_dir) / "reports"
+    reports.mkdir(parents=True, exist_ok=True)
+    report = reports / f"reverify-{datetime.now(UTC):%Y%m%dT%H%M%S%f}.csv"
+    changed = _changes(addresses, results, previous)
+    await asyncio.to_thread(_write_report, report, changed)
+    done = parking.Parked.model_construct(  # (unchecked: a weekly run's list is long)
+        report=report.name, retry_pass=0, next_retry_at=datetime.now(UTC), waited=0.0,
+        addresses=addresses, previous=previous, mail_from=settings.smtp_mail_from,
+        job_id=job_id, what=what, artifact=_artifact_name(job_id, file_path, older_than_days),
+    )  # fmt: skip
+    waiting = parking.retryable(zip(addresses, results, strict=True))
+    if not parking.enabled(settings, retry_unknowns):
+        waiting = []
+    return await _end_pass(settings, done, changed, waiting)
+
+
+async def _retry_pass(settings: Settings, report_name: str, retry_pass: int) -> Any:
+    """A parked run's follow-up: ask its parked addresses again, replace their rows in its
+    report, then park what is still put off again or end."""
+    logger = get_run_logger()
+    try:
+        parked = await asyncio.to_thread(parking.take, settings, report_name, retry_pass)
+    except ValueError as exc:
+        return refused(str(exc))
+    if parked is None:
+        gone = "this pass does not wait (another run took it, or the retries ended)"
+        logger.info("%s: nothing to do: %s", report_name, gone)
+        return {"report": report_name, "retry_pass": retry_pass, "skipped": gone}
+    try:
+        if parked.mail_from != settings.smtp_mail_from:
+            logger.warning(
+                "%s: the first pass's envelope sender was %s, this run's is %s: greylisting "
+                "servers take this retry for a new try",
+                report_name, parked.mail_from, settings.smtp_mail_from,
+            )  # fmt: skip
+        addresses = parked.addresses
+        results = await _verify(settings, addresses)
+        await _to_history(settings, addresses, results, parked.job_id)
+        report = parking.reports_dir(settings) / report_name
+        fresh = _changes(addresses, results, parked.previous)
+        changed = await asyncio.to_thread(_update_report, report, addresses, fresh)
+        waiting = parking.retryable(zip(addresses, results, strict=True))
+        return await _end_pass(settings, parked, changed, waiting)
+    finally:
+        await asyncio.to_thread(parking.release, settings, report_name)
+
+
+async def _end_pass(
+    settings: Settings, done: parking.Parked, changed: list[dict[str, Any]], waiting: list[str]
+) -> dict[str, Any]:
+    """After pass ``done`` (``retry_pass`` 0: the first run), ``changed`` being the report's
+    rows now: park ``waiting`` for the next pass if one is left, then say so (log, artifact,
+    the return value)."""
+    logger = get_run_logger()
+    report = parking.reports_dir(settings) / done.report
+    parked = await parking.park(settings, done, waiting) if waiting else None
+    transitions = Counter(f"{row['previous_status']}->{row['status']}" for row in changed)
+    summary = f"{len(done.addresses)} addresses re-verified, {len(changed)} changed status"
+    if done.retry_pass:
+        summary = (
+            f"retry pass {done.retry_pass}: {len(done.addresses)} addresses re-verified, the "
+            f"report now has {len(changed)} status changes"
+        )
+    if parked is not None:
+        summary += (
+            f"; {len(waiting)} addresses parked, retry pass {parked.retry_pass} at "
+            f"{parked.next_retry_at:%Y-%m-%d %H:%M:%S} UTC, report will be updated"
+        )
+    elif done.retry_pass:
+        summary += "; the report is final"
+    logger.info("%s: %s", done.report, summary)
+    await publish_table(
+        settings,
+        done.artifact,
+        transition_rows(transitions),
+        f"reverify {done.what}: {summary}; report {report}",
+    )
+    return {
+        "addresses": len(done.addresses),
+        "changed": len(changed),
+        "transitions": dict(transitions),
+        "report": str(report),
+        "retry_pass": done.retry_pass,
+        "retry_waiting": len(waiting) if parked is not None else 0,
+        "next_retry_at": parked.next_retry_at.isoformat() if parked is not None else None,
+    }
+
+
+async def _verify(settings: Settings, addresses: list[str]) -> list[VerificationResult]:
+    """Each address's result, in order (a chunk of host groups per Prefect task)."""
     engine = shared_engine(settings)
     prepared = await prepare_addresses(addresses)
     chunks = chunk_groups(prepared.groups)
     for results in await asyncio.gather(*(verify_host_groups(c) for c in chunks)):
         for result in results:
             engine.absorb(prepared, result)
-    results = [engine.verdict(prepared, a) for a in addresses]
-    # The history keys each address as its result spells it (an IDN domain in ASCII, say),
-    # so the previous statuses are looked up by that, before this run's are added.
-    stored = [result.email for result in results]
-    before = await asyncio.to_thread(latest_statuses, settings.data_dir, stored)
-    previous = {
+    return [engine.verdict(prepared, a) for a in addresses]
+
+
+def _previous(
+    settings: Settings, addresses: list[str], results: list[VerificationResult]
+) -> dict[str, tuple[str, datetime | None]]:
+    """Each address's latest status and time in the history, before this run's are added.
+    The history keys an address as its result spells it (an IDN domain in ASCII, say)."""
+    before = latest_statuses(settings.data_dir, [result.email for result in results])
+    by_email = {
         row["email"]: (row["status"], row["verified_at"]) for row in before.iter_rows(named=True)
     }
+    return {
+        address: by_email[result.email]
+        for address, result in zip(addresses, results, strict=True)
+        if result.email in by_email
+    }
+
+
+async def _to_history(
+    settings: Settings,
+    addresses: list[str],
+    results: list[VerificationResult],
+    job_id: int | None,
+) -> None:
     await asyncio.to_thread(
         append_history,
         settings.data_dir,
@@ -143,12 +267,18 @@ async def reverify_stored(
         account_id=None,
         source="reverify",
     )
-    transitions: Counter[str] = Counter()
+
+
+def _changes(
+    addresses: list[str],
+    results: list[VerificationResult],
+    previous: Mapping[str, tuple[str, datetime | None]],
+) -> list[dict[str, Any]]:
+    """The report's rows: addresses whose status differs from their previous one."""
     changed = []
     for address, result in zip(addresses, results, strict=True):
-        old = previous.get(result.email)
+        old = previous.get(address)
         if old is not None and old[0] != result.status.value:
-            transitions[f"{old[0]}->{result.status.value}"] += 1
             changed.append(
                 {
                     "email": address,
@@ -158,31 +288,32 @@ async def reverify_stored(
                     "reason": result.reason,
                 }
             )
-    reports = Path(settings.data_dir) / "reports"
-    reports.mkdir(parents=True, exist_ok=True)
-    report = reports / f"reverify-{datetime.now(UTC):%Y%m%dT%H%M%S%f}.csv"
-    schema = {
-        "email": pl.String,
-        "previous_status": pl.String,
-        "status": pl.String,
-        "previous_verified_at": pl.Datetime(time_zone="UTC"),
-        "reason": pl.String,
-    }
-    pl.DataFrame(changed, schema=schema).write_csv(report)
-    logger.info("re-verified %s addresses, %s changed", len(addresses), len(changed))
-    await publish_table(
-        settings,
-        _artifact_name(job_id, file_path, older_than_days),
-        transition_rows(transitions),
-        f"reverify {what}: {len(addresses)} addresses, {len(changed)} changed status; "
-        f"report {report}",
-    )
-    return {
-        "addresses": len(addresses),
-        "changed": len(changed),
-        "transitions": dict(transitions),
-        "report": str(report),
-    }
+    return changed
+
+
+REPORT_SCHEMA = {
+    "email": pl.String,
+    "previous_status": pl.String,
+    "status": pl.String,
+    "previous_verified_at": pl.Datetime(time_zone="UTC"),
+    "reason": pl.String,
+}
+
+
+def _write_report(path: Path, changed: list[dict[str, Any]]) -> None:
+    partial = path.with_suffix(".partial")
+    pl.DataFrame(changed, schema=REPORT_SCHEMA).write_csv(partial)
+    partial.replace(path)  # (a reader never sees half a report)
+
+
+def _update_report(
+    path: Path, addresses: list[str], fresh: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Replace the rows of ``addresses`` in the report with ``fresh``; its rows now."""
+    kept = pl.read_csv(path, schema=REPORT_SCHEMA).filter(~pl.col("email").is_in(addresses))
+    changed = kept.to_dicts() + fresh
+    _write_report(path, changed)
+    return changed
 
 
 async def run_scheduled(settings: Settings, account_id: int, list_job: int) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import shutil
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -162,17 +163,31 @@ async def plan_run(
     settings: Settings, store: Store, account_id: int, list_job: int, when: datetime
 ) -> PlannedRun:
     """Create the Scheduled ``reverify-stored`` flow run that re-verifies the list at ``when``."""
+    run_id = await create_planned_run(
+        settings,
+        {"account_id": account_id, "list_job_id": list_job},
+        when,
+        name=run_name(store, account_id, list_job),
+        tags=[RUN_TAG, f"account:{account_id}", f"list:{list_job}"],
+    )
+    return PlannedRun(run_id, when)
+
+
+async def create_planned_run(
+    settings: Settings, parameters: dict[str, Any], when: datetime, *, name: str, tags: list[str]
+) -> str:
+    """A ``reverify-stored`` flow run in state Scheduled at ``when``; its id. With workers it
+    is the deployment's (a worker takes it when due; a worker's own run plans one there
+    too, whatever its ``runner`` setting); with the local runner it belongs to no
+    deployment and the API process's sweep claims it by its tag (:func:`claim_due_runs`)."""
     from prefect.client.orchestration import get_client
     from prefect.states import Scheduled
 
-    from verimail.flows.runner import DEPLOYMENTS
+    from verimail.flows.runner import DEPLOYMENTS, from_deployment
 
-    name = run_name(store, account_id, list_job)
-    parameters = {"account_id": account_id, "list_job_id": list_job}
-    tags = [RUN_TAG, f"account:{account_id}", f"list:{list_job}"]
     state = Scheduled(scheduled_time=when)
     async with get_client() as client:
-        if settings.runner == "deployment":
+        if settings.runner == "deployment" or from_deployment():
             deployment = await client.read_deployment_by_name(DEPLOYMENTS["reverify"])
             run = await client.create_flow_run_from_deployment(
                 deployment.id, parameters=parameters, state=state, name=name, tags=tags
@@ -183,7 +198,7 @@ async def plan_run(
             run = await client.create_flow_run(
                 reverify_stored, name=name, parameters=parameters, tags=tags, state=state
             )
-    return PlannedRun(str(run.id), when)
+    return str(run.id)
 
 
 async def cancel_run(flow_run_id: str, why: str) -> None:
@@ -206,9 +221,10 @@ def any_due(settings: Settings) -> bool:
     return reverify_store.any_due(store_for(settings).engine, datetime.now(UTC))
 
 
-def claim_due_runs(settings: Settings) -> list[Any]:
-    """Due scheduled re-verification runs that no deployment serves (the local runner's),
-    each claimed for this process (moved to Pending: Prefect refuses a second claim)."""
+def claim_due_runs(settings: Settings, tags: Sequence[str] = (RUN_TAG,)) -> list[Any]:
+    """Due planned ``reverify-stored`` runs that no deployment serves (the local runner's)
+    with any of ``tags`` (lists' schedules by default), each claimed for this process
+    (moved to Pending: Prefect refuses a second claim)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
         FlowRunFilter,
@@ -226,7 +242,7 @@ def claim_due_runs(settings: Settings) -> list[Any]:
     with get_client(sync_client=True) as client:
         due = client.read_flow_runs(
             flow_run_filter=FlowRunFilter(
-                tags=FlowRunFilterTags(all_=[RUN_TAG]),
+                tags=FlowRunFilterTags(any_=list(tags)),
                 deployment_id=FlowRunFilterDeploymentId(is_null_=True),
                 state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED])),
                 next_scheduled_start_time=FlowRunFilterNextScheduledStartTime(

@@ -41,6 +41,18 @@ DEPLOYMENTS = {
 }
 
 
+def from_deployment() -> bool:
+    """The flow run this code runs in is a deployment's (a worker took it from the work pool),
+    not the local runner's or a direct call. A run it plans for later belongs to that
+    deployment too, whatever the worker's own ``runner`` setting says."""
+    try:
+        from prefect.context import get_run_context
+
+        return get_run_context().flow_run.deployment_id is not None  # type: ignore[union-attr]
+    except Exception:  # (no run here)
+        return False
+
+
 def _flow_for(kind: str) -> Any:
     """The flow object of a job kind (imported lazily: ``import prefect`` takes ~2 s)."""
     if kind == "bulk":
@@ -178,21 +190,36 @@ class LocalRunner:
                 self.submit(kind, job_id, attempt, retry_pass=outcome["retry_pass"], at=at)
 
     def start_due_runs(self) -> int:
-        """Claim the scheduled re-verification runs that are due and run them here: with
-        the local runner, this process is their worker (``flows/reverify_lists.py``).
-        Called by the reaper's sweep; Prefect is asked only when the store says one is due."""
-        from verimail.flows import reverify_lists
+        """Claim the planned ``reverify-stored`` runs that are due — lists' scheduled runs
+        (``flows/reverify_lists.py``) and parked re-verifications' retry passes
+        (``flows/reverify_retries.py``) — and run them here: with the local runner, this
+        process is their worker. Called by the reaper's sweep; Prefect is asked only when
+        the store or a parked pass's file says one is due."""
+        from verimail.flows import reverify_lists, reverify_retries
 
-        if not reverify_lists.any_due(self.settings):
+        schedules = reverify_lists.any_due(self.settings)
+        passes = reverify_retries.any_due(self.settings)
+        if not (schedules or passes):
             return 0
         self._ensure_prefect()
-        runs = reverify_lists.claim_due_runs(self.settings)
+        tags = [
+            tag
+            for tag, due in (
+                (reverify_lists.RUN_TAG, schedules),
+                (reverify_retries.RUN_TAG, passes),
+            )
+            if due
+        ]
+        runs = reverify_lists.claim_due_runs(self.settings, tags)
         for run in runs:
             future = self._pool.submit(self._run_flow_run, run)
             with self._lock:
                 self._futures.add(future)
             future.add_done_callback(self._forget)
-        reverify_lists.replan_lost_runs(self.settings)
+        if schedules:
+            reverify_lists.replan_lost_runs(self.settings)
+        if passes:
+            reverify_retries.drop_lost_runs(self.settings)
         return len(runs)
 
     def _run_flow_run(self, flow_run: Any) -> None:
@@ -370,12 +397,16 @@ class DeploymentRunner:
         return sorted(held)
 
     def start_due_runs(self) -> int:
-        """Workers start the lists' scheduled runs; this only replans a run that was lost
-        (see :func:`~verimail.flows.reverify_lists.replan_lost_runs`)."""
-        from verimail.flows import reverify_lists
+        """Workers start the lists' scheduled runs and parked re-verifications' retry
+        passes; this only replans a list's run that was lost (see
+        :func:`~verimail.flows.reverify_lists.replan_lost_runs`) and forgets a retry pass
+        whose run was (:func:`~verimail.flows.reverify_retries.drop_lost_runs`)."""
+        from verimail.flows import reverify_lists, reverify_retries
 
         if reverify_lists.any_due(self.settings):
             reverify_lists.replan_lost_runs(self.settings)
+        if reverify_retries.any_due(self.settings):
+            reverify_retries.drop_lost_runs(self.settings)
         return 0
 
     def shutdown(self) -> None:

@@ -195,7 +195,12 @@ async def test_reverify_names_its_run_and_leaves_a_table_of_transitions(setup, t
     deployment_id = await deployment.apply()
     async with get_client() as client:
         schema = (await client.read_deployment(deployment_id)).parameter_openapi_schema
-        assert set(schema["properties"]) == {"job_id", "file_path", "older_than_days"}
+        assert set(schema["properties"]) == {
+            "job_id",
+            "file_path",
+            "older_than_days",
+            "retry_unknowns",
+        }
         assert all(field.get("description") for field in schema["properties"].values())
         created = await client.create_flow_run_from_deployment(
             deployment_id, parameters={"job_id": job.id}
