@@ -8,3 +8,5 @@ MAX_BATCH = 500
 TIMEOUT_MIN = 1.0
 TIMEOUT_MAX = 60.0
 """Bounds of a synchronous call's deadline (API ``timeout``, CLI ``--timeout``), seconds."""
+MAX_JSON_BULK = 10_000
+"""Most addresses per JSON bulk job (``POST /api/verify/bulk``)."""
