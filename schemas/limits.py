@@ -15,3 +15,5 @@ NAME_MAX_LENGTH = 100
 DOMAIN_MAX_LENGTH = 300
 """Longest domain the Email Finder takes as sent: a pasted URL is trimmed to its host, so
 this leaves some slack."""
+MAX_EVERY_DAYS = 365
+"""Longest re-verification schedule, in days; also how far ahead its first run may be."""
