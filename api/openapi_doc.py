@@ -23,7 +23,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from verimail import API_VERSION
-from verimail.api.errors import ValidationErrorBody
+from verimail.schemas.errors import ValidationErrorBody
 from verimail.schemas.finder import FindEmailResponse
 
 

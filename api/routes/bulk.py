@@ -19,7 +19,7 @@ from fastapi.responses import FileResponse
 from verimail.api.body_limit import streams_own_body
 from verimail.api.deps import AccountDep, JobId, StoreDep
 from verimail.api.downloads import WholeFileResponse, csv_response
-from verimail.api.errors import ApiError, ValidationErrorBody, error_doc, pick_error_docs
+from verimail.api.errors import ApiError, error_doc, pick_error_docs
 from verimail.api.jobs import (
     create_and_start,
     dropped_on_failure,
@@ -38,6 +38,7 @@ from verimail.files.bulk_io import (
 )
 from verimail.files.csv_detect import EMAIL_HEADERS, inspect_csv
 from verimail.schemas.bulk import JsonBulkRequest
+from verimail.schemas.errors import ValidationErrorBody
 from verimail.schemas.jobs import BulkJob, JsonBulkCreated, JsonBulkJob
 from verimail.store import jobs as job_store
 from verimail.store.tables import MAX_INT

@@ -30,7 +30,6 @@ from verimail.api.errors import (
     AUTH_ERRORS,
     COMMON_ERRORS,
     ApiError,
-    ValidationErrorBody,
     error_doc,
 )
 from verimail.config import Settings
@@ -43,6 +42,7 @@ from verimail.engine.finder import (
 )
 from verimail.engine.smtp.host_slots import urgent
 from verimail.flows.learned_patterns import StoredPatterns
+from verimail.schemas.errors import ValidationErrorBody
 from verimail.schemas.finder import DomainPatternResponse, FindEmailResponse, LearnedPattern
 from verimail.schemas.finder import FindEmailRequest as FindEmailContract
 from verimail.schemas.limits import DOMAIN_MAX_LENGTH

@@ -22,7 +22,6 @@ from verimail.api.downloads import WholeFileResponse
 from verimail.api.errors import (
     DATABASE_RETRY_AFTER,
     ApiError,
-    ValidationErrorBody,
     error_doc,
     pick_error_docs,
 )
@@ -30,6 +29,7 @@ from verimail.api.jobs import start_run, webhook_options
 from verimail.api.routes.bulk import BULK_KINDS
 from verimail.files.bulk_io import change_report_csv, job_dir
 from verimail.flows import reverify_lists as lists
+from verimail.schemas.errors import ValidationErrorBody
 from verimail.schemas.jobs import BulkJob
 from verimail.schemas.limits import MAX_EVERY_DAYS
 from verimail.schemas.reverify import (
