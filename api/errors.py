@@ -18,10 +18,11 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
+
+from verimail.schemas.errors import ErrorBody
 
 log = logging.getLogger("verimail.api")
 
@@ -30,56 +31,6 @@ DATABASE_UNAVAILABLE = (
     "The database is unavailable right now; nothing was charged. Try again shortly."
 )
 DATABASE_RETRY_AFTER = 5  # seconds suggested to clients when the database is down
-
-
-class ErrorBody(BaseModel):
-    """The body of every error response."""
-
-    model_config = ConfigDict(json_schema_extra={"example": {"detail": "Invalid API key."}})
-
-    detail: str = Field(description="Human-readable explanation of what went wrong.")
-
-
-class ValidationIssue(BaseModel):
-    """One problem found in the request (the structured form behind `detail`)."""
-
-    type: str = Field(description="Machine-readable error type, e.g. `missing`, `too_long`.")
-    loc: list[str | int] = Field(
-        description="Where the problem is: `body`, then field names and list indexes."
-    )
-    msg: str = Field(description="The validator's own message.")
-    ctx: dict[str, Any] | None = Field(
-        None, description='Limits involved, e.g. `{"max_length": 500}`.'
-    )
-
-
-class ValidationErrorBody(BaseModel):
-    """The body of a 422: a readable `detail` plus the structured `errors` list."""
-
-    model_config = ConfigDict(
-        json_schema_extra={
-            "example": {
-                "detail": "emails: at most 500 addresses per request",
-                "errors": [
-                    {
-                        "type": "too_long",
-                        "loc": ["body", "emails"],
-                        "msg": "List should have at most 500 items after validation, not 501",
-                        "ctx": {"max_length": 500},
-                    }
-                ],
-            }
-        }
-    )
-
-    detail: str = Field(
-        description="Every problem in one readable string, e.g. `email: field required`."
-    )
-    errors: list[ValidationIssue] | None = Field(
-        None,
-        description="The same problems, structured (absent when the refusal is about the "
-        "request as a whole, e.g. an upload that is not a CSV).",
-    )
 
 
 class ApiError(Exception):

@@ -23,8 +23,8 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from verimail import API_VERSION
-from verimail.api.errors import ValidationErrorBody
-from verimail.api.routes.finder import FindEmailResponse
+from verimail.schemas.errors import ValidationErrorBody
+from verimail.schemas.finder import FindEmailResponse
 
 
 def _model_example(model: Any) -> dict[str, Any]:

@@ -71,6 +71,7 @@ from verimail.engine.finder_patterns import (
 from verimail.engine.smtp.prober import DomainSession, Finding, SequenceResult
 from verimail.engine.syntax import SyntaxProblem, parse_address
 from verimail.engine.verdict import Facts, decide
+from verimail.schemas.limits import NAME_MAX_LENGTH
 from verimail.schemas.outcomes import DomainOutcome, SmtpOutcome, Status
 
 FinderStatus = Literal["found", "not_found", "catch_all"]
@@ -182,9 +183,6 @@ def _domain_reason(reason: str) -> str:
 
 
 NameField = Literal["first_name", "last_name"]
-
-
-NAME_MAX_LENGTH = 100
 
 
 def check_name_part(text: str, field: NameField) -> None:

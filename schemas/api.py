@@ -1,5 +1,5 @@
 """Request and response models of the verify and health endpoints, every field described
-for OpenAPI (the models of the other resources still live beside their routes).
+for OpenAPI (the other resources' models have their own modules here).
 
 The result record is the engine's :class:`~verimail.schemas.results.VerificationResult`
 (SPEC §2.2 plus ``sub_status``, ``did_you_mean`` and ``catch_all_score``); it is re-declared

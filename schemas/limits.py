@@ -8,3 +8,12 @@ MAX_BATCH = 500
 TIMEOUT_MIN = 1.0
 TIMEOUT_MAX = 60.0
 """Bounds of a synchronous call's deadline (API ``timeout``, CLI ``--timeout``), seconds."""
+MAX_JSON_BULK = 10_000
+"""Most addresses per JSON bulk job (``POST /api/verify/bulk``)."""
+NAME_MAX_LENGTH = 100
+"""Longest first or last name the Email Finder looks up (the API and a finder job's rows)."""
+DOMAIN_MAX_LENGTH = 300
+"""Longest domain the Email Finder takes as sent: a pasted URL is trimmed to its host, so
+this leaves some slack."""
+MAX_EVERY_DAYS = 365
+"""Longest re-verification schedule, in days; also how far ahead its first run may be."""

@@ -25,7 +25,7 @@ from pydantic import SecretStr
 from sqlalchemy.exc import OperationalError
 from typer.testing import CliRunner
 
-from verimail.api.dashboard import routes as dashboard_routes
+from verimail.api.dashboard import verify as verify_pages
 from verimail.api.dashboard.security import (
     LOGIN_FAILURES,
     LOGIN_FAILURES_PER_ADDRESS,
@@ -1188,7 +1188,7 @@ async def test_a_database_blip_after_a_charged_check_still_shows_its_result(sett
         def database_gone(*args: object) -> None:
             raise OperationalError("SELECT", {}, Exception("server closed the connection"))
 
-        monkeypatch.setattr(dashboard_routes, "balance", database_gone)
+        monkeypatch.setattr(verify_pages, "balance", database_gone)
         shown = await app.client.post(
             "/dashboard/verify", data={"csrf_token": csrf, "email": "alice@acme.test"}
         )

@@ -26,6 +26,7 @@ from verimail.api.dashboard.web import (
 from verimail.api.deps import JobId
 from verimail.api.errors import ApiError
 from verimail.api.routes import reverify as api
+from verimail.schemas.limits import MAX_EVERY_DAYS
 from verimail.store import jobs as job_store
 from verimail.store import reverify as reverify_store
 from verimail.store.db import Store
@@ -47,7 +48,7 @@ async def reverify_panel(store: Store, job: job_store.Job) -> dict[str, Any]:
             "history": reverify_store.history(engine, job.account_id, list_job),
             "reverify_of": (job.options or {}).get("reverify_of"),
             "can_reverify": job.status == "completed",
-            "max_every_days": api.MAX_EVERY_DAYS,
+            "max_every_days": MAX_EVERY_DAYS,
         }
 
     return {"reverify": await to_thread.run_sync(read)}
@@ -73,9 +74,9 @@ async def set_schedule(
 ) -> Response:
     """Re-verify the job's list every N days, the first run N days from now."""
     raw = text_field(form, "every_days", 10).strip()
-    if not raw.isdigit() or not 1 <= int(raw) <= api.MAX_EVERY_DAYS:
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_EVERY_DAYS:
         raise ApiError(
-            422, f"Re-verify every how many days: a whole number from 1 to {api.MAX_EVERY_DAYS}."
+            422, f"Re-verify every how many days: a whole number from 1 to {MAX_EVERY_DAYS}."
         )
     job = await api.own_job(store, account.id, job_id)
     every = int(raw)

@@ -50,6 +50,7 @@ from verimail.store.accounts import Account, get_account
 from verimail.store.db import Store
 from verimail.store.jobs import Job, get_job
 from verimail.store.sessions import session_ended
+from verimail.store.tables import MAX_INT
 
 log = logging.getLogger("verimail.dashboard")
 
@@ -333,6 +334,16 @@ def text_field(form: FormData, name: str, max_length: int = 1024) -> str:
     if not isinstance(value, str) or len(value) > max_length:
         return ""
     return value
+
+
+PAGE_SIZE = 25
+"""Rows per page of the dashboard's paged lists (ledger, jobs, the operators' accounts)."""
+
+
+def page_number(page: int) -> int:
+    """A page number the queries can take: from 1 to the last page an Integer id allows
+    (beyond that every page is empty anyway)."""
+    return min(max(page, 1), MAX_INT // PAGE_SIZE)
 
 
 async def own_job(store: Store, account_id: int, job_id: int) -> Job:

@@ -12,9 +12,8 @@ from fastapi import APIRouter, Request
 
 from verimail.api.deps import AccountDep, StoreDep
 from verimail.api.errors import pick_error_docs
-from verimail.api.routes.bulk import MAX_JSON_BULK
 from verimail.schemas.account import UPGRADE_HELP, AccountBalance, AccountInfo, AccountLimits
-from verimail.schemas.limits import MAX_BATCH
+from verimail.schemas.limits import MAX_BATCH, MAX_JSON_BULK
 from verimail.store.credits import balance
 from verimail.store.plans import get_plan
 from verimail.store.prices import price

@@ -8,7 +8,6 @@ one, so ids reveal nothing.
 
 from __future__ import annotations
 
-import unicodedata
 import uuid
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -16,13 +15,11 @@ from typing import Annotated, Any, Literal
 from anyio import to_thread
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse
-from pydantic import AfterValidator, AnyHttpUrl, BaseModel, Field
-from pydantic_core import PydanticCustomError
 
 from verimail.api.body_limit import streams_own_body
 from verimail.api.deps import AccountDep, JobId, StoreDep
 from verimail.api.downloads import WholeFileResponse, csv_response
-from verimail.api.errors import ApiError, ValidationErrorBody, error_doc, pick_error_docs
+from verimail.api.errors import ApiError, error_doc, pick_error_docs
 from verimail.api.jobs import (
     create_and_start,
     dropped_on_failure,
@@ -40,14 +37,14 @@ from verimail.files.bulk_io import (
     write_address_list,
 )
 from verimail.files.csv_detect import EMAIL_HEADERS, inspect_csv
+from verimail.schemas.bulk import JsonBulkRequest
+from verimail.schemas.errors import ValidationErrorBody
 from verimail.schemas.jobs import BulkJob, JsonBulkCreated, JsonBulkJob
-from verimail.schemas.limits import MAX_EMAIL_LENGTH
 from verimail.store import jobs as job_store
 from verimail.store.tables import MAX_INT
 
 router = APIRouter(tags=["bulk jobs"])
 
-MAX_JSON_BULK = 10_000
 BULK_KINDS = ("bulk_csv", "bulk_json")
 
 Segment = Literal["valid", "valid_and_catchall", "invalid", "unknown"]
@@ -253,69 +250,6 @@ async def download_bulk(
     else:
         path = Path(job.result_path or directory / "results.csv")
     return csv_response(path, directory, filename=f"{name}.csv")
-
-
-def _storable(entry: str) -> str:
-    """Refuse an entry the job's stored list could not give back as sent.
-
-    The list is kept as a CSV file that the job reads with the upload reader, so a control
-    character (a CR read as a line end, a NUL read as binary data) would split or fail the
-    job after its credits were reserved. Line breaks and tabs around an address are
-    whitespace, trimmed as single and batch trim them (a CRLF file split at LF leaves a CR
-    on every line); one inside an entry, or any other control character, is a 422: no
-    address holds one, and it is nearly always lines sent unsplit."""
-    if entry.isprintable():
-        return entry  # (the common case: no control character at all)
-    core = entry.strip()
-    for char in core:
-        if unicodedata.category(char) == "Cc":
-            name = unicodedata.name(char, "") or _CONTROL_NAMES.get(char, "control character")
-            raise PydanticCustomError(
-                "control_character",
-                "holds a control character ({code}, {name}); send one address per entry, "
-                "without control characters",
-                {"code": f"U+{ord(char):04X}", "name": name.lower()},
-            )
-    # Only trimmed when the edges held a control character: other entries stay as sent.
-    return core if any(unicodedata.category(c) == "Cc" for c in entry) else entry
-
-
-STORABLE_ENTRY = r"^\s*[^\x00-\x1f\x7f-\x9f]*\s*$"
-"""What :func:`_storable` lets through, for the schema: no control character but in the
-whitespace around the entry."""
-
-JsonBulkEntry = Annotated[
-    str,
-    Field(max_length=MAX_EMAIL_LENGTH, json_schema_extra={"pattern": STORABLE_ENTRY}),
-    AfterValidator(_storable),
-]
-
-_CONTROL_NAMES = {"\x00": "NUL", "\t": "tab", "\n": "line feed", "\r": "carriage return"}
-
-
-class JsonBulkRequest(BaseModel):
-    """``POST /api/verify/bulk``: up to 10,000 addresses verified as a job."""
-
-    emails: list[JsonBulkEntry] = Field(
-        min_length=1,
-        max_length=MAX_JSON_BULK,
-        description="1 to 10,000 addresses, one per entry; an entry holding a control "
-        "character (a line break, a tab, NUL) is a 422. Empty entries are dropped (not "
-        "charged), but at least one entry must hold an address.",
-        json_schema_extra={"contains": {"type": "string", "pattern": r"\S"}},
-    )
-    webhook_url: AnyHttpUrl | None = Field(
-        None,
-        description="Optional: POSTed the final job when it completes or fails, signed "
-        "with the `webhook_secret` of the response (polling works as well).",
-    )
-    retry_unknowns: bool = Field(
-        True,
-        strict=True,  # true or false: 0 and "no" are refused, as the schema says
-        description="Retry greylisted and temporarily failed addresses in later passes "
-        "(the job shows `phase` `waiting_to_retry` meanwhile); `false`: finish after the "
-        "first pass.",
-    )
 
 
 @router.post(

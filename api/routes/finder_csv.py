@@ -20,7 +20,6 @@ from verimail.api.deps import AccountDep, StoreDep
 from verimail.api.downloads import csv_response
 from verimail.api.errors import (
     ApiError,
-    ValidationErrorBody,
     error_doc,
     pick_error_docs,
 )
@@ -36,6 +35,7 @@ from verimail.api.uploads import ReceivedUpload, receive_upload, upload_body
 from verimail.config import Settings
 from verimail.files.csv_detect import CsvInfo, find_person_columns, inspect_csv
 from verimail.jobs import create as job_service
+from verimail.schemas.errors import ValidationErrorBody
 from verimail.schemas.jobs import FinderJob
 from verimail.store import jobs as job_store
 from verimail.store.accounts import Account

@@ -15,7 +15,6 @@ from typing import Annotated, Any
 
 from anyio import to_thread
 from fastapi import APIRouter, Body, Request, Response
-from pydantic import AnyHttpUrl, BaseModel, Field
 from sqlalchemy import Engine
 
 from verimail.api.deps import AccountDep, JobId, StoreDep
@@ -23,7 +22,6 @@ from verimail.api.downloads import WholeFileResponse
 from verimail.api.errors import (
     DATABASE_RETRY_AFTER,
     ApiError,
-    ValidationErrorBody,
     error_doc,
     pick_error_docs,
 )
@@ -31,14 +29,20 @@ from verimail.api.jobs import start_run, webhook_options
 from verimail.api.routes.bulk import BULK_KINDS
 from verimail.files.bulk_io import change_report_csv, job_dir
 from verimail.flows import reverify_lists as lists
+from verimail.schemas.errors import ValidationErrorBody
 from verimail.schemas.jobs import BulkJob
+from verimail.schemas.limits import MAX_EVERY_DAYS
+from verimail.schemas.reverify import (
+    Reverification,
+    ReverifyRequest,
+    ReverifySchedule,
+    ScheduleRequest,
+)
 from verimail.store import jobs as job_store
 from verimail.store import reverify as reverify_store
 from verimail.store.db import Store
 
 router = APIRouter(tags=["re-verification"])
-
-MAX_EVERY_DAYS = 365
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     402: error_doc("Not enough credits for 1 per address of the list; nothing was charged."),
@@ -63,17 +67,6 @@ async def own_job(store: Store, account_id: int, job_id: int) -> job_store.Job:
     if job is None or job.kind not in BULK_KINDS:
         raise ApiError(404, f"No bulk job {job_id} for this account.")
     return job
-
-
-class ReverifyRequest(BaseModel):
-    """``POST /api/bulk/{job_id}/reverify`` (the body is optional)."""
-
-    webhook_url: AnyHttpUrl | None = Field(
-        None,
-        description="POSTed the new job when it ends, signed with the `webhook_secret` of "
-        "the response. Without it, the list's own webhook (its upload's, with that secret) "
-        "is told.",
-    )
 
 
 @router.post(
@@ -181,39 +174,6 @@ async def change_report(
 
 
 # --- schedules -----------------------------------------------------------------------------
-
-
-class ScheduleRequest(BaseModel):
-    """``PUT /api/bulk/{job_id}/reverify-schedule``: create or change the list's schedule."""
-
-    every_days: int = Field(
-        ge=1, le=MAX_EVERY_DAYS, description="Re-verify the list every this many days."
-    )
-    first_run_at: datetime | None = Field(
-        None,
-        description="When the first run is made (UTC when no offset is given); default: "
-        "`every_days` from now. At most a year ahead.",
-    )
-
-    model_config = {"json_schema_extra": {"examples": [{"every_days": 30}]}}
-
-
-class ReverifySchedule(BaseModel):
-    """A list's re-verification schedule."""
-
-    list_job_id: int = Field(description="The list: the job its owner uploaded.")
-    every_days: int = Field(description="Days between runs.")
-    next_run_at: datetime = Field(description="When the next run is made (UTC).")
-    created_at: datetime = Field(description="When the schedule was made.")
-
-    @classmethod
-    def of(cls, schedule: reverify_store.Schedule) -> ReverifySchedule:
-        return cls(
-            list_job_id=schedule.list_job_id,
-            every_days=schedule.every_days,
-            next_run_at=schedule.next_run_at,
-            created_at=schedule.created_at,
-        )
 
 
 def _first_run(body: ScheduleRequest) -> datetime:
@@ -352,30 +312,6 @@ async def list_schedules(account: AccountDep, store: StoreDep) -> list[ReverifyS
 
 
 # --- history -------------------------------------------------------------------------------
-
-
-class Reverification(BaseModel):
-    """One re-verification of a list, made or skipped."""
-
-    requested_at: datetime = Field(description="When it was asked for (or its schedule ran).")
-    scheduled: bool = Field(description="Made by the list's schedule.")
-    previous_job_id: int = Field(description="The run it compares with.")
-    job_id: int | None = Field(description="Its job; null when it was skipped.")
-    status: str = Field(description="Its job's status, or `skipped`.")
-    transitions: dict[str, int] = Field(description="Rows whose status changed, once completed.")
-    skipped_reason: str | None = Field(description="Why it was skipped (credits, …).")
-
-    @classmethod
-    def of(cls, entry: reverify_store.HistoryEntry) -> Reverification:
-        return cls(
-            requested_at=entry.created_at,
-            scheduled=entry.scheduled,
-            previous_job_id=entry.previous_job_id,
-            job_id=entry.job.id if entry.job else None,
-            status=entry.job.status if entry.job else "skipped",
-            transitions=entry.transitions,
-            skipped_reason=entry.skipped_reason,
-        )
 
 
 @router.get(

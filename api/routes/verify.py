@@ -17,7 +17,7 @@ from fastapi import APIRouter
 
 from verimail.api.billing import charged
 from verimail.api.deps import AccountDep, EngineDep, StoreDep
-from verimail.api.errors import AUTH_ERRORS, COMMON_ERRORS, ValidationErrorBody, error_doc
+from verimail.api.errors import AUTH_ERRORS, COMMON_ERRORS, error_doc
 from verimail.engine.smtp.host_slots import urgent
 from verimail.schemas.api import (
     MAX_BATCH,
@@ -27,6 +27,7 @@ from verimail.schemas.api import (
     SingleRequest,
     VerifyResult,
 )
+from verimail.schemas.errors import ValidationErrorBody
 from verimail.schemas.outcomes import Status
 from verimail.store.prices import price
 
