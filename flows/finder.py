@@ -313,7 +313,13 @@ async def find_emails(job_id: int, attempt: SkipJsonSchema[int | None] = None) -
 
     # (finds are charged as they go: a failure refunds nothing; the progress is saved first)
     return await run_as_owner(
-        settings, store, job, work(), unverified=0, before_failing=progress.flush
+        settings,
+        store,
+        job,
+        work(),
+        unverified=0,
+        before_failing=progress.flush,
+        kind="finder",
     )
 
 

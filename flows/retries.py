@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -32,9 +33,9 @@ def enabled(settings: Settings, job: job_store.Job) -> bool:
     return settings.job_retry_passes > 0 and (job.options or {}).get("retry_unknowns", True)
 
 
-def parked(by_address: pl.DataFrame) -> list[str]:
-    """The addresses (``normalised``) of results a later pass may settle."""
-    return by_address.filter(pl.col("sub_status").is_in(RETRYABLE))["normalised"].to_list()
+def parked(results: pl.DataFrame, key: str = "normalised") -> list[Any]:
+    """The ``key`` (an address; a finder job's row) of results a later pass may settle."""
+    return results.filter(pl.col("sub_status").is_in(RETRYABLE))[key].to_list()
 
 
 def plan(
