@@ -1,13 +1,9 @@
 """The ``find-emails`` flow: an Email Finder CSV job.
 
-Rows are grouped by their normalised domain; domains are worked concurrently (bounded) in
-Prefect tasks of several domains each, rows of one domain one after the other over one
-shared SMTP session (``smtp_probe.DomainSession``): the domain's DNS facts are resolved
-once, the catch-all probe is sent once, and every person's candidates go over the same
-connection (a fresh one only before the server's recipient or rejection limit). On a
-catch-all domain the other rows get their most likely pattern without any RCPT. Each find
-teaches the domain's pattern (``StoredPatterns``): the rows after it try that pattern
-first, so they cost one RCPT each.
+Read like a table of contents: read the upload, look its people up (the ``find-domains``
+task of ``tasks/finder.py``: rows grouped by domain, one shared SMTP session per domain,
+each find teaching the domain's pattern), then write the results. Here is what the task is
+handed: the billing and the progress, which go to the store.
 
 Billing as the job goes: each verified find is charged ``finder_charge`` on its own
 (atomically). When a find cannot be paid for, the row is ``skipped_no_credits`` (its
@@ -29,19 +25,15 @@ import itertools
 import logging
 import math
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import polars as pl
-from prefect import flow, get_run_logger, task
-from prefect.cache_policies import NO_CACHE
+from prefect import flow, get_run_logger
 from pydantic.json_schema import SkipJsonSchema
 
 from verimail.config import Settings, current_settings
-from verimail.engine.core import shared_engine
-from verimail.engine.finder import FinderInputError, find_email, normalise_finder_domain
-from verimail.engine.smtp.prober import DomainSession
 from verimail.files.bulk_io import StagedFiles, job_dir, save_info
 from verimail.files.csv_detect import find_person_columns, inspect_csv
 from verimail.files.csv_io import load_person_rows, write_results_csv
@@ -58,9 +50,8 @@ from verimail.store import jobs as job_store
 from verimail.store.credits import charges_under
 from verimail.store.db import Store
 from verimail.store.prices import price
+from verimail.tasks.finder import find_domains, task_shares
 
-DOMAINS_PER_TASK = 50
-DOMAIN_CONCURRENCY = 20  # domains looked up at once within a task
 PROGRESS_SECONDS = 1.0  # at most one progress write per this many seconds, while rows finish
 
 log = logging.getLogger(__name__)
@@ -195,77 +186,6 @@ class _Progress:
         )
 
 
-async def _domain(
-    settings: Settings,
-    rows: list[dict[str, Any]],
-    billing: _Billing,
-    progress: _Progress,
-    patterns: StoredPatterns,
-) -> None:
-    """Every row of one domain, in order, over one shared SMTP session; each find teaches
-    the rows after it the domain's pattern."""
-    engine = shared_engine(settings)
-    async with DomainSession(engine.prober) as session:
-        for row in rows:
-            first, last, domain = row["first_name"], row["last_name"], row["domain"]
-            if not (first and last and domain):
-                progress.record(row["row"], None, "invalid_input", 0.0)
-                continue
-            if billing.skips(row["row"]):
-                progress.record(row["row"], None, "skipped_no_credits", 0.0)
-                continue
-            try:
-                result = await find_email(
-                    engine,
-                    first,
-                    last,
-                    domain,
-                    max_probes=settings.finder_max_probes,
-                    session=session,
-                    patterns=patterns,
-                )
-            except FinderInputError:
-                progress.record(row["row"], None, "invalid_input", 0.0)
-                continue
-            if result.found and result.email:
-                if await billing.pay(row["row"], result.email):
-                    progress.record(row["row"], result.email, "found", result.confidence)
-                else:
-                    progress.record(row["row"], None, "skipped_no_credits", 0.0)
-                await progress.tick()
-                continue
-            await billing.unpay(row["row"])
-            progress.record(row["row"], result.email, result.status, result.confidence)
-            await progress.tick()
-
-
-def _domain_key(raw: str | None) -> str:
-    """Rows group by their normalised domain (``https://www.acme.test/`` is ``acme.test``),
-    so one company's rows share one session whatever way each row spells it."""
-    try:
-        return normalise_finder_domain(raw or "")
-    except FinderInputError:
-        return (raw or "").lower()  # find_email refuses it again, row by row
-
-
-@task(name="find-domains", persist_result=False, cache_policy=NO_CACHE)
-async def find_domains(
-    by_domain: list[list[dict[str, Any]]], billing: _Billing, progress: _Progress
-) -> int:
-    """Look up the rows of several domains (bounded concurrency); returns rows done."""
-    settings = current_settings()
-    gate = asyncio.Semaphore(DOMAIN_CONCURRENCY)
-    patterns = StoredPatterns(billing.store, billing.job.account_id, settings)
-
-    async def one(rows: list[dict[str, Any]]) -> None:
-        async with gate:
-            await _domain(settings, rows, billing, progress, patterns)
-
-    await asyncio.gather(*(one(rows) for rows in by_domain))
-    await progress.flush()
-    return sum(len(rows) for rows in by_domain)
-
-
 def read_finder_upload(
     upload: Path, options: dict[str, Any], max_rows: int
 ) -> tuple[Any, pl.DataFrame]:
@@ -337,15 +257,10 @@ async def _run(
     info, rows = await asyncio.to_thread(
         read_finder_upload, upload, job.options or {}, settings.upload_max_rows
     )
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in rows.iter_rows(named=True):
-        groups[_domain_key(row["domain"])].append(row)
-    domains = list(groups.values())
-    n_tasks = max(1, math.ceil(len(domains) / DOMAINS_PER_TASK))
-    logger.info("finder job %s: %s rows, %s domains", job.id, rows.height, len(domains))
-    await asyncio.gather(
-        *(find_domains(domains[i::n_tasks], billing, progress) for i in range(n_tasks))
-    )
+    shares = task_shares(rows.iter_rows(named=True))
+    logger.info("finder job %s: %s rows in %s tasks", job.id, rows.height, len(shares))
+    patterns = StoredPatterns(store, job.account_id, settings)
+    await asyncio.gather(*(find_domains(share, billing, progress, patterns) for share in shares))
     directory = job_dir(settings.data_dir, job.id)
     directory.mkdir(parents=True, exist_ok=True)
     ordered = [progress.rows[r] for r in range(rows.height)]
