@@ -56,7 +56,16 @@ class Billing(Protocol):
 class Outcomes(Protocol):
     """Where each row's outcome goes as it comes."""
 
-    def record(self, row: int, email: str | None, status: str, confidence: float) -> None: ...
+    def record(
+        self,
+        row: int,
+        email: str | None,
+        status: str,
+        confidence: float,
+        unchecked: str | None = None,
+    ) -> None:
+        """``unchecked``: a ``not_found`` whose server could not be checked, what it did."""
+        ...
 
     async def tick(self) -> None:
         """A row is done (show progress now and then)."""
@@ -93,14 +102,19 @@ async def find_domains(
     billing: Billing,
     outcomes: Outcomes,
     patterns: PatternMemory,
+    *,
+    open_greylist: bool = False,
 ) -> int:
-    """Look up the rows of several domains (bounded concurrency); returns rows done."""
+    """Look up the rows of several domains (bounded concurrency); returns rows done.
+
+    ``open_greylist``: a later pass will retry what the servers put off, so a greylisting
+    server is asked every candidate now (see ``DomainSession``)."""
     settings = current_settings()
     gate = asyncio.Semaphore(DOMAIN_CONCURRENCY)
 
     async def one(rows: list[Person]) -> None:
         async with gate:
-            await _domain(settings, rows, billing, outcomes, patterns)
+            await _domain(settings, rows, billing, outcomes, patterns, open_greylist)
 
     await asyncio.gather(*(one(rows) for rows in by_domain))
     await outcomes.flush()
@@ -113,11 +127,12 @@ async def _domain(
     billing: Billing,
     outcomes: Outcomes,
     patterns: PatternMemory,
+    open_greylist: bool,
 ) -> None:
     """Every row of one domain, in order, over one shared SMTP session; each find teaches
     the rows after it the domain's pattern."""
     engine = shared_engine(settings)
-    async with DomainSession(engine.prober) as session:
+    async with DomainSession(engine.prober, open_greylist=open_greylist) as session:
         for row in rows:
             first, last, domain = row["first_name"], row["last_name"], row["domain"]
             if not (first and last and domain):
@@ -147,5 +162,6 @@ async def _domain(
                 await outcomes.tick()
                 continue
             await billing.unpay(row["row"])
-            outcomes.record(row["row"], result.email, result.status, result.confidence)
+            unchecked = result.unchecked.value if result.unchecked is not None else None
+            outcomes.record(row["row"], result.email, result.status, result.confidence, unchecked)
             await outcomes.tick()
