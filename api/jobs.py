@@ -122,3 +122,18 @@ def webhook_options(request: Request, url: str | None) -> dict[str, str]:
     except WebhookRefused as exc:
         raise ApiError(422, f"webhook_url: {exc}") from exc
     return {"webhook_secret": secrets.token_urlsafe(32)}
+
+
+def retry_option(value: str | bool | None) -> dict[str, bool]:
+    """The job option of ``retry_unknowns`` (only when it opts out); 422 on an unreadable
+    value, before anything is stored or charged."""
+    if value is None or value is True or value == "":
+        return {}
+    if value is False:
+        return {"retry_unknowns": False}
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return {}
+    if text in ("false", "0", "no", "off"):
+        return {"retry_unknowns": False}
+    raise ApiError(422, f"retry_unknowns: {value!r} is not true or false.")

@@ -41,8 +41,9 @@ Outcomes:
 * ``not_found``: everything else, with a ``reason`` that says which — all candidates
   rejected; the server could not be checked (greylisting, blocking, timeouts: the finder
   does not wait out greylisting, a single lookup is interactive — the reason says to try
-  later); DNS error (unknown, not "does not exist"); NXDOMAIN / null MX / no mail host;
-  disposable or free-provider domain.
+  later, and ``unchecked`` says what the server did, so that a CSV job can retry it in a
+  later pass); DNS error (unknown, not "does not exist"); NXDOMAIN / null MX / no mail
+  host; disposable or free-provider domain.
 
 Free providers (gmail.com …) are refused without probing: their mailboxes belong to
 individuals, not to a company, so ``john.smith@gmail.com`` being accepted says nothing
@@ -70,9 +71,9 @@ from verimail.engine.finder_patterns import (
 )
 from verimail.engine.smtp.prober import DomainSession, Finding, SequenceResult
 from verimail.engine.syntax import SyntaxProblem, parse_address
-from verimail.engine.verdict import Facts, decide
+from verimail.engine.verdict import Facts, Verdict, decide
 from verimail.schemas.limits import NAME_MAX_LENGTH
-from verimail.schemas.outcomes import DomainOutcome, SmtpOutcome, Status
+from verimail.schemas.outcomes import DomainOutcome, SmtpOutcome, Status, SubStatus
 
 FinderStatus = Literal["found", "not_found", "catch_all"]
 
@@ -117,6 +118,13 @@ class FinderResult(BaseModel):
     )
     smtp_response: str | None = Field(
         None, description="The mail server's reply about `email`, when it was probed."
+    )
+    unchecked: SubStatus | None = Field(
+        None,
+        description="`not_found` because the mail server could not be checked: what it "
+        "did, as the verifier's sub-status (`greylisted`, `temp_failure`, `timeout`, "
+        "`connection_failed`, `blocked` …); null otherwise. A job retries the lookups the "
+        "server put off (greylisted, temporary failure, timeout, connection failed).",
     )
 
 
@@ -243,6 +251,7 @@ class _Lookup:
         alternatives: list[str] | None = None,
         verification_status: Status | None = None,
         smtp_response: str | None = None,
+        unchecked: SubStatus | None = None,
     ) -> FinderResult:
         return FinderResult(
             found=status == "found",
@@ -256,6 +265,7 @@ class _Lookup:
             domain=self.domain,
             verification_status=verification_status,
             smtp_response=smtp_response,
+            unchecked=unchecked,
         )
 
 
@@ -349,6 +359,7 @@ async def find_email(
             "not_found",
             _unchecked(sequence.failure, ascii_domain, stopped=len(tried) < len(candidates)),
             alternatives=tried,
+            unchecked=_smtp_verdict(sequence.failure, ascii_domain).sub_status,
         )
     if sequence.catch_all:
         best = candidates[0]
@@ -368,9 +379,8 @@ async def find_email(
         if result.found and patterns is not None:
             await patterns.record(ascii_domain, accepted.base_pattern)
         return result
-    return lookup.answer(
-        "not_found", _nothing_accepted(sequence, tried, ascii_domain), alternatives=tried
-    )
+    reason, unchecked = _nothing_accepted(sequence, tried, ascii_domain)
+    return lookup.answer("not_found", reason, alternatives=tried, unchecked=unchecked)
 
 
 async def find_email_within(
@@ -400,6 +410,7 @@ async def find_email_within(
         f"The mail server for {ascii_domain} had not answered when the {timeout:g} s deadline "
         "came, so the candidate addresses could not be checked and none was found; try "
         "again later or with a longer timeout.",
+        unchecked=SubStatus.TIMEOUT,
     )
 
 
@@ -471,8 +482,8 @@ def _guess_confidence(lookup: _Lookup, candidate: Candidate) -> float:
     return round(lookup.prior(candidate) * CATCH_ALL_FACTOR, 2)
 
 
-def _smtp_reason(finding: Finding, domain: str) -> str:
-    """The verdict table's sentence for an SMTP outcome (one wording across the service)."""
+def _smtp_verdict(finding: Finding, domain: str) -> Verdict:
+    """The verdict table's row for an SMTP outcome (one wording across the service)."""
     return decide(
         Facts(
             domain_outcome=DomainOutcome.OK,
@@ -480,7 +491,11 @@ def _smtp_reason(finding: Finding, domain: str) -> str:
             smtp_response=finding.reply,
             domain=domain,
         )
-    ).reason
+    )
+
+
+def _smtp_reason(finding: Finding, domain: str) -> str:
+    return _smtp_verdict(finding, domain).reason
 
 
 def _unchecked(finding: Finding, domain: str, *, stopped: bool = False) -> str:
@@ -493,19 +508,22 @@ def _unchecked(finding: Finding, domain: str, *, stopped: bool = False) -> str:
     )
 
 
-def _nothing_accepted(sequence: SequenceResult, tried: list[str], domain: str) -> str:
-    """Why no candidate was accepted: all refused, or the server could not be checked."""
+def _nothing_accepted(
+    sequence: SequenceResult, tried: list[str], domain: str
+) -> tuple[str, SubStatus | None]:
+    """Why no candidate was accepted: all refused, or the server could not be checked (and
+    then what it did, as a sub-status)."""
     findings = [sequence.findings[e] for e in tried]
     unsettled = [f for f in findings if f.outcome not in _SETTLED]
     if unsettled:
-        return _unchecked(unsettled[0], domain)
+        return _unchecked(unsettled[0], domain), _smtp_verdict(unsettled[0], domain).sub_status
     if not findings:
         return (
             f"The mail server for {domain} dropped the connection before any candidate "
             "could be checked, so no address was found; try again later."
-        )
+        ), SubStatus.CONNECTION_FAILED
     n = len(findings)
     return (
         f"The mail server for {domain} refused all {n} likely address"
         f"{'es' if n != 1 else ''} for this person, so no address was found."
-    )
+    ), None

@@ -50,17 +50,12 @@ from verimail.flows.forms import (
     find_account,
     shared_file,
 )
-from verimail.flows.job_run import run_as_owner, start_job
-from verimail.flows.runner import from_deployment
+from verimail.flows.job_run import park_or_finish, run_as_owner, start_job
 from verimail.flows.summary import artifact_key, name_this_run, run_name
 from verimail.jobs import retries
 from verimail.jobs.context import db_retried, store_for
 from verimail.jobs.create import NotEnoughCredits, create_verify_job, stored_info
-from verimail.jobs.heartbeat import (
-    complete_run,
-    still_owned,
-    superseded_outcome,
-)
+from verimail.jobs.heartbeat import complete_run, still_owned
 from verimail.schemas.results import VerificationResult
 from verimail.store import jobs as job_store
 from verimail.store.db import Store
@@ -209,72 +204,19 @@ async def bulk_verify(
                 raise FormError("Fill in the form: the account and the CSV file to verify.")
         except FormError as exc:
             return refused(str(exc))
-    started = await start_job(store, job_id, attempt, flow_run_id=_flow_run_id())
+    started = await start_job(
+        store, job_id, attempt, flow_run_id=_flow_run_id(), retry_pass=retry_pass
+    )
     if not isinstance(started, job_store.Job):
         return started
     job = started
     if verify is not None and job.webhook_url and job.status == "pending":
         secret = (job.options or {}).get("webhook_secret")
         get_run_logger().info("job %s: its webhook signing key is %s", job.id, secret)
-    if retry_pass:
-        claimed = await _db(
-            job_store.claim_retry_pass, store.engine, job.id, job.attempt, retry_pass
-        )
-        if not claimed:  # (another run started this pass, or the job moved on)
-            return superseded_outcome(job, attempt)
-        work = _retry(settings, store, job, retry_pass)
-    else:
-        work = _run(settings, store, job)
-
-    async def park(summary: dict[str, Any]) -> dict[str, Any]:
-        return await _park(settings, store, job, summary)
-
+    work = _retry(settings, store, job, retry_pass) if retry_pass else _run(settings, store, job)
     return await run_as_owner(
-        settings, store, job, work, unverified=job_store.UNVERIFIED, park=park
+        settings, store, job, work, unverified=job_store.UNVERIFIED, kind="bulk"
     )
-
-
-async def _park(
-    settings: Settings, store: Store, job: job_store.Job, summary: dict[str, Any]
-) -> dict[str, Any]:
-    """Park the job until its next pass (after the run's heartbeat stopped: a last beat
-    must not overwrite the future one) and, with workers, schedule that pass in Prefect."""
-    parked = await _db(
-        job_store.park_for_retry,
-        store.engine,
-        job.id,
-        job.attempt,
-        retry_pass=summary["retry_pass"],
-        waiting=summary["retry_waiting"],
-        next_retry_at=summary["next_retry_at"],
-        waited=summary["waited"],
-        processed=summary["processed"],
-        counts=summary["counts"],
-    )
-    if not parked:
-        return superseded_outcome(job)
-    get_run_logger().info(
-        "job %s: %s addresses wait for retry pass %s at %s",
-        job.id,
-        summary["retry_waiting"],
-        summary["retry_pass"],
-        summary["next_retry_at"].isoformat(),
-    )
-    if from_deployment():  # (the local runner schedules it when we return)
-        from prefect.deployments import run_deployment
-
-        from verimail.flows.runner import DEPLOYMENTS
-
-        parameters = {"job_id": job.id, "attempt": job.attempt, "retry_pass": summary["retry_pass"]}
-        scheduled = await run_deployment(  # type: ignore[misc]
-            DEPLOYMENTS["bulk"],
-            parameters=parameters,
-            scheduled_time=summary["next_retry_at"],
-            timeout=0,
-            as_subflow=False,
-        )
-        await _db(job_store.set_flow_run_id, store.engine, job.id, str(scheduled.id))
-    return {**summary, "next_retry_at": summary["next_retry_at"].isoformat()}
 
 
 async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str, Any]:
@@ -360,32 +302,23 @@ async def _park_or_finish(
     settings: Settings,
     job: job_store.Job,
     directory: Path,
-    by_address: Any,
+    by_address: pl.DataFrame,
     tally: _Tally,
     *,
     done_pass: int,
 ) -> dict[str, Any] | None:
-    """After pass ``done_pass``: the summary of a job to park (its results saved for the
-    next pass), or None when it finishes now (nothing to retry, or no pass left)."""
-    if not retries.enabled(settings, job):
-        return None
-    waiting = retries.parked(by_address)
-    waited = float(job.retry.get("waited", 0.0)) if done_pass else 0.0
-    planned = retries.plan(settings, done_pass, waited) if waiting else None
-    if planned is None:
-        return None
-    retry_pass, at, waited = planned
-    await asyncio.to_thread(retries.save_state, directory, by_address)
-    return {
-        "job_id": job.id,
-        "status": "waiting_to_retry",
-        "retry_pass": retry_pass,
-        "retry_waiting": len(waiting),
-        "next_retry_at": at,
-        "waited": waited,
-        "processed": tally.processed,
-        "counts": tally.job_counts(),
-    }
+    """After pass ``done_pass``: park the job, its put-off addresses to ask again, or None
+    when it finishes now (see :func:`~verimail.flows.job_run.park_or_finish`)."""
+    return await park_or_finish(
+        settings,
+        job,
+        directory,
+        by_address,
+        key="normalised",
+        done_pass=done_pass,
+        processed=tally.processed,
+        counts=tally.job_counts(),
+    )
 
 
 async def _retry(

@@ -1,25 +1,25 @@
 """The ``find-emails`` flow: an Email Finder CSV job.
 
-Rows are grouped by their normalised domain; domains are worked concurrently (bounded) in
-Prefect tasks of several domains each, rows of one domain one after the other over one
-shared SMTP session (``smtp_probe.DomainSession``): the domain's DNS facts are resolved
-once, the catch-all probe is sent once, and every person's candidates go over the same
-connection (a fresh one only before the server's recipient or rejection limit). On a
-catch-all domain the other rows get their most likely pattern without any RCPT. Each find
-teaches the domain's pattern (``StoredPatterns``): the rows after it try that pattern
-first, so they cost one RCPT each.
+Read like a table of contents: read the upload, look its people up (the ``find-domains``
+task of ``tasks/finder.py``: rows grouped by domain, one shared SMTP session per domain,
+each find teaching the domain's pattern), then write the results — or, when mail servers
+put some lookups off (greylisting, a temporary failure, a timeout, a refused connection),
+park the job and look those rows up again in a later pass (``flows/retries.py``), as a bulk
+job does. Here is what the task is handed: the billing and the progress, which go to the
+store.
 
 Billing as the job goes: each verified find is charged ``finder_charge`` on its own
 (atomically). When a find cannot be paid for, the row is ``skipped_no_credits`` (its
 address is not revealed) and so is every row not yet looked up; nothing else is charged.
 Each charge is filed under its row (``job:<id>:row:<n>``) and made at most once: a run
 that resumes the job after its runner died looks every row up again, but pays nothing for
-the rows an earlier run paid for.
+the rows an earlier run paid for; a retry pass looks up only the rows put off, which were
+not found, so not charged, before.
 
-Results CSV: the upload byte for byte plus ``email``, ``status``, ``confidence`` (all three
-prefixed ``finder_`` when the upload already has a column of one of those names).
-Row statuses: ``found``, ``not_found``, ``catch_all``, ``invalid_input`` (empty name or
-unusable domain), ``skipped_no_credits``.
+Results CSV (written once, when the last pass ends): the upload byte for byte plus
+``email``, ``status``, ``confidence`` (all three prefixed ``finder_`` when the upload
+already has a column of one of those names). Row statuses: ``found``, ``not_found``,
+``catch_all``, ``invalid_input`` (empty name or unusable domain), ``skipped_no_credits``.
 """
 
 from __future__ import annotations
@@ -29,38 +29,31 @@ import itertools
 import logging
 import math
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import polars as pl
-from prefect import flow, get_run_logger, task
-from prefect.cache_policies import NO_CACHE
+from prefect import flow, get_run_logger
 from pydantic.json_schema import SkipJsonSchema
 
 from verimail.config import Settings, current_settings
-from verimail.engine.core import shared_engine
-from verimail.engine.finder import FinderInputError, find_email, normalise_finder_domain
-from verimail.engine.smtp.prober import DomainSession
 from verimail.files.bulk_io import StagedFiles, job_dir, save_info
-from verimail.files.csv_detect import find_person_columns, inspect_csv
+from verimail.files.csv_detect import CsvInfo, find_person_columns, inspect_csv
 from verimail.files.csv_io import load_person_rows, write_results_csv
-from verimail.flows.job_run import run_as_owner, start_job
+from verimail.flows.job_run import next_pass, park_or_finish, run_as_owner, start_job
 from verimail.flows.learned_patterns import StoredPatterns
 from verimail.flows.summary import name_this_run, run_name
+from verimail.jobs import retries
 from verimail.jobs.context import db_retried, store_for
-from verimail.jobs.heartbeat import (
-    Superseded,
-    complete_run,
-    still_owned,
-)
+from verimail.jobs.create import stored_info
+from verimail.jobs.heartbeat import Superseded, complete_run, still_owned
 from verimail.store import jobs as job_store
 from verimail.store.credits import charges_under
 from verimail.store.db import Store
 from verimail.store.prices import price
+from verimail.tasks.finder import find_domains, task_shares
 
-DOMAINS_PER_TASK = 50
-DOMAIN_CONCURRENCY = 20  # domains looked up at once within a task
 PROGRESS_SECONDS = 1.0  # at most one progress write per this many seconds, while rows finish
 
 log = logging.getLogger(__name__)
@@ -155,6 +148,10 @@ class _Billing:
             del self.paid[row]  # (given back now, or by a retried call that committed)
 
 
+STATE_COLUMNS = ("email", "status", "confidence", "sub_status")
+"""A row's outcome as a pass leaves it (``retry-state.parquet``, beside ``row``)."""
+
+
 class _Progress:
     """Row outcomes as they come, flushed to the job row now and then."""
 
@@ -162,14 +159,38 @@ class _Progress:
         self.store = store
         self.job = job
         self.billing = billing
-        self.rows: dict[int, tuple[str, str, str]] = {}  # row -> (email, status, confidence)
+        # row -> (email, status, confidence, sub-status of a lookup the server put off)
+        self.rows: dict[int, tuple[str, str, str, str | None]] = {}
         self.counts: Counter[str] = Counter()
         self._flushed_at = -math.inf  # monotonic
         self._flushing = False
 
-    def record(self, row: int, email: str | None, status: str, confidence: float) -> None:
-        self.rows[row] = (email or "", status, f"{confidence:.2f}")
+    def record(
+        self,
+        row: int,
+        email: str | None,
+        status: str,
+        confidence: float,
+        unchecked: str | None = None,
+    ) -> None:
+        self._keep(row, email or "", status, f"{confidence:.2f}", unchecked)
+
+    def _keep(self, row: int, email: str, status: str, confidence: str, sub: str | None) -> None:
+        self.rows[row] = (email, status, confidence, sub)
         self.counts[STATUS_COLUMN[status]] += 1
+
+    def frame(self) -> pl.DataFrame:
+        """Every row's outcome so far: what a pass leaves for the next one."""
+        return pl.DataFrame(
+            [(row, *self.rows[row]) for row in sorted(self.rows)],
+            schema={"row": pl.Int64, **dict.fromkeys(STATE_COLUMNS, pl.String)},
+            orient="row",
+        )
+
+    def restore(self, earlier: pl.DataFrame) -> None:
+        """The outcomes of rows an earlier pass settled (a retry pass asks only the rest)."""
+        for row, *cells in earlier.select("row", *STATE_COLUMNS).iter_rows():
+            self._keep(row, *cells)
 
     async def tick(self) -> None:
         """Flush when the last flush is :data:`PROGRESS_SECONDS` old: a poll shows rows
@@ -195,82 +216,13 @@ class _Progress:
         )
 
 
-async def _domain(
-    settings: Settings,
-    rows: list[dict[str, Any]],
-    billing: _Billing,
-    progress: _Progress,
-    patterns: StoredPatterns,
-) -> None:
-    """Every row of one domain, in order, over one shared SMTP session; each find teaches
-    the rows after it the domain's pattern."""
-    engine = shared_engine(settings)
-    async with DomainSession(engine.prober) as session:
-        for row in rows:
-            first, last, domain = row["first_name"], row["last_name"], row["domain"]
-            if not (first and last and domain):
-                progress.record(row["row"], None, "invalid_input", 0.0)
-                continue
-            if billing.skips(row["row"]):
-                progress.record(row["row"], None, "skipped_no_credits", 0.0)
-                continue
-            try:
-                result = await find_email(
-                    engine,
-                    first,
-                    last,
-                    domain,
-                    max_probes=settings.finder_max_probes,
-                    session=session,
-                    patterns=patterns,
-                )
-            except FinderInputError:
-                progress.record(row["row"], None, "invalid_input", 0.0)
-                continue
-            if result.found and result.email:
-                if await billing.pay(row["row"], result.email):
-                    progress.record(row["row"], result.email, "found", result.confidence)
-                else:
-                    progress.record(row["row"], None, "skipped_no_credits", 0.0)
-                await progress.tick()
-                continue
-            await billing.unpay(row["row"])
-            progress.record(row["row"], result.email, result.status, result.confidence)
-            await progress.tick()
-
-
-def _domain_key(raw: str | None) -> str:
-    """Rows group by their normalised domain (``https://www.acme.test/`` is ``acme.test``),
-    so one company's rows share one session whatever way each row spells it."""
-    try:
-        return normalise_finder_domain(raw or "")
-    except FinderInputError:
-        return (raw or "").lower()  # find_email refuses it again, row by row
-
-
-@task(name="find-domains", persist_result=False, cache_policy=NO_CACHE)
-async def find_domains(
-    by_domain: list[list[dict[str, Any]]], billing: _Billing, progress: _Progress
-) -> int:
-    """Look up the rows of several domains (bounded concurrency); returns rows done."""
-    settings = current_settings()
-    gate = asyncio.Semaphore(DOMAIN_CONCURRENCY)
-    patterns = StoredPatterns(billing.store, billing.job.account_id, settings)
-
-    async def one(rows: list[dict[str, Any]]) -> None:
-        async with gate:
-            await _domain(settings, rows, billing, progress, patterns)
-
-    await asyncio.gather(*(one(rows) for rows in by_domain))
-    await progress.flush()
-    return sum(len(rows) for rows in by_domain)
-
-
 def read_finder_upload(
-    upload: Path, options: dict[str, Any], max_rows: int
-) -> tuple[Any, pl.DataFrame]:
-    """Sniff the upload, find the person columns, load the rows (raises UploadError)."""
-    info = inspect_csv(upload, max_rows=max_rows, need_email=False)
+    upload: Path, options: dict[str, Any], max_rows: int, info: CsvInfo | None = None
+) -> tuple[CsvInfo, pl.DataFrame]:
+    """Find the person columns and load the rows (raises UploadError). ``info``: the
+    upload's inspection when it was made before (kept with the job); else it is sniffed."""
+    if info is None:
+        info = inspect_csv(upload, max_rows=max_rows, need_email=False)
     columns = find_person_columns(
         info, options.get("first_name_column"), options.get("last_name_column"),
         options.get("domain_column"),
@@ -295,12 +247,17 @@ def _appended_names(columns: tuple[str, ...]) -> tuple[str, str, str]:
 
 
 @flow(name="find-emails", persist_result=False, log_prints=True)
-async def find_emails(job_id: int, attempt: SkipJsonSchema[int | None] = None) -> dict[str, Any]:
+async def find_emails(
+    job_id: int,
+    attempt: SkipJsonSchema[int | None] = None,
+    retry_pass: SkipJsonSchema[int] = 0,
+) -> dict[str, Any]:
     """Run an Email Finder CSV job (created by ``POST /api/find-email/csv``) as run
-    ``attempt`` (the number it was submitted as)."""
+    ``attempt`` (the number it was submitted as); ``retry_pass``: its deferred pass of
+    that number, for the rows an earlier pass parked."""
     settings = current_settings()
     store = store_for(settings)
-    started = await start_job(store, job_id, attempt)
+    started = await start_job(store, job_id, attempt, retry_pass=retry_pass)
     if not isinstance(started, job_store.Job):
         return started
     job = started
@@ -309,11 +266,17 @@ async def find_emails(job_id: int, attempt: SkipJsonSchema[int | None] = None) -
 
     async def work() -> dict[str, Any]:
         await billing.load()
-        return await _run(settings, store, job, billing, progress)
+        return await _run(settings, store, job, billing, progress, retry_pass)
 
     # (finds are charged as they go: a failure refunds nothing; the progress is saved first)
     return await run_as_owner(
-        settings, store, job, work(), unverified=0, before_failing=progress.flush
+        settings,
+        store,
+        job,
+        work(),
+        unverified=0,
+        before_failing=progress.flush,
+        kind="finder",
     )
 
 
@@ -323,29 +286,59 @@ async def _run(
     job: job_store.Job,
     billing: _Billing,
     progress: _Progress,
+    retry_pass: int,
 ) -> dict[str, Any]:
+    """One pass: every row (the first), or the rows an earlier pass parked (``retry_pass``);
+    then park the job again or finish it."""
     logger = get_run_logger()
     # (Here, under the job's heartbeat: a slow Prefect API must not make the job look dead.)
     await name_this_run(run_name(job))
     upload = Path(job.upload_path or "")
     info, rows = await asyncio.to_thread(
-        read_finder_upload, upload, job.options or {}, settings.upload_max_rows
-    )
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in rows.iter_rows(named=True):
-        groups[_domain_key(row["domain"])].append(row)
-    domains = list(groups.values())
-    n_tasks = max(1, math.ceil(len(domains) / DOMAINS_PER_TASK))
-    logger.info("finder job %s: %s rows, %s domains", job.id, rows.height, len(domains))
-    await asyncio.gather(
-        *(find_domains(domains[i::n_tasks], billing, progress) for i in range(n_tasks))
+        read_finder_upload, upload, job.options or {}, settings.upload_max_rows, stored_info(job)
     )
     directory = job_dir(settings.data_dir, job.id)
     directory.mkdir(parents=True, exist_ok=True)
+    people = list(rows.iter_rows(named=True))
+    if retry_pass:
+        earlier = await asyncio.to_thread(pl.read_parquet, retries.state_path(directory))
+        again = set(retries.parked(earlier, "row"))
+        progress.restore(earlier.filter(~pl.col("row").is_in(again)))
+        people = [person for person in people if person["row"] in again]
+    shares = task_shares(people)
+    logger.info(
+        "finder job %s: %s rows, %s to look up in %s tasks (pass %s)",
+        job.id,
+        rows.height,
+        len(people),
+        len(shares),
+        retry_pass,
+    )
+    patterns = StoredPatterns(store, job.account_id, settings)
+    # A pass a retry follows asks a greylisting server every candidate, so the retry passes.
+    open_greylist = next_pass(settings, job, retry_pass) is not None
+    await asyncio.gather(
+        *(
+            find_domains(share, billing, progress, patterns, open_greylist=open_greylist)
+            for share in shares
+        )
+    )
+    await still_owned(store, job)
+    waiting = await park_or_finish(
+        settings,
+        job,
+        directory,
+        progress.frame(),
+        key="row",
+        done_pass=retry_pass,
+        processed=len(progress.rows),
+        counts=dict(progress.counts),
+    )
+    if waiting is not None:
+        return waiting
     ordered = [progress.rows[r] for r in range(rows.height)]
     names = _appended_names(info.columns)
     files = StagedFiles.for_run(directory, job.attempt, ("results.csv",))
-    await still_owned(store, job)
     try:
         await asyncio.to_thread(
             write_results_csv,
@@ -361,4 +354,5 @@ async def _run(
     await complete_run(
         store, job, files, dict(progress.counts), billing.used, processed=rows.height
     )
+    retries.state_path(directory).unlink(missing_ok=True)
     return {"job_id": job.id, "status": "completed", **progress.counts, "credits": billing.used}

@@ -2,10 +2,11 @@
 
 ``bulk-verify`` and ``find-emails`` differ in their work and agree on everything around it:
 a run for a finished job or a job a later run owns does nothing; the first run marks the job
-``processing``; the work runs with the heartbeat (``jobs/heartbeat.py``); a failure marks
-the job failed (refunding what was not verified), tells its webhook and publishes its
-summary; a success tells the webhook and publishes the summary — or, for a job whose
-first pass parked addresses for a deferred retry, parks it instead.
+``processing``, a deferred retry pass claims its pass; the work runs with the heartbeat
+(``jobs/heartbeat.py``); a failure marks the job failed (refunding what was not verified),
+tells its webhook and publishes its summary; a success tells the webhook and publishes the
+summary — or, for a job whose pass left work the servers put off, parks it until its next
+pass (``jobs/retries.py``) instead.
 """
 
 from __future__ import annotations
@@ -13,12 +14,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Coroutine
+from datetime import datetime
+from pathlib import Path
 from typing import Any
+
+import polars as pl
 
 from verimail.config import Settings
 from verimail.engine import metrics
 from verimail.flows.failures import customer_reason, ends_the_process
+from verimail.flows.runner import DEPLOYMENTS, from_deployment
 from verimail.flows.summary import publish_job_summary
+from verimail.jobs import retries
 from verimail.jobs.context import no_such_job
 from verimail.jobs.heartbeat import Superseded, as_owner, started_late, superseded_outcome
 from verimail.jobs.notify import notify_job
@@ -29,11 +36,16 @@ Outcome = dict[str, Any]
 
 
 async def start_job(
-    store: Store, job_id: int, attempt: int | None, *, flow_run_id: str | None = None
+    store: Store,
+    job_id: int,
+    attempt: int | None,
+    *,
+    flow_run_id: str | None = None,
+    retry_pass: int = 0,
 ) -> job_store.Job | Outcome:
     """The job as it was when this run picked it up (marked ``processing`` now if it was
-    pending), or the outcome that ends this run at once: the job is finished, or a later
-    run owns it."""
+    pending; ``retry_pass``: that deferred pass claimed now), or the outcome that ends this
+    run at once: the job is finished, a later run owns it, or another run has the pass."""
     job = await asyncio.to_thread(job_store.get_job_any, store.engine, job_id)
     if job is None:
         raise no_such_job(store, job_id)
@@ -46,6 +58,12 @@ async def start_job(
             job_store.mark_processing, store.engine, job.id, flow_run_id=flow_run_id
         )
         metrics.observe_queue_wait(job.kind, job.created_at)
+    if retry_pass:
+        claimed = await asyncio.to_thread(
+            job_store.claim_retry_pass, store.engine, job.id, job.attempt, retry_pass
+        )
+        if not claimed:  # (another run started this pass, or the job moved on)
+            return superseded_outcome(job, attempt)
     return job
 
 
@@ -57,14 +75,15 @@ async def run_as_owner(
     *,
     unverified: int,
     before_failing: Callable[[], Awaitable[None]] | None = None,
-    park: Callable[[Outcome], Awaitable[Outcome]] | None = None,
+    kind: str,
 ) -> Outcome:
     """Run ``work`` as the job's owner and end the job with its outcome.
 
     ``unverified``: what a failure refunds (``job_store.UNVERIFIED``: all not verified; 0
     for a job that charges as it goes). ``before_failing``: saves what the run has done
-    before the job is failed (best effort). ``park``: ends a run whose outcome is
-    ``waiting_to_retry``.
+    before the job is failed (best effort). ``kind``: the runner's name of the job's flow
+    (``flows/runner.py``), whose run does the next pass of a job the work parked (an
+    outcome ``waiting_to_retry``, from :func:`park_or_finish`).
     """
     try:
         summary = await as_owner(store, job, settings.job_stale_after, work)
@@ -88,9 +107,96 @@ async def run_as_owner(
             await notify_job(settings, job.id)
         await publish_job_summary(settings, store, job.id)
         raise
-    if park is not None and summary["status"] == "waiting_to_retry":
-        return await park(summary)
+    if summary["status"] == "waiting_to_retry":
+        return await _park(store, job, summary, kind)
     # (Outside the try: a run cancelled while it delivers must not deliver again as failed.)
     await notify_job(settings, job.id)
     await publish_job_summary(settings, store, job.id)
     return summary
+
+
+def next_pass(
+    settings: Settings, job: job_store.Job, done_pass: int
+) -> tuple[int, datetime, float] | None:
+    """The deferred pass that follows pass ``done_pass`` (0: the first run) if it leaves
+    work put off: (its number, when it starts, delay planned in all); None when the job
+    finishes after this pass whatever it leaves (it opted out, or passes or wait are used
+    up). A pass may ask this before it starts (the finder asks more of a greylisting
+    server when a retry will follow)."""
+    if not retries.enabled(settings, job):
+        return None
+    waited = float(job.retry.get("waited", 0.0)) if done_pass else 0.0
+    return retries.plan(settings, done_pass, waited)
+
+
+async def park_or_finish(
+    settings: Settings,
+    job: job_store.Job,
+    directory: Path,
+    results: pl.DataFrame,
+    *,
+    key: str,
+    done_pass: int,
+    processed: int,
+    counts: dict[str, int],
+) -> Outcome | None:
+    """After pass ``done_pass``: the outcome of a job to park (``results`` saved beside it
+    for the next pass, which asks again the ``key`` of each result put off: an address, a
+    finder row), or None when it finishes now (nothing put off, or no pass left)."""
+    waiting = retries.parked(results, key)
+    planned = next_pass(settings, job, done_pass) if waiting else None
+    if planned is None:
+        return None
+    retry_pass, at, waited = planned
+    await asyncio.to_thread(retries.save_state, directory, results)
+    return {
+        "job_id": job.id,
+        "status": "waiting_to_retry",
+        "retry_pass": retry_pass,
+        "retry_waiting": len(waiting),
+        "next_retry_at": at,
+        "waited": waited,
+        "processed": processed,
+        "counts": counts,
+    }
+
+
+async def _park(store: Store, job: job_store.Job, summary: Outcome, kind: str) -> Outcome:
+    """Park the job until its next pass (after the run's heartbeat stopped: a last beat
+    must not overwrite the future one) and, with workers, schedule that pass in Prefect."""
+    parked = await asyncio.to_thread(
+        job_store.park_for_retry,
+        store.engine,
+        job.id,
+        job.attempt,
+        retry_pass=summary["retry_pass"],
+        waiting=summary["retry_waiting"],
+        next_retry_at=summary["next_retry_at"],
+        waited=summary["waited"],
+        processed=summary["processed"],
+        counts=summary["counts"],
+    )
+    if not parked:
+        return superseded_outcome(job)
+    from prefect import get_run_logger
+
+    get_run_logger().info(
+        "job %s: %s waiting for retry pass %s at %s",
+        job.id,
+        summary["retry_waiting"],
+        summary["retry_pass"],
+        summary["next_retry_at"].isoformat(),
+    )
+    if from_deployment():  # (the local runner schedules it when we return)
+        from prefect.deployments import run_deployment
+
+        parameters = {"job_id": job.id, "attempt": job.attempt, "retry_pass": summary["retry_pass"]}
+        scheduled = await run_deployment(  # type: ignore[misc]
+            DEPLOYMENTS[kind],
+            parameters=parameters,
+            scheduled_time=summary["next_retry_at"],
+            timeout=0,
+            as_subflow=False,
+        )
+        await asyncio.to_thread(job_store.set_flow_run_id, store.engine, job.id, str(scheduled.id))
+    return {**summary, "next_retry_at": summary["next_retry_at"].isoformat()}

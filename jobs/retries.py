@@ -1,19 +1,20 @@
 """Deferred retries of a job's unsettled addresses: which ones, when, and where they wait.
 
-A bulk run's first pass settles what it can. Addresses the servers put off — greylisting,
-other 4xx, timeouts, 421s, refused connections — are *parked*: the run's results are saved
-beside the job, the job stays ``processing`` with ``phase`` ``waiting_to_retry``, and no
-worker is held. A later flow run (scheduled for ``next_retry_at``: a Prefect ``Scheduled``
-run with workers, a timer in the local runner, or the reaper's catch-up after a restart)
-claims the pass, asks those addresses again with the same envelope sender, replaces their
-rows, and either parks again or finishes the job. Credits were reserved once at creation and
-are settled once, when the last pass ends.
+A job's first pass (bulk or finder) settles what it can. Addresses (a finder job: rows) the
+servers put off — greylisting, other 4xx, timeouts, 421s, refused connections — are
+*parked*: the run's results are saved beside the job, the job stays ``processing`` with
+``phase`` ``waiting_to_retry``, and no worker is held. A later flow run (scheduled for
+``next_retry_at``: a Prefect ``Scheduled`` run with workers, a timer in the local runner, or
+the reaper's catch-up after a restart) claims the pass, asks those addresses again with the
+same envelope sender, replaces their rows, and either parks again or finishes the job.
+Credits were reserved once at creation and are settled once, when the last pass ends.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -32,9 +33,9 @@ def enabled(settings: Settings, job: job_store.Job) -> bool:
     return settings.job_retry_passes > 0 and (job.options or {}).get("retry_unknowns", True)
 
 
-def parked(by_address: pl.DataFrame) -> list[str]:
-    """The addresses (``normalised``) of results a later pass may settle."""
-    return by_address.filter(pl.col("sub_status").is_in(RETRYABLE))["normalised"].to_list()
+def parked(results: pl.DataFrame, key: str = "normalised") -> list[Any]:
+    """The ``key`` (an address; a finder job's row) of results a later pass may settle."""
+    return results.filter(pl.col("sub_status").is_in(RETRYABLE))[key].to_list()
 
 
 def plan(

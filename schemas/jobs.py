@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -32,6 +32,29 @@ def retry_fields(job: Any) -> dict[str, Any]:
         "retry_waiting": int(state.get("waiting", 0)),
         "next_retry_at": state.get("next_retry_at") if waiting else None,
     }
+
+
+# The deferred-retry phase of a job (bulk and finder alike), from ``retry_fields``.
+Phase = Annotated[
+    Literal["verifying", "waiting_to_retry", "retrying"] | None,
+    Field(
+        description="While `processing`: `verifying` (first pass), `waiting_to_retry` "
+        "(work the mail servers put off — greylisting, temporary failures — waits for a "
+        "later pass; no worker is busy with the job), `retrying` (a later pass runs). "
+        "Null otherwise.",
+    ),
+]
+RetryWaiting = Annotated[
+    int,
+    Field(
+        description="Addresses (in a finder job: rows) parked for the next (or running) "
+        "retry pass; 0 otherwise.",
+    ),
+]
+NextRetryAt = Annotated[
+    datetime | None,
+    Field(description="When the next retry pass starts (UTC); null when none is planned."),
+]
 
 
 class BulkJob(BaseModel):
@@ -77,18 +100,9 @@ class BulkJob(BaseModel):
         "null otherwise.",
         examples=[{"valid->invalid": 31, "unknown->valid": 4}],
     )
-    phase: Literal["verifying", "waiting_to_retry", "retrying"] | None = Field(
-        None,
-        description="While `processing`: `verifying` (first pass), `waiting_to_retry` "
-        "(greylisted or temporarily failed addresses wait for a later pass; no worker is "
-        "busy with the job), `retrying` (a later pass runs). Null otherwise.",
-    )
-    retry_waiting: int = Field(
-        0, description="Addresses parked for the next (or running) retry pass; 0 otherwise."
-    )
-    next_retry_at: datetime | None = Field(
-        None, description="When the next retry pass starts (UTC); null when none is planned."
-    )
+    phase: Phase = None
+    retry_waiting: RetryWaiting = 0
+    next_retry_at: NextRetryAt = None
 
     @classmethod
     def of(cls, job: Any) -> BulkJob:
@@ -175,6 +189,9 @@ class FinderJob(BaseModel):
     created_at: datetime = Field(description="Job creation time (UTC).")
     completed_at: datetime | None = Field(None, description="When it completed or failed.")
     failed_reason: str | None = Field(None, description="Why the job failed, when it did.")
+    phase: Phase = None
+    retry_waiting: RetryWaiting = 0
+    next_retry_at: NextRetryAt = None
 
     @classmethod
     def of(cls, job: Any) -> FinderJob:
@@ -182,6 +199,7 @@ class FinderJob(BaseModel):
         done = job.processed_emails
         percent = percent_complete(done, total, job.status == "completed")
         return cls(
+            **retry_fields(job),
             job_id=job.public_id,
             status=job.status,  # type: ignore[arg-type]
             total_rows=total,

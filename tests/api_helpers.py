@@ -15,7 +15,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -270,6 +270,25 @@ async def poll_job(
         if body["status"] in ("completed", "failed"):
             return body
         assert time.monotonic() < deadline, f"job still {body['status']} after {timeout} s: {body}"
+        await asyncio.sleep(0.05)
+
+
+async def poll_until(
+    client: httpx.AsyncClient,
+    url: str,
+    headers: Mapping[str, str],
+    want: Callable[[dict[str, Any]], bool],
+    timeout: float = 60.0,
+) -> dict[str, Any]:
+    """GET a job until ``want(body)``; its body. Fails if the job finishes first, or after
+    ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        body = (await client.get(url, headers=dict(headers))).json()
+        if want(body):
+            return body
+        assert body["status"] not in ("completed", "failed"), body
+        assert time.monotonic() < deadline, body
         await asyncio.sleep(0.05)
 
 

@@ -550,3 +550,31 @@ async def test_a_full_mailbox_is_the_persons_address(testbed_factory, tmp_path, 
     assert result.verification_status == "risky" and "full" in result.reason
     assert 0 < result.confidence < pattern_confidence(0)
     assert "jsmith@full.test" not in tb.host_stats("mx.full.test").rcpts
+
+
+async def test_a_pass_that_a_retry_follows_asks_a_greylisting_server_every_candidate(
+    testbed_factory, tmp_path, testbed_settings
+):
+    """Greylisting passes a (sender, recipient) pair only when it is asked again, so a job's
+    retry could only find an address its first pass asked. With ``open_greylist`` the first
+    lookup asks the catch-all probe and every candidate once (all put off: not_found, and
+    ``unchecked`` says greylisted); a later lookup in a new session then finds jsmith."""
+    host = HostSpec("mx.grey.test", HostBehaviour(mailboxes={"jsmith"}, greylist_tries=1))
+    tb = testbed_factory(World.of([host], [DomainSpec("grey.test", mx=[(10, "mx.grey.test")])]))
+    engine = Engine(testbed_settings(tb, tmp_path))
+    async with DomainSession(engine.prober, open_greylist=True) as session:
+        first = await find_email(
+            engine, "John", "Smith", "grey.test", max_probes=MAX_PROBES, session=session
+        )
+    assert (first.status, first.unchecked) == ("not_found", "greylisted")
+    assert "try again later" in first.reason
+    assert len(first.alternatives) == MAX_PROBES  # every candidate asked, none stopped at
+    assert tb.host_stats("mx.grey.test").rcpt_to == 1 + MAX_PROBES
+    async with DomainSession(engine.prober) as session:
+        again = await find_email(
+            engine, "John", "Smith", "grey.test", max_probes=MAX_PROBES, session=session
+        )
+    assert (again.status, again.email, again.unchecked) == ("found", "jsmith@grey.test", None)
+    without = await find_email(engine, "Jane", "Doe", "grey.test", max_probes=MAX_PROBES)
+    assert (without.status, without.unchecked) == ("not_found", "greylisted")
+    assert without.alternatives == ["jane.doe@grey.test"]  # (its 4xx ended it, as before)

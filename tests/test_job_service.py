@@ -114,34 +114,57 @@ def test_stored_inspection_loads_what_sniffing_would(tmp_path: Path) -> None:
     assert loaded.uniques == sniffed.uniques == ["alice@acme.test", "Bob@acme.test"]
 
 
-async def test_an_api_upload_is_inspected_once(
-    api: RunningApp, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The API inspects the upload as it takes it; the run loads the file as the job's
-    kept inspection says, without sniffing it a second time."""
-    sniffed: list[Any] = []
+@pytest.fixture
+def sniffed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the files the sniffer reads from now on (it still reads them)."""
+    seen: list[str] = []
     real = csv_detect.inspect_csv_cells
 
     def counting(path: Any, **kwargs: Any) -> Any:
-        sniffed.append(Path(path).name)
+        seen.append(Path(path).name)
         return real(path, **kwargs)
 
     monkeypatch.setattr(csv_detect, "inspect_csv_cells", counting)
     monkeypatch.setattr(csv_io, "inspect_csv_cells", counting)
+    return seen
+
+
+UPLOADS = {
+    "bulk": ("/api/bulk", b"id;E-Mail\n1;alice@acme.test\n2;bob@acme.test\n", "E-Mail"),
+    "finder": (
+        "/api/find-email/csv",
+        b"first_name;last_name;domain\nAlice;Smith;acme.test\n",
+        None,
+    ),
+}
+
+
+@pytest.mark.usefixtures("prefect_harness")
+@pytest.mark.parametrize("kind", UPLOADS)
+async def test_an_api_upload_is_inspected_once(
+    api: RunningApp, sniffed: list[str], kind: str
+) -> None:
+    """The API inspects the upload as it takes it; the run loads the file as the job's
+    kept inspection says, without sniffing it a second time."""
+    path, content, column = UPLOADS[kind]
     customer = api.customer(credits=50)
     created = await api.client.post(
-        "/api/bulk",
+        path,
         headers=customer.headers,
-        files={"file": ("list.csv", b"id;E-Mail\n1;alice@acme.test\n2;bob@acme.test\n")},
-        data={"email_column": "E-Mail"},
+        files={"file": ("list.csv", content)},
+        data={"email_column": column} if column else {},
     )
     assert created.status_code == 200, created.text
     job_id = created.json()["job_id"]
-    done = await poll_job(api.client, f"/api/bulk/{job_id}", customer.headers)
+    done = await poll_job(api.client, f"{path}/{job_id}", customer.headers)
     assert done["status"] == "completed", done
-    assert done["processed_emails"] == 2
     assert sniffed == ["upload.csv"]  # the API's inspection, and no other
-    job = job_store.get_job_any(api.store.engine, job_id)
+    job = (
+        job_store.get_job_any(api.store.engine, job_id)
+        if kind == "bulk"
+        else job_store.get_job_by_public_id(api.store.engine, customer.account_id, job_id)
+    )
     assert job is not None
     kept = job_service.stored_info(job)
-    assert kept is not None and (kept.delimiter, kept.email_column) == (";", "E-Mail")
+    assert kept is not None and kept.delimiter == ";"
+    assert kept.columns[-1] == ("E-Mail" if kind == "bulk" else "domain")

@@ -23,6 +23,7 @@ from verimail.api.errors import ApiError, error_doc, pick_error_docs
 from verimail.api.jobs import (
     create_and_start,
     dropped_on_failure,
+    retry_option,
     upload_refusals,
     uploads_dir,
     webhook_options,
@@ -87,21 +88,6 @@ UPLOAD_BODY = upload_body(
         "temporarily failed addresses are not retried later (default `true`).",
     },
 )
-
-
-def retry_option(value: str | bool | None) -> dict[str, bool]:
-    """The job option of ``retry_unknowns`` (only when it opts out); 422 on an unreadable
-    value, before anything is stored or charged."""
-    if value is None or value is True or value == "":
-        return {}
-    if value is False:
-        return {"retry_unknowns": False}
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes", "on"):
-        return {}
-    if text in ("false", "0", "no", "off"):
-        return {"retry_unknowns": False}
-    raise ApiError(422, f"retry_unknowns: {value!r} is not true or false.")
 
 
 RECOGNISED_HEADERS = (

@@ -25,6 +25,7 @@ from verimail.api.errors import (
 )
 from verimail.api.jobs import (
     dropped_on_failure,
+    retry_option,
     start_run,
     upload_refusals,
     uploads_dir,
@@ -72,6 +73,9 @@ UPLOAD_BODY = upload_body(
         "domain_column": "Column of company domains; optional when a header like `domain`, "
         "`company_domain`, `website` is present (URLs are reduced to their domain).",
         "webhook_url": "Optional URL POSTed the final job (signed).",
+        "retry_unknowns": "`false` to finish after the first pass: rows whose mail server "
+        "greylisted or put off the lookup stay `not_found` instead of being looked up "
+        "again later (default `true`).",
     },
 )
 
@@ -81,7 +85,11 @@ UPLOAD_BODY = upload_body(
     response_model=FinderJob,
     summary="Upload a CSV of people for the Email Finder",
     description="Creates a job; each verified find is charged as the job goes, and when "
-    "credits run out the remaining rows become `skipped_no_credits`. Poll "
+    "credits run out the remaining rows become `skipped_no_credits`. Rows whose mail "
+    "server greylisted or put off the lookup (a temporary failure, a timeout, a refused "
+    "connection) are looked up again in later passes, as a bulk job's addresses are: the "
+    "job shows `phase` `waiting_to_retry` meanwhile, and the results come after the last "
+    "pass (`retry_unknowns=false`: after the first). Poll "
     "`GET /api/find-email/csv/{job_id}`, then download: the upload plus `email`, `status`, "
     "`confidence` columns.",
     responses=_docs(402, 403, 413, 422),
@@ -116,6 +124,7 @@ async def create_from_upload(
     fields = received.fields
     webhook_url = fields.get("webhook_url") or None
     hook = webhook_options(request, webhook_url)
+    retry = retry_option(fields.get("retry_unknowns"))
     mapping = {
         key: fields.get(key) or None
         for key in ("first_name_column", "last_name_column", "domain_column")
@@ -142,7 +151,7 @@ async def create_from_upload(
                 info.row_count,
                 upload=received.path,
                 info=info,
-                options={**mapping, "filename": received.filename, **hook},
+                options={**mapping, "filename": received.filename, **hook, **retry},
                 webhook_url=webhook_url,
             )
         )

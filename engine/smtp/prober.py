@@ -895,7 +895,7 @@ class SequenceResult:
     findings: dict[str, Finding]  # candidate -> finding, only those actually tried
     accepted: str | None  # the first candidate whose mailbox exists (accepted, or full)
     stats: SmtpStats
-    failure: Finding | None = None  # set when no session could be had at all
+    failure: Finding | None = None  # not checked: no session, a block, or put off (4xx)
 
 
 class DomainSession:
@@ -909,10 +909,20 @@ class DomainSession:
 
     Lookups through one session run one after another (the flow awaits each row in turn);
     the session is not safe for concurrent ``probe`` calls.
+
+    ``open_greylist``: for a job pass that a deferred retry pass follows. Greylisting
+    (postgrey) passes a (client, sender, recipient) triplet only when it is asked again
+    after its delay, so a recipient never asked before is greylisted on the retry too. With
+    this, a greylisted answer does not end the lookup: the remaining candidates are asked
+    once each (every one greylisted, or passed if it was seen before), and the lookup's
+    answer is still the greylisting — so the retry pass finds the person's address among
+    candidates the server already knows. Other 4xx answers and blocks end the lookup as
+    always; the cap on candidates (``max_probes``) is the caller's, as always.
     """
 
-    def __init__(self, prober: Prober) -> None:
+    def __init__(self, prober: Prober, *, open_greylist: bool = False) -> None:
         self.prober = prober
+        self.open_greylist = open_greylist
         self.domain: str | None = None
         self.catch_all: bool | None = None
         self._probed = False  # the catch-all probe got a clear answer
@@ -981,6 +991,7 @@ class DomainSession:
             return SequenceResult(True, {}, None, stats)
         reopened = False
         accepted: str | None = None
+        put_off: Finding | None = None  # (open_greylist: the first greylisted answer)
         index = 0
         while index < len(items):
             try:
@@ -1045,6 +1056,9 @@ class DomainSession:
             run.broken[session.host.name] = 0  # it answered
             _tally(session, finding.outcome)
             self.prober._record(run, item, finding)
+            if self.open_greylist and finding.outcome is SmtpOutcome.GREYLISTED:
+                put_off = put_off or finding  # (ask the rest: their triplets open now)
+                continue
             if finding.outcome in _PUT_OFF or finding.outcome is SmtpOutcome.BLOCKED:
                 # Greylisting or "try later" puts off every new recipient alike, and a policy
                 # block (5.7.x) is about us, not the mailbox: asking the other candidates,
@@ -1061,4 +1075,6 @@ class DomainSession:
             elif finding.outcome in _MAILBOX_EXISTS:
                 accepted = item.rcpt
                 break
+        if put_off is not None:  # (an accepted candidate after it is unverified: retry it)
+            return SequenceResult(None, run.result.findings, None, stats, failure=put_off)
         return SequenceResult(self.catch_all, run.result.findings, accepted, stats)
