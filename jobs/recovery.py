@@ -17,14 +17,13 @@ from sqlalchemy.exc import OperationalError
 
 from verimail.config import Settings
 from verimail.jobs.context import store_for
-from verimail.jobs.create import JobRunner
+from verimail.jobs.create import RUN_KIND, JobRunner
 from verimail.jobs.notify import deliver_owed_webhooks, notify_job_soon
 from verimail.store import jobs as job_store
 from verimail.store.db import utcnow
 
 log = logging.getLogger(__name__)
 
-RUNNER_KIND = {"bulk_csv": "bulk", "bulk_json": "bulk", "finder_csv": "finder"}
 RETRY_CATCH_UP = timedelta(seconds=5)
 """How late a parked job's pass may be before the reaper starts it (the timer goes first)."""
 
@@ -45,7 +44,7 @@ def recover_stale_jobs(settings: Settings, runner: JobRunner) -> list[tuple[int,
     for job in job_store.due_retries(store.engine, now=utcnow() - RETRY_CATCH_UP):
         # A parked job whose next pass did not start (its timer died with a process): start
         # it now; the pass is claimed by the first run, so a late timer changes nothing.
-        kind = RUNNER_KIND.get(job.kind)
+        kind = RUN_KIND.get(job.kind)
         if kind is not None:
             runner.submit(kind, job.id, job.attempt, retry_pass=int(job.retry["pass"]))
             handled.append((job.id, "retry pass"))
@@ -58,11 +57,13 @@ def recover_stale_jobs(settings: Settings, runner: JobRunner) -> list[tuple[int,
         attempt = job_store.claim_for_resume(store.engine, job.id, job.heartbeat_at)
         if attempt is None:
             continue  # another process took it, or it finished
-        kind = RUNNER_KIND.get(job.kind)
+        kind = RUN_KIND.get(job.kind)
         if kind is not None and attempt <= settings.job_max_attempts:
+            # (A retry pass that died is done again, not the whole job: the claim reopened it.)
+            retry_pass = int(job.retry["pass"]) if job.retry.get("phase") == "retrying" else 0
             log.warning("job %s lost its runner; resuming (run %s)", job.id, attempt)
             try:
-                runner.submit(kind, job.id, attempt)
+                runner.submit(kind, job.id, attempt, retry_pass=retry_pass)
                 handled.append((job.id, "resumed"))
                 continue
             except Exception as exc:  # could not even start a run: fail below

@@ -647,6 +647,8 @@ def claim_for_resume(
 
     Returns the new attempt number, or None when another process claimed it first (its
     heartbeat moved) or the job finished — so two API processes never resume one job twice.
+    A job whose deferred retry pass died mid-way has that pass open again (``phase``
+    ``waiting_to_retry``, due now), so the resumed run does that pass, not the whole job.
     """
     now = now or utcnow()
     with write_tx(engine) as conn:
@@ -657,7 +659,15 @@ def claim_for_resume(
             return None
         options = _options_of(job)
         attempt = int(options.get("attempts", 1)) + 1
-        _store_options(conn, job_id, {**options, "attempts": attempt}, heartbeat_at=now)
+        options = {**options, "attempts": attempt}
+        state = options.get("retry") or {}
+        if state.get("phase") == "retrying":
+            options["retry"] = {
+                **state,
+                "phase": "waiting_to_retry",
+                "next_retry_at": now.isoformat(),
+            }
+        _store_options(conn, job_id, options, heartbeat_at=now)
     return attempt
 
 

@@ -4,13 +4,10 @@ postgrey rule: the first pass parks greylisted addresses, the job says so while 
 
 from __future__ import annotations
 
-import asyncio
-import time
-from typing import Any
+from datetime import timedelta
 
-import httpx
 import pytest
-from api_helpers import host_per_domain, poll_job, running_app, total_balance
+from api_helpers import host_per_domain, poll_job, poll_until, running_app, total_balance
 
 from verimail.testbed.server import Testbed
 from verimail.testbed.world import HostBehaviour, World
@@ -54,19 +51,6 @@ def settings(tb, testbed_settings, tmp_path):
     )
 
 
-async def _poll_until(
-    client: httpx.AsyncClient, url: str, headers: dict, want: Any, timeout: float = 60.0
-) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        body = (await client.get(url, headers=headers)).json()
-        if want(body):
-            return body
-        assert body["status"] not in ("completed", "failed"), body
-        assert time.monotonic() < deadline, body
-        await asyncio.sleep(0.05)
-
-
 def _waiting(body: dict) -> bool:
     return body.get("phase") == "waiting_to_retry"
 
@@ -79,12 +63,12 @@ async def test_greylisted_addresses_wait_then_get_their_true_verdicts(settings, 
         )
         assert created.status_code == 200, created.text
         url = f"/api/verify/bulk/{created.json()['job_id']}"
-        waiting = await _poll_until(app.client, url, customer.headers, _waiting)
+        waiting = await poll_until(app.client, url, customer.headers, _waiting)
         assert waiting["status"] == "processing" and waiting["results"] is None
         assert waiting["retry_waiting"] == 3 and waiting["next_retry_at"]
         assert waiting["unknown_count"] == 4  # rows: alice twice, bob, nobody
         runner = app.app.state.runner
-        await _poll_until(app.client, url, customer.headers, lambda _: not runner.held_jobs())
+        await poll_until(app.client, url, customer.headers, lambda _: not runner.held_jobs())
         assert _waiting((await app.client.get(url, headers=customer.headers)).json())
         done = await poll_job(app.client, url, customer.headers)
         assert done["status"] == "completed", done
@@ -128,7 +112,7 @@ async def test_a_restart_during_the_wait_loses_nothing(settings, tb):
             "/api/verify/bulk", json={"emails": EMAILS}, headers=customer.headers
         )
         url = f"/api/verify/bulk/{created.json()['job_id']}"
-        await _poll_until(app.client, url, customer.headers, _waiting)
+        await poll_until(app.client, url, customer.headers, _waiting)
     async with running_app(settings) as again:
         done = await poll_job(again.client, url, customer.headers)
         assert done["status"] == "completed", done
@@ -150,9 +134,40 @@ async def test_the_dashboard_job_page_says_the_job_waits(settings, tb):
         )
         job_id = created.json()["job_id"]
         url = f"/api/verify/bulk/{job_id}"
-        await _poll_until(app.client, url, headers, _waiting)
+        await poll_until(app.client, url, headers, _waiting)
         async with browser(app) as client:
             await logged_in(client, "grey@example.com")
             page = (await client.get(f"/dashboard/jobs/{job_id}")).text
         assert "Waiting to retry 3 greylisted or temporarily failed addresses" in page
         await poll_job(app.client, url, headers)
+
+
+async def test_a_retry_pass_that_died_is_done_again_not_the_whole_job(settings, tb):
+    """A run took the retry pass and died (its process was killed mid-pass): the next
+    process's reaper resumes the job at that pass — the addresses the first pass settled
+    are not asked again — and it ends with the true verdicts, charged once."""
+    from verimail.store import jobs as job_store
+    from verimail.store.db import utcnow
+
+    async with running_app(settings) as app:
+        customer = app.customer(credits=100)
+        created = await app.client.post(
+            "/api/verify/bulk", json={"emails": EMAILS}, headers=customer.headers
+        )
+        job_id = created.json()["job_id"]
+        url = f"/api/verify/bulk/{job_id}"
+        await poll_until(app.client, url, customer.headers, _waiting)
+        job = job_store.get_job_any(app.store.engine, job_id)
+        assert job is not None
+        # The run that takes the pass, then dies: its last beat is long ago.
+        long_ago = utcnow() - timedelta(minutes=10)
+        assert job_store.claim_retry_pass(
+            app.store.engine, job_id, job.attempt, int(job.retry["pass"]), now=long_ago
+        )
+    async with running_app(settings) as again:
+        done = await poll_job(again.client, url, customer.headers)
+        assert done["status"] == "completed", done
+        assert done["unknown_count"] == 0 and done["credits_refunded"] == 0
+        assert total_balance(again.store, customer.account_id) == 94
+    # The first pass's settled address was asked once: only the retry pass ran again.
+    assert tb.host_stats("mx.ok.test").rcpts.count("alice@ok.test") == 1
