@@ -433,6 +433,16 @@ def _one_worker_tables(run: dict[str, Any], grey: int) -> tuple[list[Table], lis
             f"B did **not** complete before A's retry pass started (B completed at "
             f"{t(b_done)} s, A's retry pass started at {t(a_retry)} s)"
         )
+    planned = flow("A pass 1", "scheduled")
+    if planned is None or a_retry is None:
+        lateness = ""
+    else:
+        lateness = f" A's retry pass was scheduled for t = {planned:.1f} s and started " + (
+            f"{planned - a_retry:.1f} s early (Prefect's server rounds the wait before a "
+            "scheduled run to whole seconds, so a run may start up to half a second early)."
+            if a_retry < planned
+            else f"{a_retry - planned:.1f} s after that."
+        )
     reading = [
         f"One `prefect worker` process (`--limit 1`, the only worker of a fresh `process` "
         f"pool: {run['workers']} worker seen in the pool at the end) runs the bulk-verify "
@@ -443,7 +453,7 @@ def _one_worker_tables(run: dict[str, Any], grey: int) -> tuple[list[Table], lis
         f"first pass; the run that parked it scheduled the retry pass as a Prefect `Scheduled` "
         f"flow run {run['retry_delay']:g} s later, and ended, freeing the worker. "
         f"Job B was submitted during the wait: {verdict}. At most "
-        f"{run['at_once']} flow run ran at once in the pool.",
+        f"{run['at_once']} flow run ran at once in the pool.{lateness}",
         f"A's {grey} greylisted addresses ended {a.get('grey_valid', '–')} valid / "
         f"{a.get('grey_invalid', '–')} invalid / {a.get('grey_unknown', '–')} unknown "
         f"(A's unknown: {parked.get('unknown_count', '–')} when parked, "
