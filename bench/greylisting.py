@@ -8,16 +8,26 @@ deferred retries do for a job on postgrey-style hosts.
    (delay ``--grey-delay`` s), on the local runner: with deferred retries (first retry
    ``--grey-delay`` + a sixth of it after the pass) and without (``retry_unknowns=false``). The
    in-run greylist back-off is off, so the comparison is of the deferred retries alone.
+3. ``--one-worker`` (alone: parts 1 and 2 are skipped): deployment mode with exactly one
+   worker (``prefect worker start --limit 1`` on a fresh pool, the recipe of the deployment
+   tests, ``flows/testing.py``). Job A (the same list) parks its greylisted addresses; job B
+   (``--second-size`` plain addresses) is submitted during A's wait; the timeline of both,
+   from the API's job phases and Prefect's flow-run times, shows whether B completed before
+   A's retry pass started.
 
 ``python -m bench.greylisting [--timeouts 1,2,5] [--size 1000] [--grey-delay 30]``
+``python -m bench.greylisting --one-worker [--size 1000] [--second-size 100] [--grey-delay 30]
+[--database auto|postgres|sqlite]``
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import tempfile
 import time
+import unittest
 from pathlib import Path
 from typing import Any
 
@@ -56,16 +66,33 @@ def _world(grey_delay: float, per_plain: int, per_grey: int) -> World:
     return World.of(hosts=hosts, domains=domains)
 
 
+PATIENT_SERVERS = {
+    "smtp_connect_timeout": 120.0,
+    "smtp_command_timeout": 120.0,
+    "smtp_greylist_retries": 0,
+}
+"""The servers' own timeouts far beyond any deadline; the in-run greylist back-off off (so a
+job's figures are of the deferred retries alone)."""
+
+
 def _settings(tb: Testbed, data_dir: Path, **extra: Any) -> Settings:
     return Settings(
         data_dir=data_dir,
-        smtp_connect_timeout=120.0,
-        smtp_command_timeout=120.0,
-        smtp_greylist_retries=0,
         prefect_warm_up=False,
+        **PATIENT_SERVERS,
         **tb.settings_overrides(),
         **extra,
     )
+
+
+def _retry_settings(grey_delay: float) -> dict[str, Any]:
+    """Deferred retries against postgrey hosts of ``grey_delay``: the first pass after
+    ``grey_delay`` + a sixth of it (at least 1 s), two passes at most."""
+    return {
+        "job_retry_delay": grey_delay + max(1.0, grey_delay / 6),
+        "job_retry_passes": 2,
+        "job_retry_max_wait": 10 * grey_delay,
+    }
 
 
 async def _call(client: httpx.AsyncClient, key: str, path: str, body: dict) -> float:
@@ -121,15 +148,35 @@ async def _deadlines(tb: Testbed, data_dir: Path, timeouts: list[float]) -> Tabl
     return table
 
 
+async def _outcome(
+    client: httpx.AsyncClient, url: str, headers: dict[str, str], body: dict[str, Any]
+) -> dict[str, Any]:
+    """A finished job's counts, and its verdicts on the postgrey hosts' addresses."""
+    results: list[dict[str, Any]] = []
+    while len(results) < body["total_emails"]:
+        page = await client.get(
+            url, params={"offset": len(results), "limit": 1000}, headers=headers
+        )
+        results += page.json()["results"]
+    grey = [r for r in results if "@grey" in r["email"]]
+    return {
+        "total": body["total_emails"],
+        "valid": body["valid_count"],
+        "invalid": body["invalid_count"],
+        "unknown": body["unknown_count"],
+        "grey_unknown": sum(r["status"] == "unknown" for r in grey),
+        "grey_valid": sum(r["status"] == "valid" for r in grey),
+        "grey_invalid": sum(r["status"] == "invalid" for r in grey),
+        "grey": len(grey),
+        "status": body["status"],
+    }
+
+
 async def _job(
     tb: Testbed, data_dir: Path, emails: list[str], grey_delay: float, retry: bool
 ) -> dict[str, Any]:
     settings = _settings(
-        tb,
-        data_dir / ("job-retry" if retry else "job-plain"),
-        job_retry_delay=grey_delay + max(1.0, grey_delay / 6),
-        job_retry_passes=2,
-        job_retry_max_wait=10 * grey_delay,
+        tb, data_dir / ("job-retry" if retry else "job-plain"), **_retry_settings(grey_delay)
     )
 
     async def work(client: httpx.AsyncClient, key: str, app: Any) -> dict[str, Any]:
@@ -152,33 +199,273 @@ async def _job(
                 break
             await asyncio.sleep(0.1)
         wall = time.perf_counter() - started
-        results: list[dict[str, Any]] = []
-        while len(results) < body["total_emails"]:
-            page = await client.get(
-                url, params={"offset": len(results), "limit": 1000}, headers=headers
-            )
-            results += page.json()["results"]
-        grey = [r for r in results if "@grey" in r["email"]]
         return {
             "wall": wall,
             "first_pass": first_pass,
             "retry_started": retry_started,
-            "unknown": body["unknown_count"],
-            "grey_unknown": sum(r["status"] == "unknown" for r in grey),
-            "grey_valid": sum(r["status"] == "valid" for r in grey),
-            "grey_invalid": sum(r["status"] == "invalid" for r in grey),
-            "grey": len(grey),
-            "status": body["status"],
+            **await _outcome(client, url, headers, body),
         }
 
     return await _app_session(settings, work)
+
+
+# --- 3. one worker in deployment mode ----------------------------------------------------
+
+
+STORES = {"postgres": "PostgreSQL", "sqlite": "SQLite"}
+
+
+def _as_env(values: dict[str, Any]) -> dict[str, str]:
+    """Settings as the ``VERIMAIL_*`` variables a worker process reads."""
+    return {f"VERIMAIL_{name.upper()}": str(value) for name, value in values.items()}
+
+
+async def _worker_online(pool: str, log: Path, timeout: float = 180.0) -> None:
+    """Wait until the pool's worker has said hello to the Prefect server (untimed set-up)."""
+    from prefect.client.orchestration import get_client
+
+    deadline = time.monotonic() + timeout
+    async with get_client() as client:
+        while not any(
+            w.status.value == "ONLINE"
+            for w in await client.read_workers_for_work_pool(work_pool_name=pool)
+        ):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no worker came online: {log.read_text()[-3000:]}")
+            await asyncio.sleep(0.5)
+
+
+async def _pool_runs(pool: str) -> tuple[list[Any], int]:
+    """Every flow run of the work pool (it is this run's own), and its workers."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import WorkPoolFilter, WorkPoolFilterName
+
+    async with get_client() as client:
+        runs = await client.read_flow_runs(
+            work_pool_filter=WorkPoolFilter(name=WorkPoolFilterName(any_=[pool]))
+        )
+        workers = await client.read_workers_for_work_pool(work_pool_name=pool)
+    return runs, len(workers)
+
+
+async def _two_jobs(
+    client: httpx.AsyncClient, key: str, first: list[str], second: list[str], limit: float
+) -> dict[str, Any]:
+    """Job A (``first``); once it is parked, job B (``second``); both to the end. The times
+    (s after A was submitted, wall clock so Prefect's can be set beside them) at which each
+    change was first seen, polling every 0.1 s."""
+    headers = {"Authorization": f"Bearer {key}"}
+    t0 = time.time()
+
+    async def submit(emails: list[str]) -> tuple[int, str]:
+        created = await client.post("/api/verify/bulk", json={"emails": emails}, headers=headers)
+        created.raise_for_status()
+        job_id = created.json()["job_id"]
+        return int(job_id), f"/api/verify/bulk/{job_id}"
+
+    a_id, a_url = await submit(first)
+    seen: dict[str, float] = {"A submitted": 0.0}
+    b_id: int | None = None
+    b_url: str | None = None
+    parked: dict[str, Any] = {}
+    done: dict[str, dict[str, Any]] = {}
+    while "A" not in done or (b_url is not None and "B" not in done):
+        if time.time() - t0 > limit:
+            raise RuntimeError(f"the jobs did not finish in {limit:.0f} s: {seen}")
+        body = (await client.get(a_url, headers=headers)).json()
+        now = time.time() - t0
+        if body.get("phase") == "waiting_to_retry" and "A parked" not in seen:
+            seen["A parked"] = now
+            keys = ("retry_waiting", "valid_count", "invalid_count", "unknown_count")
+            parked = {k: body[k] for k in keys}
+            b_id, b_url = await submit(second)
+            seen["B submitted"] = time.time() - t0
+        if body.get("phase") == "retrying":
+            seen.setdefault("A retrying", now)
+        if body["status"] in ("completed", "failed") and "A" not in done:
+            seen["A completed"] = now
+            done["A"] = await _outcome(client, a_url, headers, body)
+        if b_url is not None and "B" not in done:
+            body = (await client.get(b_url, headers=headers)).json()
+            if body["status"] in ("completed", "failed"):
+                seen["B completed"] = time.time() - t0
+                done["B"] = await _outcome(client, b_url, headers, body)
+        await asyncio.sleep(0.1)
+    return {"t0": t0, "seen": seen, "parked": parked, "ids": {"A": a_id, "B": b_id}, **done}
+
+
+def _flow_runs(runs: list[Any], ids: dict[str, int | None], t0: float) -> dict[str, Any]:
+    """The pool's flow runs by name ("A pass 0", "A pass 1", "B pass 0"): scheduled for,
+    started (Running) and ended, in s after A was submitted; and the most that ran at once."""
+
+    def at(moment: Any) -> float | None:
+        return None if moment is None else moment.timestamp() - t0
+
+    jobs = {job_id: name for name, job_id in ids.items() if job_id is not None}
+    found: dict[str, Any] = {}
+    for run in runs:
+        name = jobs.get(run.parameters.get("job_id"))
+        if name is not None:
+            found[f"{name} pass {run.parameters.get('retry_pass', 0)}"] = {
+                "scheduled": at(run.expected_start_time),
+                "started": at(run.start_time),
+                "ended": at(run.end_time),
+                "state": run.state.type.value if run.state else None,
+            }
+    spans = sorted((r["started"], r["ended"]) for r in found.values() if r["started"] is not None)
+    at_once = max(
+        (sum(1 for s, e in spans if s <= start and (e is None or e > start)) for start, _ in spans),
+        default=0,
+    )
+    return {"runs": found, "at_once": at_once}
+
+
+async def _one_worker(
+    tb: Testbed,
+    data_dir: Path,
+    first: list[str],
+    second: list[str],
+    grey_delay: float,
+    backend: str,
+) -> dict[str, Any]:
+    """Jobs A and B through the API in deployment mode, one worker (limit 1) on a fresh pool."""
+    from verimail.flows.deploy import register_deployments
+    from verimail.flows.testing import prefect_worker, worker_env
+    from verimail.store.testing import temporary_database_url
+
+    pool = f"verimail-bench-{os.getpid()}"
+    await asyncio.to_thread(register_deployments, pool, schedule=False)
+    retry = _retry_settings(grey_delay)
+    with temporary_database_url(backend, data_dir) as url:  # type: ignore[arg-type]
+        settings = _settings(
+            tb, data_dir, database_url=url, runner="deployment", prefect_work_pool=pool, **retry
+        )
+        env = worker_env(
+            tb.environment(),
+            database_url=url,
+            data_dir=data_dir,
+            **_as_env({**PATIENT_SERVERS, **retry}),
+        )
+        log = data_dir / "worker.log"
+        with prefect_worker(pool, env, log, limit=1):
+            await _worker_online(pool, log)  # (its start-up is not part of the figures)
+
+            async def work(client: httpx.AsyncClient, key: str, app: Any) -> dict[str, Any]:
+                limit = 10 * grey_delay + 600
+                return await _two_jobs(client, key, first, second, limit)
+
+            timeline = await _app_session(settings, work)
+            runs, workers = await _pool_runs(pool)
+    return {
+        **timeline,
+        **_flow_runs(runs, timeline["ids"], timeline["t0"]),
+        "workers": workers,
+        "database": backend,
+        "retry_delay": retry["job_retry_delay"],
+    }
+
+
+def _one_worker_tables(run: dict[str, Any], grey: int) -> tuple[list[Table], list[str]]:
+    seen, runs = run["seen"], run["runs"]
+
+    def t(value: float | None) -> str:
+        return "–" if value is None else f"{value:.1f}"
+
+    def flow(name: str, key: str) -> float | None:
+        return runs.get(name, {}).get(key)
+
+    timeline = Table(
+        "Timeline, s after job A was submitted",
+        ["event", "t (s)", "seen in"],
+    )
+    rows = [
+        ("A submitted", seen.get("A submitted"), "API"),
+        ("A's first pass: flow run started", flow("A pass 0", "started"), "Prefect"),
+        ("A's first pass: flow run ended", flow("A pass 0", "ended"), "Prefect"),
+        ("A parked (phase waiting_to_retry)", seen.get("A parked"), "API"),
+        ("B submitted", seen.get("B submitted"), "API"),
+        ("B: flow run started", flow("B pass 0", "started"), "Prefect"),
+        ("B: flow run ended", flow("B pass 0", "ended"), "Prefect"),
+        ("B completed", seen.get("B completed"), "API"),
+        ("A's retry pass: scheduled for", flow("A pass 1", "scheduled"), "Prefect"),
+        ("A's retry pass: flow run started", flow("A pass 1", "started"), "Prefect"),
+        ("A's retry pass: flow run ended", flow("A pass 1", "ended"), "Prefect"),
+        ("A completed", seen.get("A completed"), "API"),
+    ]
+    # In the order they happened (an event that did not happen last).
+    for label, value, source in sorted(rows, key=lambda r: (r[1] is None, r[1] or 0.0)):
+        timeline.add(label, t(value), source)
+
+    a, b, parked = run.get("A", {}), run.get("B", {}), run["parked"]
+    counts = Table(
+        "Jobs A and B: counts",
+        ["job", "addresses", "valid", "invalid", "unknown", "grey: valid / invalid / unknown"],
+    )
+    counts.add(
+        "A when parked",
+        a.get("total", "–"),
+        parked.get("valid_count", "–"),
+        parked.get("invalid_count", "–"),
+        parked.get("unknown_count", "–"),
+        f"– / – / {parked.get('retry_waiting', '–')} waiting",
+    )
+    for label, job in (("A at the end", a), ("B at the end", b)):
+        counts.add(
+            label,
+            job.get("total", "–"),
+            job.get("valid", "–"),
+            job.get("invalid", "–"),
+            job.get("unknown", "–"),
+            f"{job.get('grey_valid', '–')} / {job.get('grey_invalid', '–')} / "
+            f"{job.get('grey_unknown', '–')}"
+            if job.get("grey")
+            else "–",
+        )
+
+    b_done, a_retry = seen.get("B completed"), flow("A pass 1", "started")
+    if b_done is not None and a_retry is not None and b_done < a_retry:
+        verdict = (
+            f"**B completed {a_retry - b_done:.1f} s before A's retry pass started** "
+            f"(t = {b_done:.1f} s against {a_retry:.1f} s)"
+        )
+    else:
+        verdict = (
+            f"B did **not** complete before A's retry pass started (B completed at "
+            f"{t(b_done)} s, A's retry pass started at {t(a_retry)} s)"
+        )
+    planned = flow("A pass 1", "scheduled")
+    if planned is None or a_retry is None:
+        lateness = ""
+    else:
+        lateness = f" A's retry pass was scheduled for t = {planned:.1f} s and started " + (
+            f"{planned - a_retry:.1f} s early (Prefect's server rounds the wait before a "
+            "scheduled run to whole seconds, so a run may start up to half a second early)."
+            if a_retry < planned
+            else f"{a_retry - planned:.1f} s after that."
+        )
+    reading = [
+        f"One `prefect worker` process (`--limit 1`, the only worker of a fresh `process` "
+        f"pool: {run['workers']} worker seen in the pool at the end) runs the bulk-verify "
+        f"deployment; the API (in this process, runner `deployment`) hands it the jobs; the "
+        f"store is {STORES[run['database']]}. Flow-run times are Prefect's (start = Running, end = "
+        "Completed); the others are the first API poll (every 0.1 s) that showed the change.",
+        f"Job A parked its {parked.get('retry_waiting', '–')} greylisted addresses after its "
+        f"first pass; the run that parked it scheduled the retry pass as a Prefect `Scheduled` "
+        f"flow run {run['retry_delay']:g} s later, and ended, freeing the worker. "
+        f"Job B was submitted during the wait: {verdict}. At most "
+        f"{run['at_once']} flow run ran at once in the pool.{lateness}",
+        f"A's {grey} greylisted addresses ended {a.get('grey_valid', '–')} valid / "
+        f"{a.get('grey_invalid', '–')} invalid / {a.get('grey_unknown', '–')} unknown "
+        f"(A's unknown: {parked.get('unknown_count', '–')} when parked, "
+        f"{a.get('unknown', '–')} at the end).",
+    ]
+    return [timeline, counts], reading
 
 
 def _prefect() -> Any:
     """A temporary Prefect server for the jobs (the suite's own when PREFECT_API_URL names
     one), given time to start on a loaded machine."""
     import contextlib
-    import os
 
     from prefect.testing.utilities import prefect_test_harness
 
@@ -187,12 +474,73 @@ def _prefect() -> Any:
     return prefect_test_harness(server_startup_timeout=180)
 
 
+def _database(choice: str) -> str:
+    """``auto``: PostgreSQL when it answers (as workers on several machines would share it),
+    else SQLite (one file, shared by the API and the worker on this machine)."""
+    if choice != "auto":
+        return choice
+    from verimail.store.testing import temporary_database_url
+
+    try:
+        with tempfile.TemporaryDirectory() as tmp, temporary_database_url("postgres", Path(tmp)):
+            return "postgres"
+    except unittest.SkipTest:  # (how it says PostgreSQL did not answer)
+        return "sqlite"
+
+
+def _main_one_worker(
+    args: argparse.Namespace,
+    argv: list[str] | None,
+    emails: list[str],
+    per_plain: int,
+    per_grey: int,
+) -> dict[str, Any]:
+    """Part 3: job A (``emails``) parks; job B (``--second-size`` plain addresses, a few per
+    domain in turn) is submitted during its wait; one worker runs them both."""
+    count = min(args.second_size, per_plain * PLAIN_DOMAINS)
+    second = [f"user{i // PLAIN_DOMAINS}@plain{i % PLAIN_DOMAINS}.test" for i in range(count)]
+    backend = _database(args.database)
+    tb = Testbed(_world(args.grey_delay, per_plain, per_grey)).start()
+    try:
+        with tempfile.TemporaryDirectory() as tmp, _prefect():  # (untimed set-up)
+            run = asyncio.run(_one_worker(tb, Path(tmp), emails, second, args.grey_delay, backend))
+    finally:
+        tb.stop()
+    grey = per_grey * GREY_DOMAINS
+    tables, reading = _one_worker_tables(run, grey)
+    publish(
+        args,
+        title=(
+            f"Greylisting: one worker in deployment mode (job A {len(emails)} addresses, "
+            f"{grey} on postgrey hosts with delay {args.grey_delay:g} s; job B "
+            f"{len(second)} plain addresses; {STORES[backend]})"
+        ),
+        command=command_text("bench.greylisting", argv),
+        tables=tables,
+        reading=reading,
+        extra={"one_worker": run},
+    )
+    return {"one_worker": run}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--timeouts", default="1,2,5")
     parser.add_argument("--size", type=int, default=1000)
     parser.add_argument("--grey-share", type=float, default=0.25)
     parser.add_argument("--grey-delay", type=float, default=30.0)
+    parser.add_argument(
+        "--one-worker",
+        action="store_true",
+        help="Part 3 only: jobs A and B on one worker in deployment mode (parts 1-2 skipped).",
+    )
+    parser.add_argument("--second-size", type=int, default=100, help="Job B's addresses.")
+    parser.add_argument(
+        "--database",
+        choices=["auto", "postgres", "sqlite"],
+        default="auto",
+        help="Part 3's store (auto: PostgreSQL when it answers, else SQLite).",
+    )
     add_output_args(parser)
     args = parser.parse_args(argv)
     timeouts = [float(t) for t in args.timeouts.split(",")]
@@ -200,6 +548,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     per_plain = (args.size - per_grey * GREY_DOMAINS) // PLAIN_DOMAINS
     emails = [f"user{i}@plain{d}.test" for d in range(PLAIN_DOMAINS) for i in range(per_plain)]
     emails += [f"user{i}@grey{d}.test" for d in range(GREY_DOMAINS) for i in range(per_grey)]
+    if args.one_worker:
+        return _main_one_worker(args, argv, emails, per_plain, per_grey)
     tb = Testbed(_world(args.grey_delay, per_plain, per_grey)).start()
     try:
         with tempfile.TemporaryDirectory() as tmp:

@@ -104,6 +104,26 @@ def test_greylisting_smoke(tmp_path):
     assert result["extra"]["without"]["grey_unknown"] == result["extra"]["without"]["grey"] > 0
 
 
+@pytest.mark.prefect
+@pytest.mark.usefixtures("prefect_harness")
+def test_greylisting_one_worker_smoke(tmp_path):
+    """Part 3 (a worker process and three flow-run processes, on SQLite): which job went
+    first is the figure, not checked here (a 1 s greylist delay is too short to tell)."""
+    import prefect.settings
+
+    server = {"PREFECT_API_URL": str(prefect.settings.PREFECT_API_URL.value())}
+    args = ["--one-worker", "--size", "40", "--second-size", "5", "--grey-delay", "1"]
+    result = _run(tmp_path, "greylisting", *args, "--database", "sqlite", env=server)
+    assert "A's retry pass: flow run started" in _first_cells(result)
+    assert _first_cells(result, 1) == ["A when parked", "A at the end", "B at the end"]
+    run = result["extra"]["one_worker"]
+    assert run["parked"]["retry_waiting"] == run["A"]["grey"] > 0
+    assert (run["A"]["status"], run["A"]["grey_unknown"]) == ("completed", 0)
+    assert (run["B"]["status"], run["B"]["total"]) == ("completed", 5)
+    assert sorted(run["runs"]) == ["A pass 0", "A pass 1", "B pass 0"]
+    assert (run["workers"], run["at_once"]) == (1, 1)
+
+
 def test_scaling_smoke(tmp_path):
     result = _run(tmp_path, "scaling", "--sizes", "100,200")
     assert _first_cells(result) == ["100"] * 3 + ["200"] * 3

@@ -10,19 +10,13 @@ pool again, another worker completes it, and it is charged once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from api_helpers import (
     api_world,
-    clean_env,
     env_for_testbed,
     make_customer,
     poll_job,
@@ -32,6 +26,7 @@ from hardening_helpers import assert_ledger_exact
 from sqlalchemy import update
 
 from verimail.flows import runner as runner_module
+from verimail.flows.testing import kill_tree, prefect_worker, worker_env
 from verimail.store import jobs as job_store
 from verimail.store.credits import balance
 from verimail.store.tables import jobs
@@ -41,63 +36,9 @@ from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.prefect]
 
-PREFECT = str(Path(sys.executable).parent / "prefect")
-
 
 def _worker_env(tb: Testbed, url: str, data: Path, **extra: str) -> dict[str, str]:
-    from prefect.settings import PREFECT_API_URL
-
-    return clean_env(
-        {
-            **env_for_testbed(tb),
-            "VERIMAIL_DATABASE_URL": url,
-            "VERIMAIL_DATA_DIR": str(data),
-            "PREFECT_API_URL": str(PREFECT_API_URL.value()),
-            "PREFECT_WORKER_QUERY_SECONDS": "1",
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            **extra,
-        }
-    )
-
-
-@contextlib.contextmanager
-def _worker(pool: str, env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
-    """A ``prefect worker`` process on ``pool``; whatever is left of it is killed at the end."""
-    with log.open("ab") as out:
-        worker = subprocess.Popen(
-            [PREFECT, "worker", "start", "--pool", pool],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=log.parent,
-        )
-    try:
-        yield worker
-    finally:
-        _kill_tree(worker.pid)
-        worker.wait(timeout=30)
-
-
-def _children(pid: int) -> list[int]:
-    """Every descendant of ``pid`` (from /proc: the flow-run processes a worker starts are
-    in sessions of their own, so killing the worker's process group would miss them)."""
-    parents: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        kids = parents.get(todo.pop(), [])
-        found += kids
-        todo += kids
-    return found
-
-
-def _kill_tree(pid: int) -> None:
-    for target in [pid, *_children(pid)]:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(target, signal.SIGKILL)
+    return worker_env(env_for_testbed(tb), database_url=url, data_dir=data, **extra)
 
 
 def _pool() -> str:
@@ -119,7 +60,7 @@ async def test_bulk_job_runs_on_a_worker(testbed_factory, testbed_settings, tmp_
         )
         await _register(pool)
         log = tmp_path / "worker.log"
-        with _worker(pool, _worker_env(tb, url, tmp_path), log):
+        with prefect_worker(pool, _worker_env(tb, url, tmp_path), log):
             async with running_app(settings) as app:
                 customer = app.customer(credits=50)
                 created = await app.client.post(
@@ -168,7 +109,7 @@ async def test_a_killed_worker_s_job_completes_on_another_worker(
         async with running_app(settings) as app:
             customer = app.customer(credits=credits)
             emails = [f"user{i}@tortoise.test" for i in range(rows)]
-            with _worker(pool, env, tmp_path / "first-worker.log") as first:
+            with prefect_worker(pool, env, tmp_path / "first-worker.log") as first:
                 created = await app.client.post(
                     "/api/verify/bulk", headers=customer.headers, json={"emails": emails}
                 )
@@ -179,9 +120,9 @@ async def test_a_killed_worker_s_job_completes_on_another_worker(
                     tb.wait_until, lambda t: t.host_stats(SLOW_HOST).active >= 1, 120
                 )
                 assert reached, (tmp_path / "first-worker.log").read_text(errors="replace")
-                _kill_tree(first.pid)  # the worker and its flow-run process, at once
+                kill_tree(first.pid)  # the worker and its flow-run process, at once
             sessions_before = tb.host_stats(SLOW_HOST).sessions
-            with _worker(pool, env, tmp_path / "second-worker.log"):
+            with prefect_worker(pool, env, tmp_path / "second-worker.log"):
                 done = await poll_job(
                     app.client, f"/api/verify/bulk/{job_id}", customer.headers, timeout=240
                 )
@@ -300,7 +241,7 @@ async def test_a_parked_job_waits_as_a_scheduled_flow_run_and_frees_the_worker(
         )
         await _register(pool)
         log = tmp_path / "worker.log"
-        with _worker(pool, _worker_env(tb, url, tmp_path, **retry), log):
+        with prefect_worker(pool, _worker_env(tb, url, tmp_path, **retry), log):
             async with running_app(settings) as app:
                 customer = app.customer(credits=50)
                 created = await app.client.post(
