@@ -300,7 +300,7 @@ class RecordingRunner:
     def __init__(self) -> None:
         self.submitted: list[tuple[str, int]] = []
 
-    def submit(self, kind: str, job_id: int, attempt: int | None = None) -> None:
+    def submit(self, kind: str, job_id: int, attempt: int | None = None, **_: object) -> None:
         self.submitted.append((kind, job_id))
 
     def shutdown(self) -> None:

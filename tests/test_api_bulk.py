@@ -472,7 +472,7 @@ async def test_a_file_part_without_a_filename_is_the_file(settings):
 class _BrokenRunner:
     """A runner that cannot start anything (a Prefect server or work pool that is down)."""
 
-    def submit(self, kind: str, job_id: int, attempt: int | None = None) -> None:
+    def submit(self, kind: str, job_id: int, attempt: int | None = None, **_: object) -> None:
         raise RuntimeError("no work pool")
 
     def shutdown(self) -> None:

@@ -152,7 +152,7 @@ class _Recorder:
     def __init__(self) -> None:
         self.submitted: list[tuple[str, int, int | None]] = []
 
-    def submit(self, kind: str, job_id: int, attempt: int | None = None) -> None:
+    def submit(self, kind: str, job_id: int, attempt: int | None = None, **_: object) -> None:
         self.submitted.append((kind, job_id, attempt))
 
     def shutdown(self) -> None:
@@ -212,7 +212,7 @@ def test_stale_job_is_resumed_then_failed_with_refund(setup):
         def __init__(self) -> None:
             self.submitted: list[int] = []
 
-        def submit(self, kind: str, job_id: int, attempt: int | None = None) -> None:
+        def submit(self, kind: str, job_id: int, attempt: int | None = None, **_: object) -> None:
             self.submitted.append(job_id)
 
         def shutdown(self) -> None:

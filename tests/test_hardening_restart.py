@@ -182,7 +182,7 @@ class HoldingRunner:
         self.held = held
         self.submitted: list[int] = []
 
-    def submit(self, kind: str, job_id: int, attempt: int | None = None) -> None:
+    def submit(self, kind: str, job_id: int, attempt: int | None = None, **_: object) -> None:
         self.submitted.append(job_id)
 
     def shutdown(self) -> None:

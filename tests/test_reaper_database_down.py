@@ -15,7 +15,7 @@ class _NoRunner:
     def held_jobs(self) -> list[int]:
         return []
 
-    def submit(self, kind: str, job_id: int, attempt: int | None = None) -> None:
+    def submit(self, kind: str, job_id: int, attempt: int | None = None, **_: object) -> None:
         raise AssertionError("nothing is resubmitted while the database is down")
 
 

@@ -172,7 +172,9 @@ def test_a_job_the_reaper_fails_posts_its_final_state(
         job_store.mark_processing(store.engine, job.id, now=utcnow() - timedelta(minutes=1))
 
         class NoRunner:
-            def submit(self, kind: str, job_id: int, attempt: int | None = None) -> None:
+            def submit(
+                self, kind: str, job_id: int, attempt: int | None = None, **_: object
+            ) -> None:
                 raise AssertionError("out of attempts: not resumed")
 
         assert recover_stale_jobs(settings, NoRunner()) == [(job.id, "failed")]
@@ -206,7 +208,7 @@ def test_a_webhook_owed_by_a_process_that_died_is_delivered_by_the_reaper(
     store = store_for(settings)
 
     class NoRunner:
-        def submit(self, kind: str, job_id: int, attempt: int | None = None) -> None:
+        def submit(self, kind: str, job_id: int, attempt: int | None = None, **_: object) -> None:
             raise AssertionError("nothing to resume")
 
     def finished_long_ago(secret: str) -> int:
