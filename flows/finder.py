@@ -4,7 +4,7 @@ Read like a table of contents: read the upload, look its people up (the ``find-d
 task of ``tasks/finder.py``: rows grouped by domain, one shared SMTP session per domain,
 each find teaching the domain's pattern), then write the results — or, when mail servers
 put some lookups off (greylisting, a temporary failure, a timeout, a refused connection),
-park the job and look those rows up again in a later pass (``flows/retries.py``), as a bulk
+park the job and look those rows up again in a later pass (``jobs/retries.py``), as a bulk
 job does. Here is what the task is handed: the billing and the progress, which go to the
 store.
 
