@@ -29,6 +29,7 @@ from verimail.flows import runner as runner_module
 from verimail.flows.testing import kill_tree, prefect_worker, worker_env
 from verimail.store import jobs as job_store
 from verimail.store.credits import balance
+from verimail.store.prices import price
 from verimail.store.tables import jobs
 from verimail.store.testing import temporary_database_url
 from verimail.testbed.server import Testbed
@@ -290,3 +291,72 @@ async def test_a_parked_job_waits_as_a_scheduled_flow_run_and_frees_the_worker(
                     "nobody@grey.test": "invalid",
                     "alice@acme.test": "valid",
                 }
+
+
+async def test_a_parked_finder_job_waits_as_a_scheduled_run_of_its_deployment(
+    testbed_factory, testbed_settings, tmp_path
+):
+    """Finder CSV jobs park with workers too (issue 22): the worker's first pass parks the
+    greylisted row and schedules ``find-emails`` again (not ``bulk-verify``) as a Prefect
+    ``Scheduled`` run; the pass finds the person on the worker, charged once."""
+    from prefect.client.orchestration import get_client
+
+    world = World.of(
+        [
+            HostSpec("mx.acme.test", HostBehaviour(mailboxes={"ann.lee"})),
+            HostSpec("mx.grey.test", HostBehaviour(mailboxes={"ddiaz"}, greylist_delay=2.0)),
+        ],
+        [
+            DomainSpec("acme.test", mx=[(10, "mx.acme.test")]),
+            DomainSpec("grey.test", mx=[(10, "mx.grey.test")]),
+        ],
+    )
+    tb = testbed_factory(world)
+    pool = _pool()
+    retry = {"VERIMAIL_JOB_RETRY_DELAY": "6", "VERIMAIL_SMTP_GREYLIST_RETRIES": "0"}
+    people = "first_name,last_name,domain\nAnn,Lee,acme.test\nDora,Diaz,grey.test\n"
+    with temporary_database_url("postgres", tmp_path) as url:
+        settings = testbed_settings(
+            tb,
+            tmp_path,
+            database_url=url,
+            runner="deployment",
+            prefect_work_pool=pool,
+            job_retry_delay=6.0,
+            smtp_greylist_retries=0,
+        )
+        await _register(pool)
+        log = tmp_path / "worker.log"
+        with prefect_worker(pool, _worker_env(tb, url, tmp_path, **retry), log):
+            async with running_app(settings) as app:
+                customer = app.customer(credits=100)
+                created = await app.client.post(
+                    "/api/find-email/csv",
+                    headers=customer.headers,
+                    files={"file": ("people.csv", people.encode(), "text/csv")},
+                )
+                assert created.status_code == 200, created.text
+                public_id = created.json()["job_id"]
+                url_ = f"/api/find-email/csv/{public_id}"
+                deadline = asyncio.get_running_loop().time() + 180
+                scheduled = None
+                async with get_client() as client:
+                    while scheduled is None:
+                        body = (await app.client.get(url_, headers=customer.headers)).json()
+                        assert body["status"] in ("pending", "processing"), body
+                        job = job_store.get_job_by_public_id(
+                            app.store.engine, customer.account_id, public_id
+                        )
+                        if body.get("phase") == "waiting_to_retry" and job.flow_run_id:
+                            run = await client.read_flow_run(job.flow_run_id)
+                            if run.parameters.get("retry_pass") == 1:
+                                scheduled = run
+                        assert asyncio.get_running_loop().time() < deadline, log.read_text()[-3000:]
+                        await asyncio.sleep(0.2)
+                    deployment = await client.read_deployment(scheduled.deployment_id)
+                assert body["retry_waiting"] == 1
+                assert deployment.name == runner_module.DEPLOYMENTS["finder"].split("/")[1]
+                done = await poll_job(app.client, url_, customer.headers, timeout=240)
+                assert done["status"] == "completed", (done, log.read_text()[-3000:])
+                charge = price("find", 1, settings)
+                assert (done["found_count"], done["credits_used"]) == (2, 2 * charge), done
