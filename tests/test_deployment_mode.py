@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -209,25 +211,49 @@ async def test_a_queued_job_is_held_and_a_dead_run_is_resumed(
             store.close()
 
 
-async def test_a_parked_job_waits_as_a_scheduled_flow_run_and_frees_the_worker(
-    testbed_factory, testbed_settings, tmp_path
-):
-    """Deferred retries with workers (issue 22): the first pass parks the greylisted
-    addresses and schedules the next pass as a Prefect ``Scheduled`` flow run; meanwhile the
-    one worker runs another job to the end; then the pass runs and settles them."""
-    from prefect.client.orchestration import get_client
-
-    world = World.of(
+def _grey_world(plain_mailbox: str, grey_mailbox: str) -> World:
+    """``acme.test`` answers at once; ``grey.test`` greylists each recipient for 2 s."""
+    return World.of(
         [
-            HostSpec("mx.acme.test", HostBehaviour(mailboxes={"alice"})),
-            HostSpec("mx.grey.test", HostBehaviour(mailboxes={"dora"}, greylist_delay=2.0)),
+            HostSpec("mx.acme.test", HostBehaviour(mailboxes={plain_mailbox})),
+            HostSpec("mx.grey.test", HostBehaviour(mailboxes={grey_mailbox}, greylist_delay=2.0)),
         ],
         [
             DomainSpec("acme.test", mx=[(10, "mx.acme.test")]),
             DomainSpec("grey.test", mx=[(10, "mx.grey.test")]),
         ],
     )
-    tb = testbed_factory(world)
+
+
+async def _scheduled_pass(
+    app, url: str, headers: dict[str, str], job_row: Callable[[], job_store.Job], log: Path
+) -> tuple[dict[str, Any], Any]:
+    """Poll the job at ``url`` until it is parked and the Prefect run of its first retry
+    pass exists: (the job's body then, that flow run). The parking run schedules the
+    pass after the job shows it waits, so both are waited for."""
+    from prefect.client.orchestration import get_client
+
+    deadline = asyncio.get_running_loop().time() + 180
+    async with get_client() as client:
+        while True:
+            body = (await app.client.get(url, headers=headers)).json()
+            assert body["status"] in ("pending", "processing"), body
+            flow_run_id = job_row().flow_run_id
+            if body.get("phase") == "waiting_to_retry" and flow_run_id:
+                run = await client.read_flow_run(flow_run_id)
+                if run.parameters.get("retry_pass") == 1:
+                    return body, run
+            assert asyncio.get_running_loop().time() < deadline, log.read_text()[-3000:]
+            await asyncio.sleep(0.2)
+
+
+async def test_a_parked_job_waits_as_a_scheduled_flow_run_and_frees_the_worker(
+    testbed_factory, testbed_settings, tmp_path
+):
+    """Deferred retries with workers (issue 22): the first pass parks the greylisted
+    addresses and schedules the next pass as a Prefect ``Scheduled`` flow run; meanwhile the
+    one worker runs another job to the end; then the pass runs and settles them."""
+    tb = testbed_factory(_grey_world("alice", "dora"))
     pool = _pool()
     retry = {"VERIMAIL_JOB_RETRY_DELAY": "25", "VERIMAIL_SMTP_GREYLIST_RETRIES": "0"}
     with temporary_database_url("postgres", tmp_path) as url:
@@ -250,24 +276,16 @@ async def test_a_parked_job_waits_as_a_scheduled_flow_run_and_frees_the_worker(
                     headers=customer.headers,
                     json={"emails": ["dora@grey.test", "nobody@grey.test", "alice@acme.test"]},
                 )
-                first = f"/api/verify/bulk/{created.json()['job_id']}"
-                deadline = asyncio.get_running_loop().time() + 180
-                while True:
-                    body = (await app.client.get(first, headers=customer.headers)).json()
-                    if body.get("phase") == "waiting_to_retry":
-                        break
-                    assert body["status"] == "processing" or body["status"] == "pending", body
-                    assert asyncio.get_running_loop().time() < deadline, log.read_text()[-3000:]
-                    await asyncio.sleep(0.2)
+                job_id = created.json()["job_id"]
+                first = f"/api/verify/bulk/{job_id}"
+                body, run = await _scheduled_pass(
+                    app,
+                    first,
+                    customer.headers,
+                    lambda: job_store.get_job_any(app.store.engine, job_id),
+                    log,
+                )
                 assert body["retry_waiting"] == 2
-                async with get_client() as client:  # (the parking run schedules it, then ends)
-                    while True:
-                        job = job_store.get_job_any(app.store.engine, body["job_id"])
-                        run = await client.read_flow_run(job.flow_run_id)
-                        if run.parameters.get("retry_pass") == 1:
-                            break
-                        assert asyncio.get_running_loop().time() < deadline, job
-                        await asyncio.sleep(0.2)
                 assert run.state.type.name == "SCHEDULED"
                 second = await app.client.post(
                     "/api/verify/bulk",
@@ -301,17 +319,7 @@ async def test_a_parked_finder_job_waits_as_a_scheduled_run_of_its_deployment(
     ``Scheduled`` run; the pass finds the person on the worker, charged once."""
     from prefect.client.orchestration import get_client
 
-    world = World.of(
-        [
-            HostSpec("mx.acme.test", HostBehaviour(mailboxes={"ann.lee"})),
-            HostSpec("mx.grey.test", HostBehaviour(mailboxes={"ddiaz"}, greylist_delay=2.0)),
-        ],
-        [
-            DomainSpec("acme.test", mx=[(10, "mx.acme.test")]),
-            DomainSpec("grey.test", mx=[(10, "mx.grey.test")]),
-        ],
-    )
-    tb = testbed_factory(world)
+    tb = testbed_factory(_grey_world("ann.lee", "ddiaz"))
     pool = _pool()
     retry = {"VERIMAIL_JOB_RETRY_DELAY": "6", "VERIMAIL_SMTP_GREYLIST_RETRIES": "0"}
     people = "first_name,last_name,domain\nAnn,Lee,acme.test\nDora,Diaz,grey.test\n"
@@ -338,21 +346,16 @@ async def test_a_parked_finder_job_waits_as_a_scheduled_run_of_its_deployment(
                 assert created.status_code == 200, created.text
                 public_id = created.json()["job_id"]
                 url_ = f"/api/find-email/csv/{public_id}"
-                deadline = asyncio.get_running_loop().time() + 180
-                scheduled = None
+                body, scheduled = await _scheduled_pass(
+                    app,
+                    url_,
+                    customer.headers,
+                    lambda: job_store.get_job_by_public_id(
+                        app.store.engine, customer.account_id, public_id
+                    ),
+                    log,
+                )
                 async with get_client() as client:
-                    while scheduled is None:
-                        body = (await app.client.get(url_, headers=customer.headers)).json()
-                        assert body["status"] in ("pending", "processing"), body
-                        job = job_store.get_job_by_public_id(
-                            app.store.engine, customer.account_id, public_id
-                        )
-                        if body.get("phase") == "waiting_to_retry" and job.flow_run_id:
-                            run = await client.read_flow_run(job.flow_run_id)
-                            if run.parameters.get("retry_pass") == 1:
-                                scheduled = run
-                        assert asyncio.get_running_loop().time() < deadline, log.read_text()[-3000:]
-                        await asyncio.sleep(0.2)
                     deployment = await client.read_deployment(scheduled.deployment_id)
                 assert body["retry_waiting"] == 1
                 assert deployment.name == runner_module.DEPLOYMENTS["finder"].split("/")[1]
