@@ -185,7 +185,7 @@ def find_command(
         return
     quiet_prefect()
     from verimail.files.csv_detect import UploadError
-    from verimail.flows.finder import read_finder_upload
+    from verimail.files.csv_io import read_finder_upload
     from verimail.jobs.context import store_for
     from verimail.jobs.create import create_finder_job
     from verimail.store import credits

@@ -25,7 +25,7 @@ import secrets
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import Any, BinaryIO, TextIO
 
 import polars as pl
 
@@ -63,12 +63,14 @@ __all__ = [
     "UploadTooLarge",
     "distinct_in_order",
     "find_person_columns",
+    "finder_columns",
     "inspect_csv",
     "load_emails",
     "load_person_rows",
     "looks_like_email",
     "normalise_emails",
     "read_emails",
+    "read_finder_upload",
     "resolve_column",
     "save_upload",
     "save_upload_sync",
@@ -363,6 +365,32 @@ def load_person_rows(
             pl.Series("domain", domains, dtype=pl.String),
         ]
     )
+
+
+def finder_columns(
+    upload: Path, options: dict[str, Any], max_rows: int, info: CsvInfo | None = None
+) -> tuple[CsvInfo, PersonColumns]:
+    """A finder upload's inspection and its person columns (``options`` may name them;
+    raises UploadError). ``info``: the upload's inspection when it was made before (kept
+    with the job); else the file is sniffed first."""
+    if info is None:
+        info = inspect_csv(upload, max_rows=max_rows, need_email=False)
+    columns = find_person_columns(
+        info, options.get("first_name_column"), options.get("last_name_column"),
+        options.get("domain_column"),
+    )  # fmt: skip
+    return info, columns
+
+
+def read_finder_upload(
+    upload: Path, options: dict[str, Any], max_rows: int, info: CsvInfo | None = None
+) -> tuple[CsvInfo, pl.DataFrame]:
+    """A finder upload's people (:func:`finder_columns`, then the rows loaded)."""
+    info, columns = finder_columns(upload, options, max_rows, info)
+    rows = load_person_rows(
+        upload, info, columns.first_name_index, columns.last_name_index, columns.domain_index
+    )
+    return info, rows
 
 
 # --- writing results -------------------------------------------------------------------

@@ -39,8 +39,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from verimail.config import Settings, current_settings
 from verimail.files.bulk_io import StagedFiles, job_dir, save_info
-from verimail.files.csv_detect import CsvInfo, find_person_columns, inspect_csv
-from verimail.files.csv_io import load_person_rows, write_results_csv
+from verimail.files.csv_io import read_finder_upload, write_results_csv
 from verimail.flows.job_run import next_pass, park_or_finish, run_as_owner, start_job
 from verimail.flows.learned_patterns import StoredPatterns
 from verimail.flows.summary import name_this_run, run_name
@@ -214,23 +213,6 @@ class _Progress:
             credits_used=self.billing.used,
             attempt=self.job.attempt,
         )
-
-
-def read_finder_upload(
-    upload: Path, options: dict[str, Any], max_rows: int, info: CsvInfo | None = None
-) -> tuple[CsvInfo, pl.DataFrame]:
-    """Find the person columns and load the rows (raises UploadError). ``info``: the
-    upload's inspection when it was made before (kept with the job); else it is sniffed."""
-    if info is None:
-        info = inspect_csv(upload, max_rows=max_rows, need_email=False)
-    columns = find_person_columns(
-        info, options.get("first_name_column"), options.get("last_name_column"),
-        options.get("domain_column"),
-    )  # fmt: skip
-    rows = load_person_rows(
-        upload, info, columns.first_name_index, columns.last_name_index, columns.domain_index
-    )
-    return info, rows
 
 
 def _appended_names(columns: tuple[str, ...]) -> tuple[str, str, str]:

@@ -142,8 +142,7 @@ def create_finder_job(
         options=_with_info(options, info),
         webhook_url=webhook_url,
     )
-    if job is None:  # (cannot happen: nothing to reserve)
-        raise NotEnoughCredits(cost, have)
+    assert job is not None  # (nothing to reserve, so nothing to refuse)
     return job
 
 

@@ -34,7 +34,7 @@ from verimail.api.jobs import (
 from verimail.api.routes.finder import FINDER_DISABLED, FinderAccountDep, SettingsDep
 from verimail.api.uploads import ReceivedUpload, receive_upload, upload_body
 from verimail.config import Settings
-from verimail.files.csv_detect import CsvInfo, find_person_columns, inspect_csv
+from verimail.files.csv_io import finder_columns
 from verimail.jobs import create as job_service
 from verimail.schemas.errors import ValidationErrorBody
 from verimail.schemas.jobs import FinderJob
@@ -130,16 +130,10 @@ async def create_from_upload(
         for key in ("first_name_column", "last_name_column", "domain_column")
     }
 
-    def inspect() -> CsvInfo:
-        info = inspect_csv(received.path, max_rows=settings.upload_max_rows, need_email=False)
-        find_person_columns(
-            info, mapping["first_name_column"], mapping["last_name_column"],
-            mapping["domain_column"],
-        )  # fmt: skip
-        return info
-
     with upload_refusals():
-        info = await to_thread.run_sync(inspect)
+        info, _ = await to_thread.run_sync(
+            finder_columns, received.path, mapping, settings.upload_max_rows
+        )
     if info.row_count == 0:
         raise ApiError(422, "The file has no data rows.")
     try:
