@@ -148,14 +148,16 @@ def read_job_input(
     return JobInput(info, rows, uniques)
 
 
+INFO_FILE = "upload-info.json"
+"""What inspecting a job's upload learned, in its folder (for its run and its download)."""
+
+
 def save_info(directory: Path, info: CsvInfo) -> None:
-    (directory / "upload-info.json").write_text(json.dumps(info.to_dict()), encoding="utf-8")
+    (directory / INFO_FILE).write_text(json.dumps(info.to_dict()), encoding="utf-8")
 
 
 def load_info(directory: Path) -> CsvInfo:
-    return CsvInfo.from_dict(
-        json.loads((directory / "upload-info.json").read_text(encoding="utf-8"))
-    )
+    return CsvInfo.from_dict(json.loads((directory / INFO_FILE).read_text(encoding="utf-8")))
 
 
 def results_frame(results: Mapping[str, VerificationResult]) -> pl.DataFrame:

@@ -227,7 +227,11 @@ async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str
     directory = job_dir(settings.data_dir, job.id)
     upload = Path(job.upload_path or directory / "upload.csv")
     job_input: JobInput = await asyncio.to_thread(
-        read_job_input, upload, job.email_column, settings.upload_max_rows, stored_info(job)
+        read_job_input,
+        upload,
+        job.email_column,
+        settings.upload_max_rows,
+        stored_info(settings, job),
     )
     prepared = await prepare_addresses(job_input.uniques)
     tally = _Tally(job_input.row_counts())
@@ -330,7 +334,11 @@ async def _retry(
     directory = job_dir(settings.data_dir, job.id)
     upload = Path(job.upload_path or directory / "upload.csv")
     job_input: JobInput = await asyncio.to_thread(
-        read_job_input, upload, job.email_column, settings.upload_max_rows, stored_info(job)
+        read_job_input,
+        upload,
+        job.email_column,
+        settings.upload_max_rows,
+        stored_info(settings, job),
     )
     earlier = await asyncio.to_thread(pl.read_parquet, retries.state_path(directory))
     again = retries.parked(earlier)

@@ -277,7 +277,11 @@ async def _run(
     await name_this_run(run_name(job))
     upload = Path(job.upload_path or "")
     info, rows = await asyncio.to_thread(
-        read_finder_upload, upload, job.options or {}, settings.upload_max_rows, stored_info(job)
+        read_finder_upload,
+        upload,
+        job.options or {},
+        settings.upload_max_rows,
+        stored_info(settings, job),
     )
     directory = job_dir(settings.data_dir, job.id)
     directory.mkdir(parents=True, exist_ok=True)

@@ -45,6 +45,7 @@ from verimail.flows.bulk import bulk_verify
 from verimail.flows.failures import refused
 from verimail.flows.forms import FormError, shared_file
 from verimail.flows.summary import name_this_run, publish_table, transition_rows
+from verimail.jobs import retries
 from verimail.jobs.context import store_for
 from verimail.schemas.results import VerificationResult
 from verimail.store import jobs as job_store
@@ -138,7 +139,7 @@ async def reverify_stored(
     results = await _verify(settings, addresses)
     previous = await asyncio.to_thread(_previous, settings, addresses, results)
     await _to_history(settings, addresses, results, job_id)
-    reports = Path(settings.data_dir) / "reports"
+    reports = parking.reports_dir(settings)
     reports.mkdir(parents=True, exist_ok=True)
     report = reports / f"reverify-{datetime.now(UTC):%Y%m%dT%H%M%S%f}.csv"
     changed = _changes(addresses, results, previous)
@@ -149,7 +150,7 @@ async def reverify_stored(
         job_id=job_id, what=what, artifact=_artifact_name(job_id, file_path, older_than_days),
     )  # fmt: skip
     waiting = parking.retryable(zip(addresses, results, strict=True))
-    if not parking.enabled(settings, retry_unknowns):
+    if not retries.wanted(settings, retry_unknowns):
         waiting = []
     return await _end_pass(settings, done, changed, waiting)
 

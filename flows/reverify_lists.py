@@ -92,7 +92,7 @@ def create_reverify_job(
             previous.total_emails,
             upload=upload,
             kind=previous.kind,  # type: ignore[arg-type]
-            info=stored_info(previous),  # (the same bytes: no need to inspect them again)
+            info=stored_info(settings, previous),  # (the same bytes: no need to inspect them again)
             email_column=previous.email_column,
             options=options,
             webhook_url=webhook_url if webhook_secret else None,

@@ -70,11 +70,6 @@ class Parked(BaseModel):
     flow_run_id: str | None = None
 
 
-def enabled(settings: Settings, retry_unknowns: bool) -> bool:
-    """Deferred retries apply: passes are configured and the run did not opt out."""
-    return settings.job_retry_passes > 0 and retry_unknowns
-
-
 def retryable(results: Iterable[tuple[str, VerificationResult]]) -> list[str]:
     """The addresses whose results a later pass may settle."""
     return [address for address, result in results if result.sub_status.value in retries.RETRYABLE]

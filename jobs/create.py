@@ -7,7 +7,9 @@ here, so the same rules hold wherever a job comes from:
 - the job row and its credit reservation are one transaction, priced by
   ``store/prices.py``; short of credits, nothing is stored (:class:`NotEnoughCredits`);
 - what inspecting the upload learned (encoding, delimiter, header, columns, the email
-  column) is stored with the job, so its run loads the file without sniffing it again;
+  column) is kept in the job's folder, so its run loads the file without sniffing it again
+  (a file, not the job row: a header may hold a million names, and the row is read on
+  every poll);
 - a job whose run cannot be started is failed at once with a refund of its reservation
   (:class:`NotStarted`), never left ``pending``.
 
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from verimail.config import Settings
+from verimail.files.bulk_io import INFO_FILE, job_dir, load_info, save_info
 from verimail.files.csv_detect import CsvInfo
 from verimail.store import jobs as job_store
 from verimail.store.credits import balance
@@ -29,9 +32,6 @@ from verimail.store.db import Store
 from verimail.store.prices import price
 
 log = logging.getLogger(__name__)
-
-UPLOAD_INFO = "upload_info"
-"""The job option holding what inspecting its upload learned (see :func:`stored_info`)."""
 
 RunKind = Literal["bulk", "finder"]
 RUN_KIND: dict[str, RunKind] = {"bulk_csv": "bulk", "bulk_json": "bulk", "finder_csv": "finder"}
@@ -105,12 +105,13 @@ def create_verify_job(
         reserve=needed,
         upload_path=str(upload),
         email_column=email_column,
-        options=_with_info(options, info),
+        options=options,
         webhook_url=webhook_url,
         flow_run_id=flow_run_id,
     )
     if job is None:
         raise NotEnoughCredits(needed, balance(store.engine, account_id).total)
+    _keep_info(store, job, info)
     return job
 
 
@@ -139,10 +140,11 @@ def create_finder_job(
         rows,
         reserve=0,
         upload_path=str(upload),
-        options=_with_info(options, info),
+        options=options,
         webhook_url=webhook_url,
     )
     assert job is not None  # (nothing to reserve, so nothing to refuse)
+    _keep_info(store, job, info)
     return job
 
 
@@ -159,14 +161,23 @@ def submit(store: Store, runner: JobRunner, job: job_store.Job) -> None:
         raise NotStarted(settled) from exc
 
 
-def stored_info(job: job_store.Job) -> CsvInfo | None:
-    """The upload's inspection stored with ``job`` (None: nobody inspected it before the
-    run, e.g. a JSON bulk job's list, which the service wrote itself)."""
-    data = (job.options or {}).get(UPLOAD_INFO)
-    return None if data is None else CsvInfo.from_dict(data)
+def stored_info(settings: Settings, job: job_store.Job) -> CsvInfo | None:
+    """The upload's inspection kept with ``job`` (None: nobody inspected it before the run,
+    e.g. a JSON bulk job's list, which the service wrote itself; the run sniffs it)."""
+    directory = job_dir(settings.data_dir, job.id)
+    if not (directory / INFO_FILE).is_file():
+        return None
+    return load_info(directory)
 
 
-def _with_info(options: dict[str, Any] | None, info: CsvInfo | None) -> dict[str, Any] | None:
+def _keep_info(store: Store, job: job_store.Job, info: CsvInfo | None) -> None:
+    """Keep ``info`` in the job's folder (where its run and its download read it). Best
+    effort: the job exists already, and a run without it sniffs the file instead."""
     if info is None:
-        return options
-    return {**(options or {}), UPLOAD_INFO: info.to_dict()}
+        return
+    directory = job_dir(store.settings.data_dir, job.id)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        save_info(directory, info)
+    except OSError as exc:
+        log.warning("job %s: could not keep its upload's inspection (%s)", job.id, exc)

@@ -30,7 +30,13 @@ STATE_FILE = "retry-state.parquet"
 
 def enabled(settings: Settings, job: job_store.Job) -> bool:
     """Deferred retries apply: passes are configured and the job did not opt out."""
-    return settings.job_retry_passes > 0 and (job.options or {}).get("retry_unknowns", True)
+    return wanted(settings, (job.options or {}).get("retry_unknowns", True))
+
+
+def wanted(settings: Settings, retry_unknowns: bool) -> bool:
+    """Deferred retries apply to work whose owner chose ``retry_unknowns`` (a job's option,
+    an operator run's parameter): passes are configured and it did not opt out."""
+    return settings.job_retry_passes > 0 and retry_unknowns
 
 
 def parked(results: pl.DataFrame, key: str = "normalised") -> list[Any]:

@@ -13,7 +13,7 @@ import pytest
 
 from tests.api_helpers import RunningApp, poll_job, total_balance
 from verimail.files import csv_detect, csv_io
-from verimail.files.bulk_io import read_job_input
+from verimail.files.bulk_io import load_info, read_job_input, save_info
 from verimail.jobs import create as job_service
 from verimail.store import accounts as acc
 from verimail.store import jobs as job_store
@@ -106,8 +106,8 @@ def test_stored_inspection_loads_what_sniffing_would(tmp_path: Path) -> None:
         "Name;Backup;E-Mail\nAlice;x@acme.test;alice@acme.test\nBob;;Bob@ACME.test\n;;\n",
         encoding="utf-8",
     )
-    info = csv_detect.inspect_csv(upload, max_rows=100, email_column="E-Mail")
-    kept = csv_detect.CsvInfo.from_dict(info.to_dict())  # as the job row holds it
+    save_info(tmp_path, csv_detect.inspect_csv(upload, max_rows=100, email_column="E-Mail"))
+    kept = load_info(tmp_path)  # as the job's folder keeps it
     loaded = read_job_input(upload, "E-Mail", 100, kept)
     sniffed = read_job_input(upload, "E-Mail", 100)
     assert loaded.rows.equals(sniffed.rows)
@@ -165,6 +165,6 @@ async def test_an_api_upload_is_inspected_once(
         else job_store.get_job_by_public_id(api.store.engine, customer.account_id, job_id)
     )
     assert job is not None
-    kept = job_service.stored_info(job)
+    kept = job_service.stored_info(api.app.state.settings, job)
     assert kept is not None and kept.delimiter == ";"
     assert kept.columns[-1] == ("E-Mail" if kind == "bulk" else "domain")
