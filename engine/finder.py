@@ -343,7 +343,7 @@ async def find_email(
         return lookup.answer("not_found", reason)
     hosts = engine.prober.allowed_hosts(facts.hosts)
     if not hosts:
-        reason = _smtp_reason(Finding(SmtpOutcome.PRIVATE_ADDRESS), ascii_domain)
+        reason = _smtp_verdict(Finding(SmtpOutcome.PRIVATE_ADDRESS), ascii_domain).reason
         return lookup.answer("not_found", reason + " No address could be checked.")
 
     emails = [c.email for c in candidates]
@@ -355,12 +355,10 @@ async def find_email(
     tried = [c.email for c in candidates if c.email in sequence.findings]
 
     if sequence.failure is not None:
-        return lookup.answer(
-            "not_found",
-            _unchecked(sequence.failure, ascii_domain, stopped=len(tried) < len(candidates)),
-            alternatives=tried,
-            unchecked=_smtp_verdict(sequence.failure, ascii_domain).sub_status,
+        reason, unchecked = _unchecked(
+            sequence.failure, ascii_domain, stopped=len(tried) < len(candidates)
         )
+        return lookup.answer("not_found", reason, alternatives=tried, unchecked=unchecked)
     if sequence.catch_all:
         best = candidates[0]
         return lookup.answer(
@@ -494,18 +492,19 @@ def _smtp_verdict(finding: Finding, domain: str) -> Verdict:
     )
 
 
-def _smtp_reason(finding: Finding, domain: str) -> str:
-    return _smtp_verdict(finding, domain).reason
-
-
-def _unchecked(finding: Finding, domain: str, *, stopped: bool = False) -> str:
-    """Why nothing could be checked; ``stopped``: the lookup ended before probing every
-    candidate (a block or a 421 answers them all alike; nothing is charged)."""
+def _unchecked(
+    finding: Finding, domain: str, *, stopped: bool = False
+) -> tuple[str, SubStatus | None]:
+    """Why nothing could be checked, and what the server did (as a sub-status); ``stopped``:
+    the lookup ended before probing every candidate (a block or a 421 answers them all
+    alike; nothing is charged)."""
+    verdict = _smtp_verdict(finding, domain)
     rest = " The lookup stopped there instead of probing the other candidates." if stopped else ""
-    return (
-        f"{_smtp_reason(finding, domain)} So the candidate addresses could not be checked "
+    reason = (
+        f"{verdict.reason} So the candidate addresses could not be checked "
         f"and none was found; try again later.{rest}"
     )
+    return reason, verdict.sub_status
 
 
 def _nothing_accepted(
@@ -516,7 +515,7 @@ def _nothing_accepted(
     findings = [sequence.findings[e] for e in tried]
     unsettled = [f for f in findings if f.outcome not in _SETTLED]
     if unsettled:
-        return _unchecked(unsettled[0], domain), _smtp_verdict(unsettled[0], domain).sub_status
+        return _unchecked(unsettled[0], domain)
     if not findings:
         return (
             f"The mail server for {domain} dropped the connection before any candidate "
