@@ -7,10 +7,13 @@ Three steps, so that flows can spread the middle one over Prefect tasks:
 
 1. ``prepare`` — syntax, reference lists, DNS once per unique domain (concurrently,
    cached), and grouping of the domains that need SMTP by the mail hosts serving them;
-2. ``run_groups`` — the SMTP prober over any subset of those groups;
-3. ``absorb`` each group's findings, then ``verdict`` (or ``settle``) per submitted string.
+2. ``run_groups`` — the SMTP prober over any subset of those groups (a share of the work);
+3. ``as_settled`` — the shares run at once, and as each ends its findings are absorbed and
+   its addresses settled (``verdict`` per submitted string), then forgotten.
 
-``stream`` runs all three and hands each result over as soon as it is known, then forgets it;
+``stream`` runs all three, a share per host group, and hands each result over as soon as it
+is known; the flows' verify pass (``tasks/pipeline.py``) runs the same steps with a Prefect
+task per share of several groups;
 ``verify_many`` collects the stream in input order, and ``verify`` is the same code with one
 address. The engine knows nothing of HTTP, accounts or Prefect's server.
 """
@@ -22,7 +25,7 @@ import threading
 import time
 from asyncio import FIRST_COMPLETED
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -182,6 +185,21 @@ class Prepared:
 
 
 @dataclass
+class SmtpShare:
+    """A share of a prepared call's SMTP work, running as one awaitable (a host group's
+    prober run, or a Prefect task over several groups): its groups, what it returns, and —
+    for a call stopped at its deadline — the results it fills in as answers come."""
+
+    groups: list[HostGroup]
+    run: Awaitable[list[GroupResult]]
+    partial: list[GroupResult] = field(default_factory=list)
+
+
+async def _as_list(run: Awaitable[GroupResult]) -> list[GroupResult]:
+    return [await run]
+
+
+@dataclass
 class BatchResult:
     results: list[VerificationResult]  # one per submitted address, in input order
     stats: EngineStats
@@ -224,7 +242,8 @@ class Engine:
     ) -> BatchResult:
         """Verify a list: dedupe, group by mail host, run groups concurrently.
 
-        ``on_progress(n)`` is called with the number of unique addresses finished so far.
+        ``on_progress(n)`` is called with the number of distinct submitted strings
+        finished so far.
         Holds every result until the end (they come back in input order); a caller that can
         take them as they come uses :meth:`stream` and keeps memory to the work list.
         """
@@ -280,16 +299,44 @@ class Engine:
         for item in self.settle(prepared, decided):
             yield item
         progress(len(decided))
-        # A map that loses each task as it is handled: a finished task holds its group and
-        # its findings, which would otherwise stay alive until the last group ends. Each
-        # task fills its own GroupResult, so a run stopped at the deadline keeps its answers.
-        running: dict[asyncio.Future[GroupResult], tuple[HostGroup, GroupResult]] = {}
+        shares = []
         for group in prepared.groups:
             partial = GroupResult()
             run = self.prober.run_group(group, result=partial, greylist_retries=greylist_retries)
-            running[asyncio.ensure_future(run)] = (group, partial)
+            shares.append(SmtpShare([group], _as_list(run), [partial]))
         prepared.groups = []
-        pending: set[asyncio.Future[GroupResult]] = set(running)
+        async for settled in self.as_settled(prepared, shares, until=until):
+            n = 0
+            for item in settled:
+                n += 1
+                yield item
+            progress(n)
+        prepared.stats.elapsed_ms = int((time.perf_counter() - prepared.started) * 1000)
+
+    async def as_settled(
+        self,
+        prepared: Prepared,
+        shares: Iterable[SmtpShare],
+        *,
+        until: float | None = None,
+    ) -> AsyncIterator[Iterator[tuple[str, VerificationResult]]]:
+        """Run ``shares`` of ``prepared``'s SMTP work at once and hand over each share's
+        results as soon as it ends: its findings absorbed, then its groups settled (and
+        forgotten) as the caller takes each result from the iterator it is handed — which
+        it does before asking for the next share's, so memory holds one result at a time.
+        The one loop behind :meth:`stream` (a share per host group) and the flows' verify
+        pass (a share per Prefect task of several groups).
+
+        ``until`` (a ``perf_counter`` time): shares still at work then are stopped (see
+        :func:`stop_tasks`) and settled with what they learnt, the recipients the server
+        had not answered given a ``timeout`` finding. A share's task is dropped as soon as
+        it is handled: a finished one holds its groups and findings, which would otherwise
+        stay alive until the last share ends; cancelling the caller stops them all (their
+        sessions hang up first)."""
+        running: dict[asyncio.Future[list[GroupResult]], SmtpShare] = {}
+        for share in shares:
+            running[asyncio.ensure_future(share.run)] = share
+        pending: set[asyncio.Future[list[GroupResult]]] = set(running)
         try:
             while pending:
                 left = None if until is None else until - time.perf_counter()
@@ -299,25 +346,31 @@ class Engine:
                     pending, timeout=left, return_when=FIRST_COMPLETED
                 )
                 for task in finished:
-                    group, _ = running.pop(task)
-                    self.absorb(prepared, task.result())
-                    for item in self.settle(prepared, prepared.emails_of(group), group):
-                        yield item
-                    progress(sum(len(r) for r in group.domains.values()))
+                    share = running.pop(task)
+                    for result in task.result():
+                        self.absorb(prepared, result)
+                    yield self._settle_share(prepared, share)
+                del finished
             if pending:  # the deadline: stop, then answer with what is known
                 await stop_tasks(pending)
                 for task in pending:
-                    group, partial = running.pop(task)
-                    self.absorb(prepared, partial)
-                    _unanswered(prepared, group, timeout or 0.0)
-                    for item in self.settle(prepared, prepared.emails_of(group), group):
-                        yield item
-                    progress(sum(len(r) for r in group.domains.values()))
+                    share = running.pop(task)
+                    for result in share.partial:
+                        self.absorb(prepared, result)
+                    for group in share.groups:
+                        _unanswered(prepared, group, prepared.timeout or 0.0)
+                    yield self._settle_share(prepared, share)
                 pending = set()
         finally:
             for task in pending:
                 task.cancel()
-        prepared.stats.elapsed_ms = int((time.perf_counter() - prepared.started) * 1000)
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    def _settle_share(
+        self, prepared: Prepared, share: SmtpShare
+    ) -> Iterator[tuple[str, VerificationResult]]:
+        for group in share.groups:
+            yield from self.settle(prepared, prepared.emails_of(group), group)
 
     async def prepare(
         self,
@@ -403,9 +456,13 @@ class Engine:
         prepared.late.update(late_domains)
         return prepared
 
-    async def run_groups(self, groups: Sequence[HostGroup]) -> list[GroupResult]:
-        """SMTP for a subset of the prepared groups (a flow task's share)."""
-        return list(await asyncio.gather(*(self.prober.run_group(g) for g in groups)))
+    async def run_groups(
+        self, groups: Sequence[HostGroup], *, greylist_retries: int | None = None
+    ) -> list[GroupResult]:
+        """SMTP for a subset of the prepared groups (a flow task's share); see
+        :meth:`stream` for ``greylist_retries``."""
+        runs = (self.prober.run_group(g, greylist_retries=greylist_retries) for g in groups)
+        return list(await asyncio.gather(*runs))
 
     def absorb(self, prepared: Prepared, result: GroupResult) -> None:
         """Take one group's SMTP findings into ``prepared`` (flows do this per task)."""

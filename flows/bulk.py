@@ -1,23 +1,22 @@
 """The ``bulk-verify`` flow: a stored upload in, results CSV/Parquet and history out.
 
-Why one long file: the flow and its Prefect tasks (read, verify a chunk, write, retry passes)
-stay together until the tasks move to ``tasks/`` in the re-plan.
-
-Thin orchestration: the work is in ``engine/`` and ``files/``. One Prefect task per chunk
-of mail-host groups (never per address), results caching and persistence off, progress
-written to the job row and a Prefect progress artifact as chunks finish.
+Reads as a table of contents of Prefect tasks: read the job's input (``read-job-input``),
+verify it (the verify pipeline, ``tasks/pipeline.py``: ``prepare-addresses``, then a
+``verify-host-groups`` task per chunk of mail-host groups, never per address), then either
+park the job for a deferred pass over what the servers put off, or add the results to the
+history (``record-history``), write its files (``write-results``) and complete it. Results
+are written away batch by batch as they are known, and the job row and a Prefect progress
+artifact show the progress.
 
 The same flow serves CSV uploads (``POST /api/bulk``), JSON lists (``POST /api/verify/bulk``)
 and runs started by hand from the Prefect UI with ``file_path`` and ``account_id`` (which
-create their own job row, so the API sees them).
+create their own job row through the job service, so the API sees them).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
-from asyncio import FIRST_COMPLETED
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -30,45 +29,27 @@ from prefect.context import get_run_context
 from pydantic.json_schema import SkipJsonSchema
 
 from verimail.config import Settings, current_settings
-from verimail.engine.core import Prepared, shared_engine
-from verimail.engine.smtp.prober import GroupResult, HostGroup
-from verimail.files.bulk_io import (
-    JobInput,
-    ResultSink,
-    append_history,
-    job_dir,
-    read_job_input,
-    results_frame,
-    write_job_results,
-)
-from verimail.files.csv_detect import UploadError
+from verimail.engine.core import EngineStats
+from verimail.files.bulk_io import JobInput, ResultSink, job_dir, results_frame
 from verimail.flows.failures import refused
-from verimail.flows.forms import (
-    BulkVerifyForm,
-    FormError,
-    checked_webhook,
-    find_account,
-    shared_file,
-)
 from verimail.flows.job_run import park_or_finish, run_as_owner, start_job
 from verimail.flows.summary import artifact_key, name_this_run, run_name
 from verimail.jobs import retries
 from verimail.jobs.context import db_retried, store_for
-from verimail.jobs.create import NotEnoughCredits, create_verify_job, stored_info
+from verimail.jobs.create import stored_info
+from verimail.jobs.forms import FormError, create_job_for_file, create_job_for_form
 from verimail.jobs.heartbeat import complete_run, still_owned
+from verimail.schemas.forms import BulkVerifyForm
 from verimail.schemas.results import VerificationResult
 from verimail.store import jobs as job_store
 from verimail.store.db import Store
-from verimail.tasks.verify import chunk_groups, prepare_addresses, verify_host_groups
+from verimail.tasks.job_files import read_input, record_history, write_results
+from verimail.tasks.pipeline import verify_pass
 
 ARTIFACT_TIMEOUT = 5.0
 """Seconds a progress artifact's Prefect API call may take. The artifact is only a view of
 progress: a Prefect server slow to answer (its client waits up to 60 s) once held a job at
 100% in processing for a minute, past a test's wait."""
-# A host group of more recipients is verified in pieces of this many (Prepared.split_groups),
-# each settled — and counted in the job's progress — as soon as its task is done: a list on
-# one big provider would otherwise show 0% until the very end.
-PIECE_ADDRESSES = 2_000
 
 # Job columns counted by status. catch_all_count holds both catch-all statuses (SPEC:
 # "addresses on detected catch-all domains"); likely_valid_count is the confident part.
@@ -107,72 +88,10 @@ class _Tally:
         }
 
 
-async def _db(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """Store calls are blocking: keep them off the loop that runs the SMTP sessions."""
-    return await asyncio.to_thread(fn, *args, **kwargs)
-
-
 def _flow_run_id() -> str | None:
     with contextlib.suppress(Exception):
         return str(get_run_context().flow_run.id)
     return None
-
-
-def create_job_for_file(
-    store: Store,
-    settings: Settings,
-    file_path: str,
-    account_id: int,
-    email_column: str | None,
-    webhook_url: str | None = None,
-    retry_unknowns: bool = True,
-) -> int:
-    """A job row for a run started without one (the Prefect UI, a script): reserve like the
-    API does. :class:`FormError` (one sentence) when the file or the balance will not do."""
-    path = Path(file_path)
-    try:
-        job_input = read_job_input(path, email_column, settings.upload_max_rows)
-    except UploadError as exc:
-        raise FormError(f"{path.name}: {exc.detail}") from None
-    count = job_input.address_rows
-    options: dict[str, Any] = {"source": "prefect", "filename": path.name}
-    if webhook_url:
-        options["webhook_secret"] = secrets.token_urlsafe(32)
-    if not retry_unknowns:
-        options["retry_unknowns"] = False  # (as the API's upload form stores the opt-out)
-    try:
-        job = create_verify_job(
-            store,
-            account_id,
-            count,
-            upload=path.resolve(),
-            info=job_input.info,
-            email_column=job_input.info.email_reference,
-            options=options,
-            webhook_url=webhook_url,
-        )
-    except NotEnoughCredits as exc:
-        raise FormError(
-            f"Account {account_id} has {exc.have} credits and {path.name} needs {count} "
-            "(1 per address row); nothing was charged."
-        ) from None
-    return job.id
-
-
-def create_job_for_form(store: Store, settings: Settings, form: BulkVerifyForm) -> int:
-    """The job of a run started from the deployment's form, its inputs checked first."""
-    account = find_account(store, form.account)
-    path = shared_file(settings, form.file)
-    webhook_url = checked_webhook(settings, form.webhook_url)
-    return create_job_for_file(
-        store,
-        settings,
-        str(path),
-        account.id,
-        form.email_column,
-        webhook_url,
-        retry_unknowns=form.retry_unknowns,
-    )
 
 
 @flow(name="bulk-verify", persist_result=False, log_prints=True)
@@ -195,9 +114,9 @@ async def bulk_verify(
     if job_id is None:
         try:
             if verify is not None:
-                job_id = await _db(create_job_for_form, store, settings, verify)
+                job_id = await asyncio.to_thread(create_job_for_form, store, settings, verify)
             elif file_path is not None and account_id is not None:
-                job_id = await _db(
+                job_id = await asyncio.to_thread(
                     create_job_for_file, store, settings, file_path, account_id, email_column
                 )
             else:
@@ -213,107 +132,91 @@ async def bulk_verify(
     if verify is not None and job.webhook_url and job.status == "pending":
         secret = (job.options or {}).get("webhook_secret")
         get_run_logger().info("job %s: its webhook signing key is %s", job.id, secret)
-    work = _retry(settings, store, job, retry_pass) if retry_pass else _run(settings, store, job)
+    work = (
+        _retry_pass(settings, store, job, retry_pass)
+        if retry_pass
+        else _first_pass(settings, store, job)
+    )
     return await run_as_owner(
         settings, store, job, work, unverified=job_store.UNVERIFIED, kind="bulk"
     )
 
 
-async def _run(settings: Settings, store: Store, job: job_store.Job) -> dict[str, Any]:
-    logger = get_run_logger()
+async def _first_pass(settings: Settings, store: Store, job: job_store.Job) -> dict[str, Any]:
+    """Every address of the upload, results written away batch by batch as they are known;
+    then park the job for a deferred pass or finish it."""
     # (Here, under the job's heartbeat: a slow Prefect API must not make the job look dead.)
     await name_this_run(run_name(job))
-    engine = shared_engine(settings)
-    directory = job_dir(settings.data_dir, job.id)
-    upload = Path(job.upload_path or directory / "upload.csv")
-    job_input: JobInput = await asyncio.to_thread(
-        read_job_input,
-        upload,
-        job.email_column,
-        settings.upload_max_rows,
-        stored_info(settings, job),
+    job_input = await _read_input(settings, job)
+    get_run_logger().info(
+        "job %s: %s address rows, %s unique", job.id, job_input.address_rows, len(job_input.uniques)
     )
-    prepared = await prepare_addresses(job_input.uniques)
     tally = _Tally(job_input.row_counts())
-    await still_owned(store, job)  # (a run frozen while it read the list stops here)
-    sink = ResultSink(directory, run=job.attempt)
-    prepared.split_groups(PIECE_ADDRESSES)
-    chunks = chunk_groups(prepared.groups)
-    n_groups = len(prepared.groups)
-    # Each result goes to the tally and the sink as it is known, and the engine forgets it:
-    # the run holds the work still to do and one part of results, never the whole list.
-    settled = list(engine.settle(prepared, prepared.decided_inputs()))
-    prepared.groups = []  # the chunks hold them now
-    tally.add(settled)
-    sink.add(settled)
-    total = max(job_input.address_rows, 1)
-    artifact = None
-    with contextlib.suppress(Exception):
-        async with asyncio.timeout(ARTIFACT_TIMEOUT):
-            artifact = await acreate_progress_artifact(
-                progress=100.0 * tally.processed / total,
-                key=artifact_key(settings, f"bulk-job-{job.id}-progress"),
-                description=f"Bulk job {job.id}: {job_input.address_rows} addresses",
-            )
-    await db_retried(_progress, store, job, tally)
-    logger.info(
-        "job %s: %s rows, %s unique, %s domains, %s host groups in %s tasks",
-        job.id,
-        job_input.address_rows,
-        len(job_input.uniques),
-        prepared.stats.domains,
-        n_groups,
-        len(chunks),
-    )
-    # A set that loses each task as it is handled (a finished task holds its chunk and its
-    # findings), and whose tasks are stopped with the run: cancelling this coroutine alone
-    # would leave their SMTP sessions talking.
-    pending = {asyncio.ensure_future(_chunk(c)) for c in chunks}
-    del chunks
-    try:
-        while pending:
-            finished, pending = await asyncio.wait(pending, return_when=FIRST_COMPLETED)
-            for task in finished:
-                chunk, results = task.result()
-                for result in results:
-                    engine.absorb(prepared, result)
-                for group in chunk:
-                    settled = list(engine.settle(prepared, prepared.emails_of(group), group))
-                    tally.add(settled)
-                    sink.add(settled)
-            del finished, task, chunk, results
-            await db_retried(_progress, store, job, tally)
-            if artifact is not None:
-                with contextlib.suppress(Exception):
-                    async with asyncio.timeout(ARTIFACT_TIMEOUT):
-                        await aupdate_progress_artifact(
-                            artifact, progress=100.0 * tally.processed / total
-                        )
-    finally:
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)  # they hang up first
+    sink = ResultSink(job_dir(settings.data_dir, job.id), run=job.attempt)
+    progress = _Progress(settings, store, job, tally, job_input.address_rows)
+    stats = EngineStats()
+    async for settled in verify_pass(job_input.uniques, what=f"job {job.id}", stats=stats):
+        tally.add(settled)
+        sink.add(settled)
+        del settled  # (written away: not held while the progress is written)
+        await progress.show()
     by_address = await asyncio.to_thread(sink.frame)
-    await still_owned(store, job)
-    waiting = await _park_or_finish(settings, job, directory, by_address, tally, done_pass=0)
-    if waiting is not None:
-        sink.remove()
-        return waiting
-    return await _finish(settings, store, job, upload, job_input, by_address, tally, prepared, sink)
+    summary = await _end_pass(
+        settings, store, job, job_input, by_address, tally, done_pass=0, sink=sink
+    )
+    return {**summary, **stats.as_dict()} if summary["status"] == "completed" else summary
 
 
-async def _park_or_finish(
+async def _retry_pass(
+    settings: Settings, store: Store, job: job_store.Job, retry_pass: int
+) -> dict[str, Any]:
+    """Deferred pass ``retry_pass``: ask the parked addresses again, replace their rows,
+    then park again or finish. Other addresses keep the results they had."""
+    job_input = await _read_input(settings, job)
+    state = retries.state_path(job_dir(settings.data_dir, job.id))
+    earlier = await asyncio.to_thread(pl.read_parquet, state)
+    again = retries.parked(earlier)
+    fresh: dict[str, VerificationResult] = {}
+    async for settled in verify_pass(again, what=f"job {job.id}, retry pass {retry_pass}"):
+        fresh.update(settled)
+    by_address = pl.concat(
+        [earlier.filter(~pl.col("normalised").is_in(again)), results_frame(fresh)]
+    )
+    tally = _Tally(job_input.row_counts())
+    tally.add_statuses(zip(by_address["normalised"], by_address["status"], strict=True))
+    return await _end_pass(settings, store, job, job_input, by_address, tally, done_pass=retry_pass)
+
+
+async def _read_input(settings: Settings, job: job_store.Job) -> JobInput:
+    """The job's upload, loaded as the inspection kept with the job says."""
+    upload = _upload(settings, job)
+    return await read_input(
+        upload, job.email_column, settings.upload_max_rows, stored_info(settings, job)
+    )
+
+
+def _upload(settings: Settings, job: job_store.Job) -> Path:
+    return Path(job.upload_path or job_dir(settings.data_dir, job.id) / "upload.csv")
+
+
+async def _end_pass(
     settings: Settings,
+    store: Store,
     job: job_store.Job,
-    directory: Path,
+    job_input: JobInput,
     by_address: pl.DataFrame,
     tally: _Tally,
     *,
     done_pass: int,
-) -> dict[str, Any] | None:
-    """After pass ``done_pass``: park the job, its put-off addresses to ask again, or None
-    when it finishes now (see :func:`~verimail.flows.job_run.park_or_finish`)."""
-    return await park_or_finish(
+    sink: ResultSink | None = None,
+) -> dict[str, Any]:
+    """After pass ``done_pass`` (0: the first): park the job, its put-off addresses to ask
+    again (see :func:`~verimail.flows.job_run.park_or_finish`), or finish it — history,
+    result files, and the job completed with its credits settled. ``sink``: the pass's
+    result parts, dropped once used."""
+    await still_owned(store, job)
+    directory = job_dir(settings.data_dir, job.id)
+    waiting = await park_or_finish(
         settings,
         job,
         directory,
@@ -323,59 +226,11 @@ async def _park_or_finish(
         processed=tally.processed,
         counts=tally.job_counts(),
     )
-
-
-async def _retry(
-    settings: Settings, store: Store, job: job_store.Job, retry_pass: int
-) -> dict[str, Any]:
-    """Deferred pass ``retry_pass``: ask the parked addresses again, replace their rows,
-    then park again or finish. Other addresses keep the results they had."""
-    engine = shared_engine(settings)
-    directory = job_dir(settings.data_dir, job.id)
-    upload = Path(job.upload_path or directory / "upload.csv")
-    job_input: JobInput = await asyncio.to_thread(
-        read_job_input,
-        upload,
-        job.email_column,
-        settings.upload_max_rows,
-        stored_info(settings, job),
-    )
-    earlier = await asyncio.to_thread(pl.read_parquet, retries.state_path(directory))
-    again = retries.parked(earlier)
-    fresh: dict[str, VerificationResult] = {}
-    async for raw, result in engine.stream(again):
-        fresh[raw] = result
-    by_address = pl.concat(
-        [earlier.filter(~pl.col("normalised").is_in(again)), results_frame(fresh)]
-    )
-    tally = _Tally(job_input.row_counts())
-    tally.add_statuses(zip(by_address["normalised"], by_address["status"], strict=True))
-    await still_owned(store, job)
-    waiting = await _park_or_finish(
-        settings, job, directory, by_address, tally, done_pass=retry_pass
-    )
     if waiting is not None:
+        if sink is not None:
+            sink.remove()
         return waiting
-    summary = await _finish(settings, store, job, upload, job_input, by_address, tally, None, None)
-    retries.state_path(directory).unlink(missing_ok=True)
-    return summary
-
-
-async def _finish(
-    settings: Settings,
-    store: Store,
-    job: job_store.Job,
-    upload: Path,
-    job_input: JobInput,
-    by_address: Any,
-    tally: _Tally,
-    prepared: Prepared | None,
-    sink: ResultSink | None,
-) -> dict[str, Any]:
-    """The last pass's end: history, result files, and the job completed (credits settled)."""
-    directory = job_dir(settings.data_dir, job.id)
-    await asyncio.to_thread(
-        append_history,
+    await record_history(
         settings.data_dir,
         by_address,
         job_id=job.id,
@@ -383,10 +238,9 @@ async def _finish(
         source="bulk",
         once_per_job=True,
     )
-    files = await asyncio.to_thread(
-        write_job_results,
+    files = await write_results(
         directory,
-        upload,
+        _upload(settings, job),
         job_input,
         by_address,
         run=job.attempt,
@@ -402,12 +256,8 @@ async def _finish(
         job_input.address_rows,
         processed=tally.processed,
     )
-    return {
-        "job_id": job.id,
-        "status": "completed",
-        **tally.job_counts(),
-        **(prepared.stats.as_dict() if prepared is not None else {}),
-    }
+    retries.state_path(directory).unlink(missing_ok=True)
+    return {"job_id": job.id, "status": "completed", **tally.job_counts()}
 
 
 def _previous_results(settings: Settings, job: job_store.Job) -> Path | None:
@@ -418,16 +268,48 @@ def _previous_results(settings: Settings, job: job_store.Job) -> Path | None:
     return job_dir(settings.data_dir, int(previous)) / "results.parquet"
 
 
-def _progress(store: Store, job: job_store.Job, tally: _Tally) -> None:
-    job_store.update_progress(
-        store.engine,
-        job.id,
-        tally.processed,
-        tally.job_counts(),
-        unique_emails=len(tally.rows),  # (one entry per distinct address)
-        attempt=job.attempt,
-    )
+class _Progress:
+    """The job's progress as results come: its row (what the API and dashboard poll) and a
+    progress artifact in Prefect (a view: a Prefect API slow to answer costs the job
+    nothing)."""
 
+    def __init__(
+        self, settings: Settings, store: Store, job: job_store.Job, tally: _Tally, rows: int
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.job = job
+        self.tally = tally
+        self.total = max(rows, 1)
+        self.artifact: Any = None
+        self.shown = False
 
-async def _chunk(chunk: list[HostGroup]) -> tuple[list[HostGroup], list[GroupResult]]:
-    return chunk, await verify_host_groups(chunk)
+    async def show(self) -> None:
+        """Write the progress now; the first time, check the run still has the job (a run
+        frozen while it read and resolved the list stops here) and open the artifact."""
+        percent = 100.0 * self.tally.processed / self.total
+        if not self.shown:
+            self.shown = True
+            await still_owned(self.store, self.job)
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(ARTIFACT_TIMEOUT):
+                    self.artifact = await acreate_progress_artifact(
+                        progress=percent,
+                        key=artifact_key(self.settings, f"bulk-job-{self.job.id}-progress"),
+                        description=f"Bulk job {self.job.id}: {self.total} addresses",
+                    )
+        elif self.artifact is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(ARTIFACT_TIMEOUT):
+                    await aupdate_progress_artifact(self.artifact, progress=percent)
+        await db_retried(self._write)
+
+    def _write(self) -> None:
+        job_store.update_progress(
+            self.store.engine,
+            self.job.id,
+            self.tally.processed,
+            self.tally.job_counts(),
+            unique_emails=len(self.tally.rows),  # (one entry per distinct address)
+            attempt=self.job.attempt,
+        )

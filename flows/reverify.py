@@ -34,8 +34,7 @@ from prefect.context import get_run_context
 from pydantic.json_schema import SkipJsonSchema
 
 from verimail.config import Settings, current_settings
-from verimail.engine.core import shared_engine
-from verimail.files.bulk_io import append_history, job_dir, read_job_input, results_frame
+from verimail.files.bulk_io import job_dir, read_job_input, results_frame
 from verimail.files.csv_detect import UploadError
 from verimail.files.csv_io import distinct_in_order
 from verimail.files.history import latest_statuses, query
@@ -43,14 +42,15 @@ from verimail.flows import reverify_lists as lists
 from verimail.flows import reverify_retries as parking
 from verimail.flows.bulk import bulk_verify
 from verimail.flows.failures import refused
-from verimail.flows.forms import FormError, shared_file
 from verimail.flows.summary import name_this_run, publish_table, transition_rows
 from verimail.jobs import retries
 from verimail.jobs.context import store_for
+from verimail.jobs.forms import FormError, shared_file
 from verimail.schemas.results import VerificationResult
 from verimail.store import jobs as job_store
 from verimail.store import reverify as reverify_store
-from verimail.tasks.verify import chunk_groups, prepare_addresses, verify_host_groups
+from verimail.tasks.job_files import record_history
+from verimail.tasks.pipeline import verify_pass
 
 
 def _addresses(
@@ -136,7 +136,7 @@ async def reverify_stored(
         )
     except FormError as exc:
         return refused(str(exc))
-    results = await _verify(settings, addresses)
+    results = await _verify(addresses, what)
     previous = await asyncio.to_thread(_previous, settings, addresses, results)
     await _to_history(settings, addresses, results, job_id)
     reports = parking.reports_dir(settings)
@@ -175,7 +175,7 @@ async def _retry_pass(settings: Settings, report_name: str, retry_pass: int) -> 
                 report_name, parked.mail_from, settings.smtp_mail_from,
             )  # fmt: skip
         addresses = parked.addresses
-        results = await _verify(settings, addresses)
+        results = await _verify(addresses, f"{parked.what}, retry pass {retry_pass}")
         await _to_history(settings, addresses, results, parked.job_id)
         report = parking.reports_dir(settings) / report_name
         fresh = _changes(addresses, results, parked.previous)
@@ -227,15 +227,13 @@ async def _end_pass(
     }
 
 
-async def _verify(settings: Settings, addresses: list[str]) -> list[VerificationResult]:
-    """Each address's result, in order (a chunk of host groups per Prefect task)."""
-    engine = shared_engine(settings)
-    prepared = await prepare_addresses(addresses)
-    chunks = chunk_groups(prepared.groups)
-    for results in await asyncio.gather(*(verify_host_groups(c) for c in chunks)):
-        for result in results:
-            engine.absorb(prepared, result)
-    return [engine.verdict(prepared, a) for a in addresses]
+async def _verify(addresses: list[str], what: str) -> list[VerificationResult]:
+    """Each address's result, in order (the verify pipeline: Prefect tasks per chunk of
+    mail-host groups)."""
+    results: dict[str, VerificationResult] = {}
+    async for settled in verify_pass(addresses, what=f"reverify {what}"):
+        results.update(settled)
+    return [results[a] for a in addresses]
 
 
 def _previous(
@@ -260,8 +258,7 @@ async def _to_history(
     results: list[VerificationResult],
     job_id: int | None,
 ) -> None:
-    await asyncio.to_thread(
-        append_history,
+    await record_history(
         settings.data_dir,
         results_frame(dict(zip(addresses, results, strict=True))),
         job_id=job_id,

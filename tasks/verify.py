@@ -1,6 +1,6 @@
-"""The Prefect tasks of a verification run, each a thin unit over the engine: prepare the
+"""The Prefect tasks of a verification pass, each a thin unit over the engine: prepare the
 addresses (syntax, lists, DNS once per domain, grouped by mail host) and verify chunks of
-host groups over SMTP. ``bulk-verify`` and ``reverify-stored`` compose them.
+host groups over SMTP. The verify pipeline (``tasks/pipeline.py``) composes them.
 """
 
 from __future__ import annotations
@@ -34,9 +34,12 @@ def chunk_groups(groups: Sequence[HostGroup]) -> list[list[HostGroup]]:
 
 
 @task(name="verify-host-groups", persist_result=False, cache_policy=NO_CACHE)
-async def verify_host_groups(groups: list[HostGroup]) -> list[GroupResult]:
+async def verify_host_groups(
+    groups: list[HostGroup], greylist_retries: int | None = None
+) -> list[GroupResult]:
     """SMTP for a chunk of host groups; sessions are shared within each group."""
-    return await shared_engine(current_settings()).run_groups(groups)
+    engine = shared_engine(current_settings())
+    return await engine.run_groups(groups, greylist_retries=greylist_retries)
 
 
 @task(name="prepare-addresses", persist_result=False, cache_policy=NO_CACHE)

@@ -104,9 +104,9 @@ def test_the_form_shows_only_described_inputs(setup):
 
 def test_the_form_can_opt_a_job_out_of_deferred_retries(setup):
     """ "Retry unknowns" off: the job is made as the API makes one with retry_unknowns=false."""
-    from verimail.flows.bulk import create_job_for_form
-    from verimail.flows.forms import BulkVerifyForm
+    from verimail.jobs.forms import create_job_for_form
     from verimail.jobs.retries import enabled
+    from verimail.schemas.forms import BulkVerifyForm
 
     settings, store, account = setup
     ids = [

@@ -22,7 +22,6 @@ from verimail.engine.smtp.prober import HostGroup
 from verimail.files import bulk_io
 from verimail.files.bulk_io import job_dir
 from verimail.files.csv_detect import UploadError
-from verimail.flows import bulk as bulk_module
 from verimail.flows.bulk import bulk_verify
 from verimail.flows.failures import ends_the_process
 from verimail.flows.runner import LocalRunner
@@ -34,6 +33,7 @@ from verimail.schemas.results import VerificationResult
 from verimail.store import accounts, credits
 from verimail.store import jobs as job_store
 from verimail.store.db import utcnow
+from verimail.tasks import job_files, pipeline
 from verimail.tasks import verify as verify_tasks
 from verimail.tasks.verify import chunk_groups
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
@@ -131,7 +131,7 @@ def test_a_run_whose_process_is_stopped_leaves_the_job_to_the_reaper(setup, monk
     def stopped(*args, **kwargs):
         raise SystemExit(1)
 
-    monkeypatch.setattr(bulk_module, "read_job_input", stopped)
+    monkeypatch.setattr(job_files, "read_job_input", stopped)
     before = credits.balance(store.engine, account.id).total
     with using_settings(settings), pytest.raises(SystemExit):
         asyncio.run(bulk_verify(job_id=job.id))
@@ -498,7 +498,7 @@ def test_a_run_frozen_before_its_parts_began_leaves_the_later_runs_parts_alone(
     tb, settings, store, job = _slow_job(
         testbed_factory, testbed_settings, tmp_path, "dozy.test", 0.1, stale=120
     )
-    real_read = bulk_module.read_job_input
+    real_read = job_files.read_job_input
     frozen, wake = threading.Event(), threading.Event()
     reads: list[int] = []
 
@@ -509,7 +509,7 @@ def test_a_run_frozen_before_its_parts_began_leaves_the_later_runs_parts_alone(
             wake.wait(60)
         return real_read(*args, **kwargs)
 
-    monkeypatch.setattr(bulk_module, "read_job_input", read_job_input)
+    monkeypatch.setattr(job_files, "read_job_input", read_job_input)
     outcomes: dict[int, object] = {}
 
     def run(attempt: int) -> None:
@@ -550,13 +550,13 @@ def test_a_run_frozen_while_writing_its_files_cannot_replace_the_later_runs(
         testbed_factory, testbed_settings, tmp_path, "frozen.test", 0.0, stale=120
     )
     directory = job_dir(settings.data_dir, job.id)
-    real_write = bulk_module.write_job_results
+    real_write = job_files.write_job_results
 
     def frozen_while_writing(*args, **kwargs):
         _completed_by_run_2(store, job, directory)  # (what happened while run 1 was frozen)
         return real_write(*args, **kwargs)
 
-    monkeypatch.setattr(bulk_module, "write_job_results", frozen_while_writing)
+    monkeypatch.setattr(job_files, "write_job_results", frozen_while_writing)
     try:
         with using_settings(settings):
             outcome = asyncio.run(bulk_verify(job_id=job.id))
@@ -660,7 +660,7 @@ def test_a_list_on_one_big_domain_shows_progress_piece_by_piece(
     """40 addresses on one slow host, verified in pieces of 10: the job's processed count
     moves while it runs (not only at the end), every piece probes the domain for catch-all,
     and the results are those of one piece."""
-    monkeypatch.setattr(bulk_module, "PIECE_ADDRESSES", 10)
+    monkeypatch.setattr(pipeline, "PIECE_ADDRESSES", 10)
     monkeypatch.setattr(verify_tasks, "MIN_CHUNK_ADDRESSES", 5)
     tb, settings, store, job = _slow_job(
         testbed_factory, testbed_settings, tmp_path, "bigco.test", 0.02, stale=120
@@ -769,7 +769,7 @@ def test_the_local_runner_leaves_a_stopped_run_to_the_reaper_too(setup, monkeypa
     def stopped(*args, **kwargs):
         raise SystemExit(1)
 
-    monkeypatch.setattr(bulk_module, "read_job_input", stopped)
+    monkeypatch.setattr(job_files, "read_job_input", stopped)
     _run_locally(settings, job.id)
     left = job_store.get_job_any(store.engine, job.id)
     assert (left.status, left.credits_refunded, left.failed_reason) == ("processing", 0, None)
