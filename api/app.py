@@ -36,9 +36,9 @@ from verimail.api.routes import account, bulk, finder, finder_csv, health, rever
 from verimail.api.routes.health import verifier_ready
 from verimail.config import Settings, get_settings
 from verimail.engine.core import Engine
-from verimail.flows.runner import LocalRunner, make_runner
 from verimail.jobs.create import JobRunner
 from verimail.jobs.recovery import Reaper
+from verimail.runners import LocalRunner, make_runner
 from verimail.store.db import Store, init_store, make_engine
 
 log = logging.getLogger("verimail.api")

@@ -28,7 +28,7 @@ from verimail.config import Settings
 from verimail.engine.core import Engine
 from verimail.engine.finder import FinderResult, find_email
 from verimail.engine.smtp.prober import DomainSession
-from verimail.flows.learned_patterns import StoredPatterns
+from verimail.jobs.learned_patterns import StoredPatterns
 from verimail.store.accounts import create_account
 from verimail.store.db import init_store
 from verimail.testbed.people import Person, company, finder_world, one_per_pattern

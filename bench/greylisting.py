@@ -10,7 +10,7 @@ deferred retries do for a job on postgrey-style hosts.
    in-run greylist back-off is off, so the comparison is of the deferred retries alone.
 3. ``--one-worker`` (alone: parts 1 and 2 are skipped): deployment mode with exactly one
    worker (``prefect worker start --limit 1`` on a fresh pool, the recipe of the deployment
-   tests, ``flows/testing.py``). Job A (the same list) parks its greylisted addresses; job B
+   tests, ``runners/testing.py``). Job A (the same list) parks its greylisted addresses; job B
    (``--second-size`` plain addresses) is submitted during A's wait; the timeline of both,
    from the API's job phases and Prefect's flow-run times, shows whether B completed before
    A's retry pass started.
@@ -329,8 +329,8 @@ async def _one_worker(
     backend: str,
 ) -> dict[str, Any]:
     """Jobs A and B through the API in deployment mode, one worker (limit 1) on a fresh pool."""
-    from verimail.flows.deploy import register_deployments
-    from verimail.flows.testing import prefect_worker, worker_env
+    from verimail.runners.deploy import register_deployments
+    from verimail.runners.testing import prefect_worker, worker_env
     from verimail.store.testing import temporary_database_url
 
     pool = f"verimail-bench-{os.getpid()}"

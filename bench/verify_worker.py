@@ -111,9 +111,9 @@ def run_flow(settings: Settings, addresses: list[str]) -> tuple[dict[str, Any], 
     import polars as pl
     from prefect.testing.utilities import prefect_test_harness
 
-    from verimail.flows.runner import LocalRunner
     from verimail.jobs.context import store_for
     from verimail.jobs.create import create_verify_job
+    from verimail.runners.local import LocalRunner
     from verimail.store import accounts
     from verimail.store import jobs as job_store
 

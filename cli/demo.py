@@ -28,7 +28,7 @@ from rich.console import Console
 
 from verimail.cli.jobs import quiet_prefect
 from verimail.config import Settings
-from verimail.flows.prefect_ui import port_free
+from verimail.runners.prefect_ui import port_free
 from verimail.store.accounts import (
     authenticate,
     create_account,
@@ -271,7 +271,7 @@ def _start_prefect_ui(
     """Start the Prefect server with its UI (stopped with ``stack``); its URL, or None (and
     a line saying why) when it cannot start: the demo then runs on Prefect's temporary
     server, without a UI."""
-    from verimail.flows.prefect_ui import PrefectUIError, prefect_ui
+    from verimail.runners.prefect_ui import PrefectUIError, prefect_ui
 
     try:
         with console.status(f"starting the Prefect UI on 127.0.0.1:{port} (~15 s)…"):

@@ -42,8 +42,8 @@ def _cli_patterns():  # type: ignore[no-untyped-def]
     quiet_prefect()  # (flows.finder imports Prefect)
     from sqlalchemy.exc import SQLAlchemyError
 
-    from verimail.flows.learned_patterns import StoredPatterns
     from verimail.jobs.context import store_for
+    from verimail.jobs.learned_patterns import StoredPatterns
 
     settings = get_settings()
     try:
@@ -63,7 +63,7 @@ def quiet_prefect() -> None:
 
 def _run_here(settings, store, kind: str, job_id: int, total: int):  # type: ignore[no-untyped-def]
     """Run a job's flow in this process with a progress bar; the finished job row."""
-    from verimail.flows.runner import LocalRunner
+    from verimail.runners.local import LocalRunner
     from verimail.store import jobs as job_store
 
     runner = LocalRunner(settings)
@@ -236,7 +236,7 @@ def deploy_command(
     from prefect.exceptions import PrefectHTTPStatusError
     from prefect.settings import PREFECT_API_URL
 
-    from verimail.flows.deploy import register_deployments
+    from verimail.runners.deploy import register_deployments
 
     url = PREFECT_API_URL.value()
     if not url:  # (Prefect would register them in a throwaway server of this process)

@@ -87,7 +87,7 @@ def serve_command(
 
 @contextlib.contextmanager
 def _prefect_ui(settings: Settings, port: int | None) -> Iterator[None]:
-    """The Prefect UI server while the API serves, when asked for (see flows/prefect_ui).
+    """The Prefect UI server while the API serves, when asked for (see runners/prefect_ui).
 
     While it runs, SIGTERM ends the API as Ctrl-C does: uvicorn raises the signal again once
     it has shut down, which (default handler) killed the process before it could stop the
@@ -95,7 +95,7 @@ def _prefect_ui(settings: Settings, port: int | None) -> Iterator[None]:
     if port is None:
         yield
         return
-    from verimail.flows.prefect_ui import PrefectUIError, prefect_ui
+    from verimail.runners.prefect_ui import PrefectUIError, prefect_ui
 
     if settings.runner != "local" or os.environ.get("PREFECT_API_URL"):
         typer.echo(

@@ -41,12 +41,12 @@ from verimail.config import Settings, current_settings
 from verimail.files.bulk_io import StagedFiles, job_dir, save_info
 from verimail.files.csv_io import read_finder_upload, write_results_csv
 from verimail.flows.job_run import next_pass, park_or_finish, run_as_owner, start_job
-from verimail.flows.learned_patterns import StoredPatterns
 from verimail.flows.summary import name_this_run, run_name
 from verimail.jobs import retries
 from verimail.jobs.context import db_retried, store_for
 from verimail.jobs.create import stored_info
 from verimail.jobs.heartbeat import Superseded, complete_run, still_owned
+from verimail.jobs.learned_patterns import StoredPatterns
 from verimail.store import jobs as job_store
 from verimail.store.credits import charges_under
 from verimail.store.db import Store

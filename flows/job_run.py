@@ -22,8 +22,8 @@ import polars as pl
 
 from verimail.config import Settings
 from verimail.engine import metrics
+from verimail.flows.deployments import DEPLOYMENTS, from_deployment
 from verimail.flows.failures import customer_reason, ends_the_process
-from verimail.flows.runner import DEPLOYMENTS, from_deployment
 from verimail.flows.summary import publish_job_summary
 from verimail.jobs import retries
 from verimail.jobs.context import no_such_job
@@ -82,7 +82,7 @@ async def run_as_owner(
     ``unverified``: what a failure refunds (``job_store.UNVERIFIED``: all not verified; 0
     for a job that charges as it goes). ``before_failing``: saves what the run has done
     before the job is failed (best effort). ``kind``: the runner's name of the job's flow
-    (``flows/runner.py``), whose run does the next pass of a job the work parked (an
+    (``flows/deployments.py``), whose run does the next pass of a job the work parked (an
     outcome ``waiting_to_retry``, from :func:`park_or_finish`).
     """
     try:

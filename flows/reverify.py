@@ -5,7 +5,7 @@ What to re-verify, in this order: a customer's list on its schedule (``account_i
 weekly schedule, with no parameters — every address whose latest verification is older
 than ``older_than_days``. Runs of the last three are operator work: nothing is charged.
 
-A list's scheduled run (``flows/reverify_lists.py``) plans the schedule's next run, then
+A list's scheduled run plans the schedule's next run (``flows/planned_runs.py``), then
 makes a re-verification job of the owner's, charged like any bulk job (skipped, with the
 reason in its history and this run's log, when the balance is short), and runs it as a
 ``bulk-verify`` subflow: the job's download and its webhook carry the transitions.
@@ -14,7 +14,7 @@ Writes the new results to the history and a change report CSV
 (``<data_dir>/reports/reverify-<time>.csv``: email, previous_status, status,
 previous_verified_at, reason) and returns the transitions counted, e.g.
 ``{"valid->invalid": 3}``. Addresses the servers put off are parked for deferred retry
-passes (``flows/reverify_retries.py``): follow-up runs of this flow (``retry_of``,
+passes (``jobs/reverify_parking.py``): follow-up runs of this flow (``retry_of``,
 ``retry_pass``) ask them again later and update the same report.
 """
 
@@ -38,12 +38,13 @@ from verimail.files.bulk_io import job_dir, read_job_input, results_frame
 from verimail.files.csv_detect import UploadError
 from verimail.files.csv_io import distinct_in_order
 from verimail.files.history import latest_statuses, query
-from verimail.flows import reverify_lists as lists
-from verimail.flows import reverify_retries as parking
+from verimail.flows import planned_runs
 from verimail.flows.bulk import bulk_verify
 from verimail.flows.failures import refused
 from verimail.flows.summary import name_this_run, publish_table, transition_rows
 from verimail.jobs import retries
+from verimail.jobs import reverify as lists
+from verimail.jobs import reverify_parking as parking
 from verimail.jobs.context import store_for
 from verimail.jobs.forms import FormError, shared_file
 from verimail.schemas.results import VerificationResult
@@ -194,7 +195,7 @@ async def _end_pass(
     the return value)."""
     logger = get_run_logger()
     report = parking.reports_dir(settings) / done.report
-    parked = await parking.park(settings, done, waiting) if waiting else None
+    parked = await _park(settings, done, waiting) if waiting else None
     transitions = Counter(f"{row['previous_status']}->{row['status']}" for row in changed)
     summary = f"{len(done.addresses)} addresses re-verified, {len(changed)} changed status"
     if done.retry_pass:
@@ -225,6 +226,45 @@ async def _end_pass(
         "retry_waiting": len(waiting) if parked is not None else 0,
         "next_retry_at": parked.next_retry_at.isoformat() if parked is not None else None,
     }
+
+
+async def _park(
+    settings: Settings, done: parking.Parked, waiting: list[str]
+) -> parking.Parked | None:
+    """After pass ``done`` (``retry_pass`` 0: the first run): park ``waiting`` for the next
+    pass — its run planned in Prefect, what it needs saved beside the report — and return
+    it; None when no pass is left (``job_retry_passes``, ``job_retry_max_wait``), or when
+    Prefect cannot plan the run (logged): the report then stays as this pass left it."""
+    planned = retries.plan(settings, done.retry_pass, done.waited)
+    if planned is None:
+        return None
+    retry_pass, at, waited = planned
+    try:
+        run_id = await planned_runs.create_planned_run(
+            settings,
+            reverify_stored,
+            {"retry_of": done.report, "retry_pass": retry_pass},
+            at,
+            name=f"reverify {done.what}: retry pass {retry_pass}",
+            tags=[planned_runs.RETRY_RUN_TAG],
+        )
+    except Exception as exc:
+        get_run_logger().warning(
+            "could not plan retry pass %s of %s: %s", retry_pass, done.report, exc
+        )
+        return None
+    parked = done.model_copy(
+        update={
+            "retry_pass": retry_pass,
+            "next_retry_at": at,
+            "waited": waited,
+            "addresses": waiting,
+            "previous": {a: done.previous[a] for a in waiting if a in done.previous},
+            "flow_run_id": run_id,
+        }
+    )
+    await asyncio.to_thread(parking.save, settings, parked)
+    return parked
 
 
 async def _verify(addresses: list[str], what: str) -> list[VerificationResult]:
@@ -328,7 +368,9 @@ async def run_scheduled(settings: Settings, account_id: int, list_job: int) -> d
         return {"list_job_id": list_job, "skipped": changed}
     # The successor first: a run that fails below must not end the schedule.
     when = lists.next_after(schedule.next_run_at, schedule.every_days, datetime.now(UTC))
-    planned = await lists.plan_run(settings, store, account_id, list_job, when)
+    planned = await planned_runs.plan_list_run(
+        settings, store, reverify_stored, account_id, list_job, when
+    )
     if not await asyncio.to_thread(
         reverify_store.set_flow_run,
         store.engine,
@@ -337,7 +379,7 @@ async def run_scheduled(settings: Settings, account_id: int, list_job: int) -> d
         when,
         expected=me,
     ):  # (changed or cancelled this very moment: neither run is the schedule's)
-        await lists.cancel_run(planned.flow_run_id, "the schedule changed meanwhile")
+        await planned_runs.cancel_run(planned.flow_run_id, "the schedule changed meanwhile")
         logger.info("list %s: nothing to do: %s", list_job, changed)
         return {"list_job_id": list_job, "skipped": changed}
     previous = await asyncio.to_thread(

@@ -18,6 +18,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from verimail.config import Settings
 from verimail.engine.core import forget_engine
 from verimail.store.db import Store, init_store
+from verimail.store.jobs import get_job_any
 
 log = logging.getLogger(__name__)
 
@@ -70,3 +71,13 @@ def no_such_job(store: Store, job_id: int) -> ValueError:
         f"no job {job_id} in {where}: every API process and worker must use the same "
         "VERIMAIL_DATABASE_URL"
     )
+
+
+def attempt_of(settings: Settings, job_id: int) -> int | None:
+    """The job's run number now, for a run submitted without one (None if it cannot be
+    read: the run then reports the problem itself)."""
+    try:
+        job = get_job_any(store_for(settings).engine, job_id)
+    except Exception:
+        return None
+    return job.attempt if job is not None else None

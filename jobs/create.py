@@ -39,7 +39,7 @@ RUN_KIND: dict[str, RunKind] = {"bulk_csv": "bulk", "bulk_json": "bulk", "finder
 
 
 class JobRunner(Protocol):
-    """Starts the flow run of a job and returns at once (``flows/runner.py`` has the two).
+    """Starts the flow run of a job and returns at once (``runners/`` has the two).
 
     ``attempt`` is the run number the run is for (recovery's claim gives it; None: the
     job's run now). It is fixed here, at submission: a run that waits (for a worker thread,

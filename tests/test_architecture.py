@@ -21,10 +21,14 @@ MAY_IMPORT: dict[str, set[str]] = {
     "store": {"config", "schemas"},
     "jobs": {"config", "schemas", "engine", "files", "tasks", "store"},
     "flows": {"config", "schemas", "engine", "files", "tasks", "store", "jobs"},
-    "api": {"config", "schemas", "engine", "files", "tasks", "store", "jobs", "flows"},
+    "runners": {"config", "schemas", "engine", "files", "tasks", "store", "jobs", "flows"},
+    "api": {
+        *("config", "schemas", "engine", "files", "tasks", "store", "jobs", "flows"),
+        "runners",
+    },
     "cli": {
-        *("config", "schemas", "engine", "files", "tasks", "store", "jobs", "flows", "api"),
-        "testbed",
+        *("config", "schemas", "engine", "files", "tasks", "store", "jobs", "flows"),
+        *("runners", "api", "testbed"),
     },
 }
 
@@ -50,6 +54,7 @@ FORBIDDEN_LIBRARIES: dict[str, set[str]] = {
     "store": {"prefect", "fastapi", "starlette", "typer", "rich"},
     "jobs": {"prefect", "fastapi", "starlette", "uvicorn", "jinja2", "typer", "rich"},
     "flows": {"typer", "rich"},
+    "runners": {"typer", "rich", "fastapi", "starlette", "jinja2"},
     "api": {"typer", "rich"},
     "testbed": {"prefect", "fastapi", "sqlalchemy"},
 }

@@ -27,8 +27,9 @@ from api_helpers import (
 from hardening_helpers import assert_ledger_exact
 from sqlalchemy import update
 
-from verimail.flows import runner as runner_module
-from verimail.flows.testing import kill_tree, prefect_worker, worker_env
+from verimail.flows.deployments import DEPLOYMENTS
+from verimail.runners import deployment as runner_module
+from verimail.runners.testing import kill_tree, prefect_worker, worker_env
 from verimail.store import jobs as job_store
 from verimail.store.credits import balance
 from verimail.store.prices import price
@@ -49,7 +50,7 @@ def _pool() -> str:
 
 
 async def _register(pool: str) -> None:
-    from verimail.flows.deploy import register_deployments
+    from verimail.runners.deploy import register_deployments
 
     assert await asyncio.to_thread(register_deployments, pool, schedule=False)
 
@@ -156,8 +157,8 @@ async def test_a_queued_job_is_held_and_a_dead_run_is_resumed(
     from prefect.states import Running
 
     from verimail.config import Settings
-    from verimail.flows.runner import DeploymentRunner
     from verimail.jobs.recovery import recover_stale_jobs
+    from verimail.runners.deployment import DeploymentRunner
     from verimail.store.db import init_store, utcnow
 
     pool = _pool()
@@ -358,7 +359,7 @@ async def test_a_parked_finder_job_waits_as_a_scheduled_run_of_its_deployment(
                 async with get_client() as client:
                     deployment = await client.read_deployment(scheduled.deployment_id)
                 assert body["retry_waiting"] == 1
-                assert deployment.name == runner_module.DEPLOYMENTS["finder"].split("/")[1]
+                assert deployment.name == DEPLOYMENTS["finder"].split("/")[1]
                 done = await poll_job(app.client, url_, customer.headers, timeout=240)
                 assert done["status"] == "completed", (done, log.read_text()[-3000:])
                 charge = price("find", 1, settings)

@@ -20,7 +20,7 @@ from verimail.engine.finder_learned import DomainPattern, learned_confidence
 from verimail.engine.finder_patterns import PATTERNS, pattern_confidence
 from verimail.engine.smtp.prober import DomainSession
 from verimail.files.bulk_io import RESULT_SCHEMA, append_history
-from verimail.flows.learned_patterns import StoredPatterns
+from verimail.jobs.learned_patterns import StoredPatterns
 from verimail.store.accounts import create_account
 from verimail.store.db import Store, init_store
 from verimail.store.patterns import pattern_counts, record_find

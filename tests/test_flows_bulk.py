@@ -24,11 +24,11 @@ from verimail.files.bulk_io import job_dir
 from verimail.files.csv_detect import UploadError
 from verimail.flows.bulk import bulk_verify
 from verimail.flows.failures import ends_the_process
-from verimail.flows.runner import LocalRunner
 from verimail.flows.summary import artifact_key
 from verimail.jobs import heartbeat as heartbeat_module
 from verimail.jobs.context import forget, store_for
 from verimail.jobs.recovery import recover_stale_jobs
+from verimail.runners.local import LocalRunner
 from verimail.schemas.results import VerificationResult
 from verimail.store import accounts, credits
 from verimail.store import jobs as job_store

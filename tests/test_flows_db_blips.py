@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from verimail.flows.runner import LocalRunner
 from verimail.jobs.context import forget, store_for
+from verimail.runners.local import LocalRunner
 from verimail.store import accounts, credits
 from verimail.store import jobs as job_store
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World

@@ -403,7 +403,7 @@ async def test_a_planned_run_cancelled_in_prefect_does_not_end_the_schedule(sett
     from prefect.client.orchestration import get_client
     from prefect.states import Cancelled
 
-    from verimail.flows.reverify_lists import LOST_RUN
+    from verimail.runners.sweep import LOST_RUN
 
     started = datetime.now(UTC)
     async with running_app(settings) as app:

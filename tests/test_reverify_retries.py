@@ -18,8 +18,8 @@ from api_helpers import host_per_domain, running_app
 
 from verimail.config import Settings, using_settings
 from verimail.files.history import query
+from verimail.flows.planned_runs import RETRY_RUN_TAG as RUN_TAG
 from verimail.flows.reverify import reverify_stored
-from verimail.flows.reverify_retries import RUN_TAG
 from verimail.jobs.context import forget
 from verimail.testbed.server import Testbed
 from verimail.testbed.world import HostBehaviour, World
@@ -265,7 +265,7 @@ async def test_with_workers_the_follow_up_is_a_run_of_the_deployment(
     from prefect.client.orchestration import get_client
     from prefect.flow_engine import run_flow_async
 
-    from verimail.flows.deploy import register_deployments
+    from verimail.runners.deploy import register_deployments
 
     settings = _settings(tb, tmp_path, testbed_settings)  # (runner: local, as a worker's)
     await asyncio.to_thread(register_deployments, f"verimail-test-{os.getpid()}", schedule=False)

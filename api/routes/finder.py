@@ -41,7 +41,7 @@ from verimail.engine.finder import (
     normalise_finder_domain,
 )
 from verimail.engine.smtp.host_slots import urgent
-from verimail.flows.learned_patterns import StoredPatterns
+from verimail.jobs.learned_patterns import StoredPatterns
 from verimail.schemas.errors import ValidationErrorBody
 from verimail.schemas.finder import DomainPatternResponse, FindEmailResponse, LearnedPattern
 from verimail.schemas.finder import FindEmailRequest as FindEmailContract

@@ -28,7 +28,8 @@ from verimail.api.errors import (
 from verimail.api.jobs import start_run, webhook_options
 from verimail.api.routes.bulk import BULK_KINDS
 from verimail.files.bulk_io import change_report_csv, job_dir
-from verimail.flows import reverify_lists as lists
+from verimail.flows.planned_runs import cancel_run, plan_list_run
+from verimail.jobs import reverify as lists
 from verimail.schemas.errors import ValidationErrorBody
 from verimail.schemas.jobs import BulkJob
 from verimail.schemas.limits import MAX_EVERY_DAYS
@@ -222,7 +223,11 @@ async def save_schedule(
     settings = request.app.state.settings
     try:
         await to_thread.run_sync(_prefect_ready, request)
-        planned = await lists.plan_run(settings, store, account_id, list_job, first_run)
+        from verimail.flows.reverify import reverify_stored  # (Prefect, ready now)
+
+        planned = await plan_list_run(
+            settings, store, reverify_stored, account_id, list_job, first_run
+        )
     except Exception as exc:
         raise ApiError(
             503,
@@ -237,10 +242,10 @@ async def save_schedule(
             )
         )
     except BaseException:
-        await lists.cancel_run(planned.flow_run_id, "the schedule could not be saved")
+        await cancel_run(planned.flow_run_id, "the schedule could not be saved")
         raise
     if old is not None:
-        await lists.cancel_run(old, "the schedule was changed")
+        await cancel_run(old, "the schedule was changed")
     return schedule
 
 
@@ -294,7 +299,7 @@ async def cancel_schedule(store: Store, job: job_store.Job) -> None:
     """Cancel the schedule of ``job``'s list (the caller's own job) and its planned run."""
     schedule = await _list_schedule(store, job, reverify_store.delete_schedule)
     if schedule.flow_run_id:
-        await lists.cancel_run(schedule.flow_run_id, "the schedule was cancelled")
+        await cancel_run(schedule.flow_run_id, "the schedule was cancelled")
 
 
 @router.get(

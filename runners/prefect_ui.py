@@ -158,7 +158,7 @@ def prefect_ui(port: int, data_dir: Path) -> Iterator[PrefectUIServer]:
         yield server
     finally:
         if "prefect" in sys.modules:  # the runs' last log lines, while the server is there
-            from verimail.flows.runner import send_pending_logs
+            from verimail.runners.local import send_pending_logs
 
             send_pending_logs()
         server.stop()

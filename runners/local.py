@@ -1,15 +1,12 @@
-"""Starting flow runs for jobs: one interface, two modes (setting ``runner``).
+"""The local runner: the API process (or the CLI) runs the flows itself, in a small thread
+pool, on Prefect's embedded server — nothing else to install or start. The first flow run
+of a process waits for that server (≈ 10–20 s), so the API warms it up in the background at
+start-up instead of making start-up slow.
 
-- ``local`` (default): the API process runs the flow itself in a small thread pool, on
-  Prefect's embedded server — nothing else to install or start. The first flow run of a
-  process waits for that server (≈ 10–20 s), so the API warms it up in the background at
-  start-up instead of making start-up slow.
-- ``deployment``: ``run_deployment(..., timeout=0)`` hands the run to a work pool; workers
-  on any number of machines run it against the shared PostgreSQL store and results dir.
-
-Either way a job never stays ``pending``/``processing`` because its run never started or
-died early: the local runner checks the job after the flow returns, and ``recovery``
-reaps jobs whose heartbeat stopped.
+A job never stays ``pending``/``processing`` because its run never started or died early:
+the runner checks the job after the flow returns, and ``jobs/recovery.py`` reaps jobs whose
+heartbeat stopped. With this runner the process is also the worker of the planned
+``reverify-stored`` runs (``runners/sweep.py``).
 """
 
 from __future__ import annotations
@@ -19,38 +16,19 @@ import logging
 import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
-from uuid import UUID
 
 from verimail.config import Settings, using_settings
 from verimail.flows.failures import customer_reason, ends_the_process
-from verimail.jobs.context import store_for
-from verimail.jobs.create import JobRunner
+from verimail.jobs import reverify_parking
+from verimail.jobs.context import attempt_of, store_for
 from verimail.jobs.heartbeat import was_superseded
 from verimail.jobs.notify import notify_job_soon
+from verimail.jobs.reverify import any_list_due
 from verimail.store import jobs as job_store
 
 log = logging.getLogger(__name__)
-
-# Deployment names as prefect.yaml defines them ("<flow name>/<deployment name>").
-DEPLOYMENTS = {
-    "bulk": "bulk-verify/bulk-verify",
-    "finder": "find-emails/find-emails",
-    "reverify": "reverify-stored/reverify-stored",
-}
-
-
-def from_deployment() -> bool:
-    """The flow run this code runs in is a deployment's (a worker took it from the work pool),
-    not the local runner's or a direct call. A run it plans for later belongs to that
-    deployment too, whatever the worker's own ``runner`` setting says."""
-    try:
-        from prefect.context import get_run_context
-
-        return get_run_context().flow_run.deployment_id is not None  # type: ignore[union-attr]
-    except Exception:  # (no run here)
-        return False
 
 
 def _flow_for(kind: str) -> Any:
@@ -132,7 +110,7 @@ class LocalRunner:
         if self._closed:  # (a parked job's timer after shutdown: the reaper has it)
             return
         if attempt is None:
-            attempt = _attempt_of(self.settings, job_id)
+            attempt = attempt_of(self.settings, job_id)
         delay = (at - datetime.now(UTC)).total_seconds() if at is not None else 0.0
         if delay > 0:
             # A parked job's next pass: a timer, not a worker thread, holds it meanwhile
@@ -191,35 +169,29 @@ class LocalRunner:
 
     def start_due_runs(self) -> int:
         """Claim the planned ``reverify-stored`` runs that are due — lists' scheduled runs
-        (``flows/reverify_lists.py``) and parked re-verifications' retry passes
-        (``flows/reverify_retries.py``) — and run them here: with the local runner, this
-        process is their worker. Called by the reaper's sweep; Prefect is asked only when
-        the store or a parked pass's file says one is due."""
-        from verimail.flows import reverify_lists, reverify_retries
+        and parked re-verifications' retry passes (``flows/planned_runs.py``) — and run them
+        here: with the local runner, this process is their worker. Called by the reaper's
+        sweep; Prefect is asked only when the store or a parked pass's file says one is
+        due."""
+        from verimail.flows.planned_runs import LIST_RUN_TAG, RETRY_RUN_TAG
+        from verimail.runners import sweep
 
-        schedules = reverify_lists.any_due(self.settings)
-        passes = reverify_retries.any_due(self.settings)
+        schedules = any_list_due(self.settings)
+        passes = reverify_parking.any_pass_due(self.settings)
         if not (schedules or passes):
             return 0
         self._ensure_prefect()
-        tags = [
-            tag
-            for tag, due in (
-                (reverify_lists.RUN_TAG, schedules),
-                (reverify_retries.RUN_TAG, passes),
-            )
-            if due
-        ]
-        runs = reverify_lists.claim_due_runs(self.settings, tags)
+        tags = [tag for tag, due in ((LIST_RUN_TAG, schedules), (RETRY_RUN_TAG, passes)) if due]
+        runs = sweep.claim_due_runs(self.settings, tags)
         for run in runs:
             future = self._pool.submit(self._run_flow_run, run)
             with self._lock:
                 self._futures.add(future)
             future.add_done_callback(self._forget)
         if schedules:
-            reverify_lists.replan_lost_runs(self.settings)
+            sweep.replan_lost_runs(self.settings)
         if passes:
-            reverify_retries.drop_lost_runs(self.settings)
+            sweep.drop_lost_runs(self.settings)
         return len(runs)
 
     def _run_flow_run(self, flow_run: Any) -> None:
@@ -294,16 +266,6 @@ def send_pending_logs() -> None:
     drain.join(LOG_DRAIN_SECONDS + 1)
 
 
-def _attempt_of(settings: Settings, job_id: int) -> int | None:
-    """The job's run number now, for a run submitted without one (None if it cannot be
-    read: the run then reports the problem itself)."""
-    try:
-        job = job_store.get_job_any(store_for(settings).engine, job_id)
-    except Exception:
-        return None
-    return job.attempt if job is not None else None
-
-
 def _fail_if_unfinished(
     settings: Settings, job_id: int, error: BaseException | None, attempt: int | None = None
 ) -> None:
@@ -324,120 +286,3 @@ def _fail_if_unfinished(
             notify_job_soon(settings, job_id)
     except Exception:
         log.exception("could not settle job %s", job_id)
-
-
-class DeploymentRunner:
-    """Hands runs to Prefect workers through the deployments of ``prefect.yaml``."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-
-    def submit(
-        self,
-        kind: str,
-        job_id: int,
-        attempt: int | None = None,
-        *,
-        retry_pass: int = 0,
-        at: datetime | None = None,
-    ) -> None:
-        """A flow run in the work pool; with ``at``, a ``Scheduled`` one a worker takes at
-        that time (no worker is held meanwhile)."""
-        from prefect.deployments import run_deployment
-
-        if attempt is None:
-            attempt = _attempt_of(self.settings, job_id)
-        parameters: dict[str, Any] = {"job_id": job_id, "attempt": attempt}
-        if retry_pass:
-            parameters["retry_pass"] = retry_pass
-        flow_run = run_deployment(
-            DEPLOYMENTS[kind],
-            parameters=parameters,
-            scheduled_time=at,
-            timeout=0,
-            as_subflow=False,
-        )
-        job_store.set_flow_run_id(store_for(self.settings).engine, job_id, str(flow_run.id))
-
-    def held_jobs(self) -> list[int]:
-        """Unfinished jobs whose flow run waits in the work pool: no worker has taken it
-        yet (Scheduled, Late), or one took it moments ago and is starting its process
-        (Pending, for at most ``STARTING_LIMIT``).
-
-        Such a job is queued, not dead. Without this, whenever every worker is busy for
-        longer than ``job_stale_after`` the reaper would "resume" queued jobs — a second
-        run of each — and in the end fail them as out of attempts. A run Pending for
-        longer (its worker died while starting it) or Running with a silent heartbeat
-        (its worker died mid-job) is not held, so the reaper resumes it.
-        """
-        waiting = job_store.unfinished_flow_runs(store_for(self.settings).engine)
-        if not waiting:
-            return []
-        try:
-            states = _flow_run_states(list(waiting.values()))
-        except Exception as exc:
-            # Prefect unreachable: which runs still wait cannot be told, and a run resumed now
-            # could not be submitted either (the job would fail with its refund). Hold them
-            # all until Prefect answers; a run that died meanwhile is resumed after that.
-            log.warning(
-                "could not read flow run states from Prefect (%s): holding %d job(s)",
-                exc,
-                len(waiting),
-            )
-            return sorted(waiting)
-        now = datetime.now(UTC)
-        held = []
-        for job_id, run_id in waiting.items():
-            state = states.get(run_id)
-            if state is None:
-                continue
-            kind, since = state
-            if kind == "SCHEDULED" or (kind == "PENDING" and now - since < STARTING_LIMIT):
-                held.append(job_id)
-        return sorted(held)
-
-    def start_due_runs(self) -> int:
-        """Workers start the lists' scheduled runs and parked re-verifications' retry
-        passes; this only replans a list's run that was lost (see
-        :func:`~verimail.flows.reverify_lists.replan_lost_runs`) and forgets a retry pass
-        whose run was (:func:`~verimail.flows.reverify_retries.drop_lost_runs`)."""
-        from verimail.flows import reverify_lists, reverify_retries
-
-        if reverify_lists.any_due(self.settings):
-            reverify_lists.replan_lost_runs(self.settings)
-        if reverify_retries.any_due(self.settings):
-            reverify_retries.drop_lost_runs(self.settings)
-        return 0
-
-    def shutdown(self) -> None:
-        return None
-
-
-STARTING_LIMIT = timedelta(minutes=2)  # a worker starting a flow-run process takes seconds
-
-
-def _flow_run_states(run_ids: list[str]) -> dict[str, tuple[str, datetime]]:
-    """Flow run id → (state type name, when it entered that state), read from Prefect."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-
-    ids = [UUID(run_id) for run_id in run_ids]
-    runs = []
-    with get_client(sync_client=True) as client:
-        for start in range(0, len(ids), 200):  # the server caps one page at 200 runs
-            chunk = ids[start : start + 200]
-            runs += client.read_flow_runs(
-                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=chunk)), limit=len(chunk)
-            )
-    return {
-        str(run.id): (run.state.type.name, run.state.timestamp)
-        for run in runs
-        if run.state is not None
-    }
-
-
-def make_runner(settings: Settings) -> JobRunner:
-    """The runner the settings ask for."""
-    if settings.runner == "deployment":
-        return DeploymentRunner(settings)
-    return LocalRunner(settings)

@@ -2,7 +2,7 @@
 
 Shared by the API's single finds and the finder CSV flow, so it imports no Prefect: the
 API process must not import Prefect before ``verimail serve --prefect-ui-port`` has pointed
-Prefect's client at the UI server it starts (see ``flows/prefect_ui.py``).
+Prefect's client at the UI server it starts (see ``runners/prefect_ui.py``).
 """
 
 from __future__ import annotations
