@@ -252,6 +252,54 @@ class Engine:
         stats.domains = len(domains)
 
         dns_stats = DnsStats()
+        facts, late_domains = await self._resolve(domains, dns_stats, until)
+        stats.dns_queries = dns_stats.queries
+        stats.mx_queries = dns_stats.by_type.get("MX", 0)
+
+        decided: dict[str, Finding] = {}
+        groups: dict[tuple[str, ...], HostGroup] = {}
+        allowed: dict[str, tuple[MailHost, ...] | None] = {}  # by domain: work out once
+        for email, item in by_email.items():
+            if item.domain not in allowed:
+                allowed[item.domain] = self._smtp_hosts(facts[item.domain], item.domain)
+            hosts = allowed[item.domain]
+            if hosts is None:
+                continue  # (decided without SMTP)
+            if not hosts:
+                names = ", ".join(h.name for h in facts[item.domain].hosts)
+                decided[email] = Finding(
+                    SmtpOutcome.PRIVATE_ADDRESS,
+                    f"{names} resolves only to private or reserved addresses; not contacted",
+                )
+                continue
+            key = _group_key(hosts)
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = HostGroup(hosts=hosts, domains={})
+            group.domains.setdefault(item.domain, []).append(email)
+        prepared = Prepared(parsed, facts, list(groups.values()), decided, started, stats)
+        prepared.late.update(late_domains)
+        return prepared
+
+    async def mail_groups(self, domains: Sequence[str]) -> list[list[str]]:
+        """``domains`` grouped as the prober would share sessions among them: the domains
+        served by the same mail hosts together; a domain that needs no SMTP (no mail
+        host, a disposable or typo domain, only private addresses) alone. What a big job's
+        shards are packed from (DNS once per domain, no address parsed)."""
+        facts, _ = await self._resolve(sorted(set(domains)), DnsStats(), None)
+        groups: dict[tuple[str, ...], list[str]] = {}
+        for domain in domains:
+            hosts = self._smtp_hosts(facts[domain], domain)
+            key = _group_key(hosts) if hosts else ("", domain)
+            groups.setdefault(key, []).append(domain)
+        return list(groups.values())
+
+    async def _resolve(
+        self, domains: Sequence[str], dns_stats: DnsStats, until: float | None
+    ) -> tuple[dict[str, DomainFacts], set[str]]:
+        """Each domain's facts, resolved concurrently (cached for their TTL); lookups
+        still under way at ``until`` (a ``perf_counter`` time) are stopped and their
+        domains count as a DNS error (returned too, as late)."""
         facts: dict[str, DomainFacts] = {}
         late_domains: set[str] = set()
         todo = iter(domains)
@@ -276,36 +324,18 @@ class Engine:
                 if domain not in facts:
                     facts[domain] = DomainFacts(domain, DomainOutcome.DNS_ERROR)
                     late_domains.add(domain)
-        stats.dns_queries = dns_stats.queries
-        stats.mx_queries = dns_stats.by_type.get("MX", 0)
+        return facts, late_domains
 
-        decided: dict[str, Finding] = {}
-        groups: dict[tuple[str, ...], HostGroup] = {}
-        allowed: dict[str, tuple[MailHost, ...]] = {}  # by domain: addresses parsed once
-        for email, item in by_email.items():
-            fact = facts[item.domain]
-            if fact.outcome is not DomainOutcome.OK:
-                continue
-            if self.lists.is_disposable(item.domain) or self.lists.typo_of(item.domain):
-                continue  # a throwaway or typo domain is decided whatever its server says
-            hosts = allowed.get(item.domain)
-            if hosts is None:
-                hosts = allowed[item.domain] = self.prober.allowed_hosts(fact.hosts)
-            if not hosts:
-                names = ", ".join(h.name for h in fact.hosts)
-                decided[email] = Finding(
-                    SmtpOutcome.PRIVATE_ADDRESS,
-                    f"{names} resolves only to private or reserved addresses; not contacted",
-                )
-                continue
-            key = tuple(h.name for h in hosts)
-            group = groups.get(key)
-            if group is None:
-                group = groups[key] = HostGroup(hosts=hosts, domains={})
-            group.domains.setdefault(item.domain, []).append(email)
-        prepared = Prepared(parsed, facts, list(groups.values()), decided, started, stats)
-        prepared.late.update(late_domains)
-        return prepared
+    def _smtp_hosts(self, fact: DomainFacts, domain: str) -> tuple[MailHost, ...] | None:
+        """The mail hosts to ask about ``domain``'s addresses, those we may connect to
+        (empty: only private or reserved addresses); None when no SMTP is needed — the
+        domain has no mail host, or is a disposable or typo domain (decided whatever its
+        server says)."""
+        if fact.outcome is not DomainOutcome.OK:
+            return None
+        if self.lists.is_disposable(domain) or self.lists.typo_of(domain):
+            return None
+        return self.prober.allowed_hosts(fact.hosts)
 
     async def run_groups(
         self, groups: Sequence[HostGroup], *, greylist_retries: int | None = None
@@ -409,6 +439,11 @@ class Engine:
                 else None
             ),
         )
+
+
+def _group_key(hosts: tuple[MailHost, ...]) -> tuple[str, ...]:
+    """What the domains of one host group share: their mail hosts."""
+    return tuple(h.name for h in hosts)
 
 
 async def stop_tasks(tasks: set[asyncio.Future[Any]]) -> None:
