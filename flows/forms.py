@@ -16,9 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
 from verimail.config import Settings
+from verimail.jobs.webhook import WebhookRefused, check_url
 from verimail.store import accounts
 from verimail.store.db import Store
-from verimail.tasks.webhook import WebhookRefused, check_url
 
 
 class FormError(ValueError):

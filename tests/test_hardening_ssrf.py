@@ -14,8 +14,8 @@ from verimail.engine.core import Engine
 from verimail.engine.dns_facts import MailHost
 from verimail.engine.netguard import smtp_address_allowed
 from verimail.engine.smtp.prober import Prober
+from verimail.jobs.webhook import deliver
 from verimail.schemas.outcomes import Status, SubStatus
-from verimail.tasks.webhook import deliver
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 # label -> an address an attacker would like us to reach
