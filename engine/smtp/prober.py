@@ -62,7 +62,7 @@ from aiosmtplib.errors import (
 from verimail.config import Settings
 from verimail.engine import metrics
 from verimail.engine.dns_facts import MailHost
-from verimail.engine.netguard import smtp_address_allowed
+from verimail.engine.netguard import connect_allowed
 from verimail.engine.smtp.host_slots import HeldSlots, HostSlots
 from verimail.engine.smtp.replies import classify_rcpt, enhanced_code, one_line
 from verimail.schemas.outcomes import SmtpOutcome
@@ -347,7 +347,7 @@ class Prober:
         allowed = self.settings.smtp_allow_networks
         kept = []
         for host in hosts:
-            addresses = tuple(a for a in host.addresses if smtp_address_allowed(a, allowed))
+            addresses = tuple(a for a in host.addresses if connect_allowed(a, allowed))
             if addresses:
                 kept.append(MailHost(host.name, host.preference, addresses))
         return tuple(kept)
