@@ -31,7 +31,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from verimail.config import Settings, current_settings
 from verimail.engine.core import Prepared, shared_engine
-from verimail.engine.smtp.prober import GroupResult, HostGroup
+from verimail.engine.smtp.findings import GroupResult, HostGroup
 from verimail.files.bulk_io import (
     JobInput,
     ResultSink,

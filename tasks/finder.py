@@ -28,7 +28,7 @@ from verimail.config import Settings, current_settings
 from verimail.engine.core import shared_engine
 from verimail.engine.finder import FinderInputError, find_email, normalise_finder_domain
 from verimail.engine.finder_learned import PatternMemory
-from verimail.engine.smtp.prober import DomainSession
+from verimail.engine.smtp.domain_session import DomainSession
 
 DOMAINS_PER_TASK = 50
 DOMAIN_CONCURRENCY = 20  # domains looked up at once within a task
