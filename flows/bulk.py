@@ -41,7 +41,7 @@ from verimail.files.bulk_io import (
     results_frame,
     write_job_results,
 )
-from verimail.files.csv_detect import UploadError
+from verimail.files.upload_errors import UploadError
 from verimail.flows.failures import refused
 from verimail.flows.forms import (
     BulkVerifyForm,

@@ -36,9 +36,9 @@ from pydantic.json_schema import SkipJsonSchema
 from verimail.config import Settings, current_settings
 from verimail.engine.core import shared_engine
 from verimail.files.bulk_io import append_history, job_dir, read_job_input, results_frame
-from verimail.files.csv_detect import UploadError
 from verimail.files.csv_io import distinct_in_order
 from verimail.files.history import latest_statuses, query
+from verimail.files.upload_errors import UploadError
 from verimail.flows import reverify_lists as lists
 from verimail.flows import reverify_retries as parking
 from verimail.flows.bulk import bulk_verify

@@ -21,7 +21,7 @@ from verimail.engine.core import EngineStats, Prepared
 from verimail.engine.smtp.findings import HostGroup
 from verimail.files import bulk_io
 from verimail.files.bulk_io import job_dir
-from verimail.files.csv_detect import UploadError
+from verimail.files.upload_errors import UploadError
 from verimail.flows import bulk as bulk_module
 from verimail.flows.bulk import bulk_verify
 from verimail.flows.failures import ends_the_process
