@@ -39,9 +39,9 @@ from limits import RateLimitItemPerMinute
 from limits.aio.storage import MemoryStorage, RedisStorage, Storage
 from limits.aio.strategies import MovingWindowRateLimiter
 
-from verimail.engine.leases import ACQUIRE_SCRIPT, RENEW_SCRIPT
-from verimail.engine.leases import LEASE_SECONDS as SLOT_LEASE_SECONDS
-from verimail.engine.leases import RENEW_SECONDS as SLOT_RENEW_SECONDS
+from verimail.engine import ACQUIRE_SCRIPT, RENEW_SCRIPT
+from verimail.engine import LEASE_SECONDS as SLOT_LEASE_SECONDS
+from verimail.engine import RENEW_SECONDS as SLOT_RENEW_SECONDS
 
 log = logging.getLogger("verimail.api.ratelimit")
 

@@ -30,8 +30,7 @@ from prefect.context import get_run_context
 from pydantic.json_schema import SkipJsonSchema
 
 from verimail.config import Settings, current_settings
-from verimail.engine.core import Prepared, shared_engine
-from verimail.engine.smtp.findings import GroupResult, HostGroup
+from verimail.engine import GroupResult, HostGroup, Prepared, shared_engine
 from verimail.files.bulk_io import (
     JobInput,
     ResultSink,

@@ -34,7 +34,7 @@ from prefect.context import get_run_context
 from pydantic.json_schema import SkipJsonSchema
 
 from verimail.config import Settings, current_settings
-from verimail.engine.core import shared_engine
+from verimail.engine import shared_engine
 from verimail.files.bulk_io import append_history, job_dir, read_job_input, results_frame
 from verimail.files.csv_io import distinct_in_order
 from verimail.files.history import latest_statuses, query

@@ -29,7 +29,7 @@ from urllib.parse import SplitResult, urlsplit, urlunsplit
 import httpx
 import idna
 
-from verimail.engine.netguard import IPNetwork, connect_allowed
+from verimail.engine import IPNetwork, connect_allowed
 
 RETRY_STATUSES = {408, 425, 429, 500, 502, 503, 504}
 
