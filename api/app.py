@@ -35,7 +35,7 @@ from verimail.api.ratelimit import Limiter
 from verimail.api.routes import account, bulk, finder, finder_csv, health, reverify, verify
 from verimail.api.routes.health import verifier_ready
 from verimail.config import Settings, get_settings
-from verimail.engine.core import Engine
+from verimail.engine import Engine
 from verimail.jobs.create import JobRunner
 from verimail.jobs.recovery import Reaper
 from verimail.runners import LocalRunner, make_runner

@@ -19,7 +19,7 @@ from pydantic import BeforeValidator
 
 from verimail.api.errors import DATABASE_RETRY_AFTER, DATABASE_UNAVAILABLE, ApiError
 from verimail.api.ratelimit import Limiter
-from verimail.engine.core import Engine
+from verimail.engine import Engine
 from verimail.store.accounts import KEY_PREFIX, Account, authenticate
 from verimail.store.db import Store, migrate
 from verimail.store.plans import get_plan

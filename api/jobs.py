@@ -20,11 +20,12 @@ from anyio import to_thread
 from fastapi import Request
 
 from verimail.api.errors import DATABASE_RETRY_AFTER, ApiError
-from verimail.files.csv_detect import CsvInfo, UploadError, UploadTooLarge
+from verimail.files.csv_detect import CsvInfo
+from verimail.files.upload_errors import UploadError, UploadTooLarge
 from verimail.jobs.create import NotEnoughCredits, NotStarted, create_verify_job, submit
+from verimail.jobs.webhook import WebhookRefused, check_url
 from verimail.store import jobs as job_store
 from verimail.store.db import Store
-from verimail.tasks.webhook import WebhookRefused, check_url
 
 
 def uploads_dir(request: Request) -> Path:

@@ -31,7 +31,7 @@ from prometheus_fastapi_instrumentator import Instrumentator
 
 from verimail.api.errors import ApiError
 from verimail.config import Settings
-from verimail.engine.metrics import ENGINE_REGISTRY
+from verimail.engine import ENGINE_REGISTRY
 from verimail.store.stats import credit_totals, jobs_by_state
 from verimail.store.tables import JOB_KINDS, JOB_STATUSES
 

@@ -13,7 +13,7 @@ ten leaves the window.
 Concurrency in Redis is a sorted set per account whose members are the requests in flight,
 scored by a lease expiry. A request renews its lease while it runs; a process that crashes
 stops renewing, and its slots expire after
-:data:`~verimail.engine.smtp.leases.LEASE_SECONDS` instead of leaking
+:data:`~verimail.engine.leases.LEASE_SECONDS` instead of leaking
 forever. Expired members are swept by the same Lua script that admits requests, so the
 check-and-add is atomic across processes.
 
@@ -39,9 +39,9 @@ from limits import RateLimitItemPerMinute
 from limits.aio.storage import MemoryStorage, RedisStorage, Storage
 from limits.aio.strategies import MovingWindowRateLimiter
 
-from verimail.engine.smtp.leases import ACQUIRE_SCRIPT, RENEW_SCRIPT
-from verimail.engine.smtp.leases import LEASE_SECONDS as SLOT_LEASE_SECONDS
-from verimail.engine.smtp.leases import RENEW_SECONDS as SLOT_RENEW_SECONDS
+from verimail.engine import ACQUIRE_SCRIPT, RENEW_SCRIPT
+from verimail.engine import LEASE_SECONDS as SLOT_LEASE_SECONDS
+from verimail.engine import RENEW_SECONDS as SLOT_RENEW_SECONDS
 
 log = logging.getLogger("verimail.api.ratelimit")
 

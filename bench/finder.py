@@ -27,7 +27,7 @@ from bench.common import Table, add_output_args, command_text, publish
 from verimail.config import Settings
 from verimail.engine.core import Engine
 from verimail.engine.finder import FinderResult, find_email
-from verimail.engine.smtp.prober import DomainSession
+from verimail.engine.smtp.domain_session import DomainSession
 from verimail.jobs.learned_patterns import StoredPatterns
 from verimail.store.accounts import create_account
 from verimail.store.db import init_store

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import current_rss_mib, emit_result, peak_rss_mib
-from verimail.files.csv_detect import EMAIL_HEADERS  # (every implementation knows the same headers)
+from verimail.files.csv_columns import EMAIL_HEADERS  # (every implementation knows them)
 
 
 def safe_value(address: str) -> str:

@@ -16,9 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from verimail.config import get_settings
-from verimail.engine.core import Engine
-from verimail.engine.finder import FinderInputError, FinderResult, find_email
-from verimail.engine.finder_learned import PatternMemory
+from verimail.engine import Engine, FinderInputError, FinderResult, PatternMemory, find_email
 
 STATUS_STYLE = {"found": "green", "catch_all": "yellow", "not_found": "red"}
 

@@ -111,7 +111,7 @@ def bulk_command(
     """
     quiet_prefect()
     from verimail.files.bulk_io import read_job_input
-    from verimail.files.csv_detect import UploadError
+    from verimail.files.upload_errors import UploadError
     from verimail.jobs.context import store_for
     from verimail.jobs.create import create_verify_job
     from verimail.store import credits
@@ -184,8 +184,8 @@ def find_command(
         )
         return
     quiet_prefect()
-    from verimail.files.csv_detect import UploadError
     from verimail.files.csv_io import read_finder_upload
+    from verimail.files.upload_errors import UploadError
     from verimail.jobs.context import store_for
     from verimail.jobs.create import create_finder_job
     from verimail.store import credits

@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from verimail.config import get_settings
-from verimail.engine.core import BatchResult, Engine
+from verimail.engine import BatchResult, Engine
 from verimail.files.csv_detect import looks_delimited
 from verimail.schemas.limits import TIMEOUT_MAX, TIMEOUT_MIN
 from verimail.schemas.outcomes import SubStatus

@@ -31,7 +31,8 @@ from verimail.engine import metrics
 from verimail.engine.dns_facts import DnsStats, DomainFacts, DomainResolver, MailHost
 from verimail.engine.lists import ReferenceLists
 from verimail.engine.prepared import EngineStats, Prepared, SmtpShare
-from verimail.engine.smtp.prober import Finding, GroupResult, HostGroup, Prober
+from verimail.engine.smtp.findings import Finding, GroupResult, HostGroup
+from verimail.engine.smtp.prober import Prober
 from verimail.engine.smtp.replies import retry_after_hint
 from verimail.engine.syntax import ParsedAddress, SyntaxProblem, parse_address
 from verimail.engine.verdict import Facts, decide

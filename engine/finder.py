@@ -15,7 +15,7 @@ Steps, cheapest first, so that most refusals cost no network traffic at all:
    the domain's learned patterns (``patterns``, see ``finder_learned``) first;
 4. DNS once (the engine's resolver caches it); no mail host, or only private addresses:
    ``not_found`` without any connection;
-5. ONE SMTP session (``smtp_probe.DomainSession``): the random-address catch-all probe
+5. ONE SMTP session (``domain_session.DomainSession``): the random-address catch-all probe
    first, then the candidates in rank order until the first accepted one. A CSV job passes
    the same session for every person at one domain, so the probe is sent once per domain
    and the people share the connection.
@@ -69,7 +69,8 @@ from verimail.engine.finder_patterns import (
     normalise_name,
     pattern_confidence,
 )
-from verimail.engine.smtp.prober import DomainSession, Finding, SequenceResult
+from verimail.engine.smtp.domain_session import DomainSession, SequenceResult
+from verimail.engine.smtp.findings import Finding
 from verimail.engine.syntax import SyntaxProblem, parse_address
 from verimail.engine.verdict import Facts, Verdict, decide
 from verimail.schemas.limits import NAME_MAX_LENGTH

@@ -1,9 +1,10 @@
-"""Which IP addresses the prober may open SMTP connections to.
+"""Which IP addresses we may connect to: the prober's mail hosts and the webhooks' receivers.
 
-An MX record is attacker-chosen data: without this guard anyone could point a domain at
-10.0.0.5 and use the service to scan our internal network. Only globally routable
-unicast addresses are allowed, plus the networks named in ``smtp_allow_networks``
-(the testbed allows exactly ``127.0.0.0/8``).
+An MX record (or a webhook URL) is attacker-chosen data: without this guard anyone could
+point a domain at 10.0.0.5 and use the service to scan our internal network. Only
+globally routable unicast addresses are allowed, plus the networks the caller names
+(``smtp_allow_networks`` for the prober, ``webhook_allow_networks`` for webhooks; the
+testbed allows exactly ``127.0.0.0/8``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ _NOT_GLOBAL: tuple[IPNetwork, ...] = (
 )
 
 
-def smtp_address_allowed(address: str, allow_networks: Iterable[IPNetwork]) -> bool:
+def connect_allowed(address: str, allow_networks: Iterable[IPNetwork]) -> bool:
     """True when ``address`` is a public unicast address or lies in an allowed network."""
     try:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
@@ -33,7 +34,7 @@ def smtp_address_allowed(address: str, allow_networks: Iterable[IPNetwork]) -> b
     # 2002:a00:1:: is 6to4 for 10.0.0.1: Python calls it global, but a host with a 6to4
     # route would deliver it to the embedded IPv4 address, so that must pass as well.
     sixtofour = ip.sixtofour if isinstance(ip, ipaddress.IPv6Address) else None
-    if sixtofour is not None and not smtp_address_allowed(str(sixtofour), allow_networks):
+    if sixtofour is not None and not connect_allowed(str(sixtofour), allow_networks):
         return False
     for net in allow_networks:
         if ip.version == net.version and ip in net:

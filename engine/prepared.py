@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 
 from verimail.engine.dns_facts import DomainFacts
-from verimail.engine.smtp.prober import Finding, GroupResult, HostGroup, SmtpStats
+from verimail.engine.smtp.findings import Finding, GroupResult, HostGroup, SmtpStats
 from verimail.engine.syntax import ParsedAddress, SyntaxProblem
 
 

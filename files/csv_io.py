@@ -6,7 +6,7 @@ the results file is the upload byte for byte plus columns.
 The results file is the original file byte for byte with columns appended at the end of each
 record (``Safe to Send`` for bulk verification; ``email``, ``status``, ``confidence`` for the
 Email Finder). To make that safe, one tokenizer decides where records start and end for
-counting, loading and writing alike (see :mod:`verimail.files.csv_detect`). Polars holds the
+counting, loading and writing alike (see :mod:`verimail.files.csv_records`). Polars holds the
 loaded columns and does the vectorised normalising and de-duplication. It parses the file
 itself only on the fast path (``fast_data_cells``), for files where every line is checked to
 read the same both ways: Polars 2.1 refuses real-world quoting that spreadsheets produce
@@ -29,29 +29,18 @@ from typing import Any, BinaryIO, TextIO
 
 import polars as pl
 
-from verimail.files.csv_detect import (
-    DELIMITERS,
+from verimail.files.csv_columns import (
     EMAIL_HEADERS,
-    CsvInfo,
     PersonColumns,
-    UploadError,
-    UploadTooLarge,
-    bom_bytes,
-    codec_errors,
-    fast_data_cells,
     find_person_columns,
-    inspect_csv,
-    inspect_csv_cells,
-    is_blank,
-    iter_data_cell,
-    iter_data_cells,
-    iter_records,
     looks_like_email,
-    open_info,
-    read_whole,
     resolve_column,
-    starts_oddly,
 )
+from verimail.files.csv_detect import DELIMITERS, CsvInfo, inspect_csv, inspect_csv_cells
+from verimail.files.csv_encoding import bom_bytes, codec_errors, open_info
+from verimail.files.csv_fast_path import fast_data_cells, read_whole, starts_oddly
+from verimail.files.csv_records import is_blank, iter_data_cell, iter_data_cells, iter_records
+from verimail.files.upload_errors import UploadError, UploadTooLarge
 
 __all__ = [
     "DELIMITERS",
@@ -162,7 +151,7 @@ def load_emails(path: Path | str, info: CsvInfo) -> pl.DataFrame:
     ``email`` (the cell as typed; null when blank or missing from a short row).
 
     Read by the native fast path when the file allows it (same values; see
-    :func:`~verimail.files.csv_detect.fast_data_cells`), else by the tokenizer."""
+    :func:`~verimail.files.csv_fast_path.fast_data_cells`), else by the tokenizer."""
     index = info.email_index
     if index is None:
         raise ValueError("CsvInfo has no email column; inspect the file with need_email=True")

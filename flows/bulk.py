@@ -29,7 +29,7 @@ from prefect.context import get_run_context
 from pydantic.json_schema import SkipJsonSchema
 
 from verimail.config import Settings, current_settings
-from verimail.engine.core import EngineStats
+from verimail.engine import EngineStats
 from verimail.files.bulk_io import JobInput, ResultSink, job_dir, results_frame
 from verimail.flows.failures import refused
 from verimail.flows.job_run import park_or_finish, run_as_owner, start_job

@@ -14,7 +14,7 @@ import logging
 import secrets
 from typing import TYPE_CHECKING
 
-from verimail.files.csv_detect import UploadError
+from verimail.files.upload_errors import UploadError
 
 if TYPE_CHECKING:
     from prefect.states import State

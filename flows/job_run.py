@@ -21,7 +21,7 @@ from typing import Any
 import polars as pl
 
 from verimail.config import Settings
-from verimail.engine import metrics
+from verimail.engine import observe_queue_wait
 from verimail.flows.deployments import DEPLOYMENTS, from_deployment
 from verimail.flows.failures import customer_reason, ends_the_process
 from verimail.flows.summary import publish_job_summary
@@ -57,7 +57,7 @@ async def start_job(
         await asyncio.to_thread(
             job_store.mark_processing, store.engine, job.id, flow_run_id=flow_run_id
         )
-        metrics.observe_queue_wait(job.kind, job.created_at)
+        observe_queue_wait(job.kind, job.created_at)
     if retry_pass:
         claimed = await asyncio.to_thread(
             job_store.claim_retry_pass, store.engine, job.id, job.attempt, retry_pass

@@ -35,9 +35,9 @@ from pydantic.json_schema import SkipJsonSchema
 
 from verimail.config import Settings, current_settings
 from verimail.files.bulk_io import job_dir, read_job_input, results_frame
-from verimail.files.csv_detect import UploadError
 from verimail.files.csv_io import distinct_in_order
 from verimail.files.history import latest_statuses, query
+from verimail.files.upload_errors import UploadError
 from verimail.flows import planned_runs
 from verimail.flows.bulk import bulk_verify
 from verimail.flows.failures import refused

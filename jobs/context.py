@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from verimail.config import Settings
-from verimail.engine.core import forget_engine
+from verimail.engine import forget_engine
 from verimail.store.db import Store, init_store
 from verimail.store.jobs import get_job_any
 

@@ -15,10 +15,10 @@ from verimail.config import Settings
 from verimail.files.bulk_io import read_job_input
 from verimail.files.csv_detect import UploadError
 from verimail.jobs.create import NotEnoughCredits, create_verify_job
+from verimail.jobs.webhook import WebhookRefused, check_url
 from verimail.schemas.forms import BulkVerifyForm
 from verimail.store import accounts
 from verimail.store.db import Store
-from verimail.tasks.webhook import WebhookRefused, check_url
 
 
 class FormError(ValueError):

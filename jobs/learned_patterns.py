@@ -14,7 +14,7 @@ import duckdb
 from sqlalchemy.exc import SQLAlchemyError
 
 from verimail.config import Settings
-from verimail.engine.finder_learned import DomainPattern
+from verimail.engine import DomainPattern
 from verimail.files.history import valid_locals
 from verimail.jobs.context import db_retried
 from verimail.store import patterns as pattern_store

@@ -9,9 +9,9 @@ from datetime import timedelta
 
 from verimail.config import Settings
 from verimail.jobs.context import store_for
+from verimail.jobs.webhook import Delivery, deliver
 from verimail.schemas.jobs import BulkJob, FinderJob
 from verimail.store import jobs as job_store
-from verimail.tasks.webhook import Delivery, deliver
 
 log = logging.getLogger(__name__)
 

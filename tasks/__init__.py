@@ -1,1 +1,1 @@
-"""The Prefect tasks the flows compose, each a thin unit over the engine, and webhooks."""
+"""The Prefect tasks the flows compose, each a thin unit over the engine."""

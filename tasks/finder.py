@@ -25,10 +25,14 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from verimail.config import Settings, current_settings
-from verimail.engine.core import shared_engine
-from verimail.engine.finder import FinderInputError, find_email, normalise_finder_domain
-from verimail.engine.finder_learned import PatternMemory
-from verimail.engine.smtp.prober import DomainSession
+from verimail.engine import (
+    DomainSession,
+    FinderInputError,
+    PatternMemory,
+    find_email,
+    normalise_finder_domain,
+    shared_engine,
+)
 
 DOMAINS_PER_TASK = 50
 DOMAIN_CONCURRENCY = 20  # domains looked up at once within a task

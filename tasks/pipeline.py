@@ -22,7 +22,7 @@ import logging
 from collections.abc import AsyncIterator, Iterable
 
 from verimail.config import current_settings
-from verimail.engine.core import EngineStats, SmtpShare, shared_engine
+from verimail.engine import EngineStats, SmtpShare, shared_engine
 from verimail.schemas.results import VerificationResult
 from verimail.tasks.verify import chunk_groups, prepare_addresses, verify_host_groups
 

@@ -12,7 +12,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from verimail.config import current_settings
-from verimail.engine.core import GroupResult, HostGroup, Prepared, shared_engine
+from verimail.engine import GroupResult, HostGroup, Prepared, shared_engine
 
 MAX_CHUNKS = 100  # task runs per job, whatever its size
 MIN_CHUNK_ADDRESSES = 200  # below this, one task does it all

@@ -20,18 +20,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from verimail.files import csv_detect, csv_io
-from verimail.files.csv_detect import (
-    FAST_MAX_COLUMNS,
-    PY_SPACES,
-    UploadError,
-    detect_encoding,
-    fast_data_cells,
-    inspect_csv,
-    iter_data_cell,
-    space_only,
-)
+from verimail.files import csv_detect, csv_fast_path, csv_io
+from verimail.files.csv_detect import inspect_csv
+from verimail.files.csv_encoding import detect_encoding
+from verimail.files.csv_fast_path import FAST_MAX_COLUMNS, PY_SPACES, fast_data_cells, space_only
 from verimail.files.csv_io import load_emails, read_emails
+from verimail.files.csv_records import iter_data_cell
+from verimail.files.upload_errors import UploadError
 
 BOM8 = codecs.BOM_UTF8
 
@@ -170,7 +165,7 @@ def test_a_file_holding_the_first_spare_byte_is_still_taken() -> None:
     """The first spare byte is tried without looking for it: a file that holds it (in a cell,
     twice in one line, in the first line) is refused by the line checks, then read with
     another byte."""
-    first = csv_detect._FREE_BYTES[0].encode()
+    first = csv_fast_path._FREE_BYTES[0].encode()
     for data, index in (
         (b"name,email\nAn" + first + b"n,ann@x.org\nBob,bob@y.org\n", 1),
         (b"name,email\r\n" + first * 2 + b',ann@x.org\r\n"B' + first + b'ob",bob@y.org\r\n', 1),
@@ -186,12 +181,12 @@ def test_the_line_read_refuses_a_line_split_by_its_separator() -> None:
     """What trying the first spare byte unsearched relies on: Polars refuses (it does not
     truncate) a line the separator splits, in the first line or a later one. Were it to drop
     the rest of such a line, those bytes could offset a CR kept inside another line."""
-    first = csv_detect._FREE_BYTES[0]
+    first = csv_fast_path._FREE_BYTES[0]
     for data in (
         b"email\na@x.org" + first.encode() + b"bb\nc\r@y\r.org\n",
         b"em" + first.encode() + b"ail\na@x.org\n",
     ):
-        assert csv_detect._polars_read(data, first, ",", 0) is None
+        assert csv_fast_path._polars_read(data, first, ",", 0) is None
 
 
 def test_a_quoted_line_over_the_field_limit_is_not_taken() -> None:

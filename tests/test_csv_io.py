@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from verimail.files import csv_io
-from verimail.files.csv_detect import iter_raw_records, open_info, split_terminator
+from verimail.files.csv_encoding import open_info
 from verimail.files.csv_io import (
     CsvInfo,
     UploadError,
@@ -31,6 +31,7 @@ from verimail.files.csv_io import (
     values_for_rows,
     write_results_csv,
 )
+from verimail.files.csv_records import iter_raw_records, split_terminator
 
 BOM8, BOM16LE, BOM16BE = codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00"

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from api_helpers import api_world, assert_error_body, running_app, total_balance
 
-from verimail.files.csv_detect import MAX_COLUMNS, UploadError, UploadTooLarge, inspect_csv
+from verimail.files.csv_detect import MAX_COLUMNS, inspect_csv
+from verimail.files.upload_errors import UploadError, UploadTooLarge
 
 
 def _wide_file(path: Path, columns: int, email_at: int, name: str = "email") -> Path:

@@ -22,7 +22,7 @@ from verimail.engine.finder import (
     normalise_finder_domain,
 )
 from verimail.engine.finder_patterns import pattern_confidence
-from verimail.engine.smtp.prober import DomainSession
+from verimail.engine.smtp.domain_session import DomainSession
 from verimail.testbed.server import Testbed
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 

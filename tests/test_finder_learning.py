@@ -18,7 +18,7 @@ from verimail.engine.core import Engine
 from verimail.engine.finder import CATCH_ALL_FACTOR, find_email
 from verimail.engine.finder_learned import DomainPattern, learned_confidence
 from verimail.engine.finder_patterns import PATTERNS, pattern_confidence
-from verimail.engine.smtp.prober import DomainSession
+from verimail.engine.smtp.domain_session import DomainSession
 from verimail.files.bulk_io import RESULT_SCHEMA, append_history
 from verimail.jobs.learned_patterns import StoredPatterns
 from verimail.store.accounts import create_account

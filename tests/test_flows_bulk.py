@@ -18,10 +18,10 @@ from sqlalchemy.exc import OperationalError
 
 from verimail.config import using_settings
 from verimail.engine.core import EngineStats, Prepared
-from verimail.engine.smtp.prober import HostGroup
+from verimail.engine.smtp.findings import HostGroup
 from verimail.files import bulk_io
 from verimail.files.bulk_io import job_dir
-from verimail.files.csv_detect import UploadError
+from verimail.files.upload_errors import UploadError
 from verimail.flows.bulk import bulk_verify
 from verimail.flows.failures import ends_the_process
 from verimail.flows.summary import artifact_key
@@ -459,7 +459,7 @@ def test_a_run_taken_for_dead_stops_when_recovery_has_the_job(
     finally:
         forget(settings)
     assert outcome == {"job_id": job.id, "status": "superseded", "run": 1}
-    # Its sessions hung up, one cancelled while still connecting too (smtp_probe._dial).
+    # Its sessions hung up, one cancelled while still connecting too (session._dial).
     assert tb.wait_until(lambda t: t.host_stats(slow).active == 0, timeout=10), tb.host_stats(slow)
     assert len(tb.host_stats(slow).rcpts) < 40  # it stopped before the end of the list
     after = job_store.get_job_any(store.engine, job.id)

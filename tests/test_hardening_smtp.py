@@ -22,8 +22,9 @@ from hardening_helpers import scaled
 from verimail.config import Settings
 from verimail.engine import dns_facts
 from verimail.engine.core import Engine
+from verimail.engine.smtp.group_run import MAX_ATTEMPTS
 from verimail.engine.smtp.host_slots import host_semaphore
-from verimail.engine.smtp.prober import MAX_ATTEMPTS, MAX_CONNECT_ATTEMPTS
+from verimail.engine.smtp.prober import MAX_CONNECT_ATTEMPTS
 from verimail.schemas.outcomes import Status, SubStatus
 from verimail.testbed.server import Testbed
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World

@@ -12,10 +12,10 @@ from api_helpers import assert_error_body, running_app, total_balance
 from verimail.config import Settings
 from verimail.engine.core import Engine
 from verimail.engine.dns_facts import MailHost
-from verimail.engine.netguard import smtp_address_allowed
+from verimail.engine.netguard import connect_allowed
 from verimail.engine.smtp.prober import Prober
+from verimail.jobs.webhook import deliver
 from verimail.schemas.outcomes import Status, SubStatus
-from verimail.tasks.webhook import deliver
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 # label -> an address an attacker would like us to reach
@@ -154,7 +154,7 @@ def test_only_public_addresses_of_a_host_are_kept():
     assert kept.addresses == ("8.8.8.8", "2001:4860:4860::8888")
     assert prober.allowed_hosts((MailHost("mx.private.test", 10, ("10.0.0.1", "fd00::1")),)) == ()
     for address in TARGETS.values():
-        assert not smtp_address_allowed(address, []), address
+        assert not connect_allowed(address, []), address
 
 
 async def test_api_single_reports_private_mx_without_connecting(

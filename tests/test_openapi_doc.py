@@ -171,7 +171,7 @@ def test_the_leak_pattern_catches_what_it_is_for() -> None:
 
 def test_the_bulk_upload_names_every_header_the_reader_knows(document: dict[str, Any]) -> None:
     """The description is made from the reader's own list: a copy of it once named 7 of 11."""
-    from verimail.files.csv_detect import EMAIL_HEADERS, header_key
+    from verimail.files.csv_columns import EMAIL_HEADERS, header_key
 
     described = document["paths"]["/api/bulk"]["post"]["description"]
     for name in EMAIL_HEADERS:

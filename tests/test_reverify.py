@@ -15,8 +15,8 @@ import pytest
 from api_helpers import Customer, assert_error_body, poll_job, running_app, total_balance
 from test_webhooks import Receiver
 
+from verimail.jobs.webhook import sign
 from verimail.store import jobs as job_store
-from verimail.tasks.webhook import sign
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")

@@ -26,11 +26,11 @@ from verimail.config import using_settings
 from verimail.jobs.context import forget, store_for
 from verimail.jobs.notify import notify_job
 from verimail.jobs.recovery import recover_stale_jobs
+from verimail.jobs.webhook import deliver, sign
 from verimail.store import accounts
 from verimail.store import jobs as job_store
 from verimail.store.db import utcnow
 from verimail.store.tables import jobs
-from verimail.tasks.webhook import deliver, sign
 
 LOOPBACK = [ipaddress.ip_network("127.0.0.0/8")]
 

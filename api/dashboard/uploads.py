@@ -35,13 +35,10 @@ from verimail.api.dashboard.web import (
 from verimail.api.errors import ApiError
 from verimail.api.jobs import create_and_start, uploads_dir
 from verimail.api.uploads import receive_upload
-from verimail.files.csv_detect import (
-    UploadError,
-    UploadTooLarge,
-    inspect_csv,
-    iter_data_records,
-    open_info,
-)
+from verimail.files.csv_detect import inspect_csv
+from verimail.files.csv_encoding import open_info
+from verimail.files.csv_records import iter_data_records
+from verimail.files.upload_errors import UploadError, UploadTooLarge
 from verimail.store import accounts as acc
 from verimail.store.credits import balance
 

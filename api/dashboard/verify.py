@@ -25,7 +25,7 @@ from verimail.api.dashboard.web import (
 )
 from verimail.api.deps import EngineDep
 from verimail.api.errors import ApiError
-from verimail.engine.smtp.host_slots import urgent
+from verimail.engine import urgent
 from verimail.schemas.api import VerifyResult
 from verimail.schemas.limits import MAX_EMAIL_LENGTH
 from verimail.store.credits import balance

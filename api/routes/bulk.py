@@ -37,7 +37,8 @@ from verimail.files.bulk_io import (
     segment_parquet,
     write_address_list,
 )
-from verimail.files.csv_detect import EMAIL_HEADERS, inspect_csv
+from verimail.files.csv_columns import EMAIL_HEADERS
+from verimail.files.csv_detect import inspect_csv
 from verimail.schemas.bulk import JsonBulkRequest
 from verimail.schemas.errors import ValidationErrorBody
 from verimail.schemas.jobs import BulkJob, JsonBulkCreated, JsonBulkJob

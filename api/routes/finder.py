@@ -33,14 +33,14 @@ from verimail.api.errors import (
     error_doc,
 )
 from verimail.config import Settings
-from verimail.engine.finder import (
+from verimail.engine import (
     FinderInputError,
     NameField,
     check_name_part,
     find_email_within,
     normalise_finder_domain,
+    urgent,
 )
-from verimail.engine.smtp.host_slots import urgent
 from verimail.jobs.learned_patterns import StoredPatterns
 from verimail.schemas.errors import ValidationErrorBody
 from verimail.schemas.finder import DomainPatternResponse, FindEmailResponse, LearnedPattern

@@ -19,7 +19,7 @@ from sqlalchemy import text
 
 from verimail import API_VERSION
 from verimail.api.errors import COMMON_ERRORS
-from verimail.engine.core import Engine
+from verimail.engine import Engine
 from verimail.schemas.api import HealthResult
 from verimail.store.db import Store
 

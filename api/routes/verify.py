@@ -18,7 +18,7 @@ from fastapi import APIRouter
 from verimail.api.billing import charged
 from verimail.api.deps import AccountDep, EngineDep, StoreDep
 from verimail.api.errors import AUTH_ERRORS, COMMON_ERRORS, error_doc
-from verimail.engine.smtp.host_slots import urgent
+from verimail.engine import urgent
 from verimail.schemas.api import (
     MAX_BATCH,
     BatchRequest,

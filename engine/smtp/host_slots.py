@@ -9,10 +9,10 @@ job on its own loop, and the API verifies on another), and with Redis
 (``VERIMAIL_REDIS_URL``) every process and machine draws from one set too, so ten workers
 open five sessions to a host between them, not fifty.
 
-In Redis a host's slots are leases (:mod:`verimail.engine.smtp.leases`, as the API's concurrency
+In Redis a host's slots are leases (:mod:`verimail.engine.leases`, as the API's concurrency
 slots are). A thread renews the leases of a process's open sessions (not the sessions' event
 loop, which CPU work can hold for longer than a lease lives); a process that dies stops
-renewing, and its leases lapse after :data:`~verimail.engine.smtp.leases.LEASE_SECONDS`. Redis
+renewing, and its leases lapse after :data:`~verimail.engine.leases.LEASE_SECONDS`. Redis
 failures fail *open* to the process's own slots for :data:`RETRY_SECONDS` (a warning is
 logged): an outage of the counter store must not stop verification.
 
@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from typing import Any
 
-from verimail.engine.smtp.leases import ACQUIRE_SCRIPT, LEASE_SECONDS, RENEW_SCRIPT, RENEW_SECONDS
+from verimail.engine.leases import ACQUIRE_SCRIPT, LEASE_SECONDS, RENEW_SCRIPT, RENEW_SECONDS
 
 log = logging.getLogger("verimail.engine.smtp.host_slots")
 

@@ -29,7 +29,7 @@ from urllib.parse import SplitResult, urlsplit, urlunsplit
 import httpx
 import idna
 
-from verimail.engine.netguard import IPNetwork, smtp_address_allowed
+from verimail.engine import IPNetwork, connect_allowed
 
 RETRY_STATUSES = {408, 425, 429, 500, 502, 503, 504}
 
@@ -86,7 +86,7 @@ def _target(url: str, allow: list[IPNetwork]) -> tuple[SplitResult, str, int]:
     literal = _ip_literal(host)
     if literal is None and not _HOST_NAME.fullmatch(host):
         raise WebhookRefused(f"webhook_url's host {hostname!r} is not a valid name.")
-    if literal is not None and not smtp_address_allowed(literal, allow):
+    if literal is not None and not connect_allowed(literal, allow):
         raise WebhookRefused("webhook_url points at a private or reserved address.")
     return parts, host, port
 
@@ -115,7 +115,7 @@ async def _resolve(host: str, port: int, allow: list[IPNetwork]) -> str:
     addresses = [info[4][0] for info in infos]
     if not addresses:
         raise WebhookRefused(f"{host} has no address.")
-    bad = [a for a in addresses if not smtp_address_allowed(a, allow)]
+    bad = [a for a in addresses if not connect_allowed(a, allow)]
     if bad:
         raise WebhookRefused(f"{host} resolves to a private or reserved address ({bad[0]}).")
     return addresses[0]

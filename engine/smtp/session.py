@@ -1,0 +1,291 @@
+"""One SMTP session with a mail host: connecting to it (EHLO, STARTTLS), its transaction
+(``MAIL FROM``, ``RCPT TO``), and the ways work on a recipient stops short of an answer (a
+lost session, a recipient not asked, no session to be had)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+
+import aiosmtplib
+from aiosmtplib.errors import (
+    SMTPConnectResponseError,
+    SMTPException,
+    SMTPResponseException,
+    SMTPTimeoutError,
+)
+
+from verimail.config import Settings
+from verimail.engine import metrics
+from verimail.engine.dns_facts import MailHost
+from verimail.engine.smtp.findings import Finding, SmtpStats
+from verimail.engine.smtp.group_run import Recipient
+from verimail.engine.smtp.host_slots import HeldSlots
+from verimail.engine.smtp.replies import classify_rcpt, enhanced_code, one_line
+from verimail.schemas.outcomes import SmtpOutcome
+
+
+class Stopped(Exception):
+    """Work on a recipient stopped with ``finding`` (what the subclasses say happened)."""
+
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(finding.response)
+        self.finding = finding
+
+
+class SessionLost(Stopped):
+    """The session broke mid-way (421, disconnect, timeout): retry elsewhere."""
+
+
+class NotAsked(Stopped):
+    """The recipient was not asked about: the server refused our ``MAIL FROM``, or cannot
+    take the address at all (a non-ASCII local part without SMTPUTF8). Nothing was learnt
+    of the mailbox, and the session is not charged a rejection."""
+
+
+class SenderRefused(NotAsked):
+    """The host refused our ``MAIL FROM``: it will refuse it for every recipient, so the
+    host is done for this run (each further recipient would cost one more refused command,
+    and Postfix hangs up after 20 errors)."""
+
+
+def _sender_refused(code: int, message: str, host: str) -> SenderRefused:
+    """A refused sender is never "no such mailbox" (a 5.1.x there is about *our* address):
+    5xx reads as blocked, 4xx as a temporary failure — both unknown."""
+    outcome = SmtpOutcome.BLOCKED if code >= 500 else SmtpOutcome.TEMP_FAILURE
+    return SenderRefused(Finding(outcome, one_line(code, message), host))
+
+
+def too_many_recipients(code: int, message: str, earlier: int) -> bool:
+    """A 452 that asks for a new session: ``earlier`` recipients of this session were
+    answered, and it says so (4.5.3, "too many recipients") or says nothing more. Never
+    on a session's first recipient (a limit of none cannot be learnt: that is a temporary
+    failure, retried within bounds) nor for a full mailbox (``452 4.2.2 … over quota``)."""
+    if code != 452 or earlier <= 0:
+        return False
+    enhanced = enhanced_code(message)
+    return enhanced is None or enhanced == (4, 5, 3) or "too many" in message.lower()
+
+
+class AskAgain(Stopped):
+    """The recipient must be asked again, in a later session (it was not answered here)."""
+
+
+class NoSession(Stopped):
+    """No MX host of the group could be reached: the finding applies to all its work."""
+
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(finding)
+        metrics.SMTP_SESSIONS_REFUSED.labels(reason=finding.outcome.value).inc()
+
+
+# How a session ends at a server's error limit after rejections: it hangs up, or it
+# tarpits (every reply after a rejection slower than our command timeout). See
+# Prober.hung_up.
+SERVER_ENDED = (SmtpOutcome.CONNECTION_FAILED, SmtpOutcome.TIMEOUT)
+
+
+class Session:
+    """One SMTP connection and the transaction state the prober needs."""
+
+    def __init__(self, smtp: aiosmtplib.SMTP, host: MailHost, slots: HeldSlots) -> None:
+        self.smtp = smtp
+        self.host = host
+        self._slots = slots
+        self.in_tx = False  # a MAIL FROM was accepted and not yet reset
+        self.tx_domains: set[str] = set()  # recipients' domains in the open transaction
+        self.rcpts = 0
+        self.rejections = 0
+        self.smtputf8 = smtp.supports_extension("smtputf8")
+        self.closed = False
+
+    async def close(self, polite: bool = True) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if polite and self.smtp.is_connected:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.smtp.execute_command(b"QUIT"), 2)
+        finally:  # a run cancelled while saying QUIT must still hang up
+            with contextlib.suppress(Exception):
+                self.smtp.close()
+            self._slots.release()
+
+    def tally(self, outcome: SmtpOutcome) -> None:
+        """Count an answered recipient against the session's limits: a refused one against
+        the rejections a server tolerates (every RCPT counts against the recipient cap as
+        it is sent)."""
+        if outcome is not SmtpOutcome.ACCEPTED:
+            self.rejections += 1
+
+    async def mail_from(self, sender: str, stats: SmtpStats) -> None:
+        """Open a fresh transaction (``RSET`` first if one is open); :class:`SenderRefused`
+        when the host refuses ``sender``."""
+        smtp = self.smtp
+        if self.in_tx:
+            await smtp.execute_command(b"RSET")
+            self.in_tx = False
+        self.tx_domains.clear()
+        args = [b"FROM:<" + sender.encode() + b">"]
+        if self.smtputf8:
+            args.append(b"SMTPUTF8")
+        stats.mail_from += 1
+        reply = self._in_range(await smtp.execute_command(b"MAIL", *args))
+        if reply.code == 421:
+            closing = one_line(reply.code, reply.message)
+            raise SessionLost(Finding(SmtpOutcome.TEMP_FAILURE, closing, self.host.name))
+        if not 200 <= reply.code < 300:
+            raise _sender_refused(reply.code, reply.message, self.host.name)
+        self.in_tx = True
+
+    async def rcpt_to(self, item: Recipient, stats: SmtpStats) -> tuple[int, str]:
+        """Send ``RCPT TO`` for ``item`` in the open transaction; the reply's code and text."""
+        self.tx_domains.add(item.domain)
+        stats.rcpts += 1
+        self.rcpts += 1
+        if item.is_probe:
+            stats.catch_all_probes += 1
+        reply = await self.smtp.execute_command(b"RCPT", b"TO:<" + item.rcpt.encode() + b">")
+        reply = self._in_range(reply)
+        return reply.code, reply.message
+
+    @contextlib.contextmanager
+    def commands(self) -> Iterator[None]:
+        """Wraps the session's commands: one that times out, gets a reply aiosmtplib cannot
+        read or loses the connection ends the session (:class:`SessionLost`), so the
+        recipient is asked again rather than answered."""
+        try:
+            yield
+        except Stopped:
+            raise
+        except SMTPTimeoutError as exc:
+            raise SessionLost(
+                Finding(
+                    SmtpOutcome.TIMEOUT, f"timed out waiting for the server: {exc}", self.host.name
+                )
+            ) from exc
+        except SMTPResponseException as exc:
+            raise SessionLost(
+                Finding(SmtpOutcome.PROTOCOL_ERROR, one_line(exc.code, exc.message), self.host.name)
+            ) from exc
+        except (SMTPException, OSError) as exc:
+            raise SessionLost(
+                Finding(SmtpOutcome.CONNECTION_FAILED, f"connection lost: {exc}", self.host.name)
+            ) from exc
+
+    def _in_range(self, reply: aiosmtplib.SMTPResponse) -> aiosmtplib.SMTPResponse:
+        """``reply``, unless its code is outside 2xx-5xx (``999``): that is no answer, just
+        as a code that is no number is none (aiosmtplib raises on those). Both break the
+        session, so the recipient is asked again and a host that keeps doing it is dropped
+        for the next MX host, rather than its nonsense being recorded as every recipient's
+        answer."""
+        if 200 <= reply.code < 600:
+            return reply
+        raise SessionLost(
+            Finding(SmtpOutcome.PROTOCOL_ERROR, one_line(reply.code, reply.message), self.host.name)
+        )
+
+
+async def connect(
+    settings: Settings, host: MailHost, address: str, stats: SmtpStats
+) -> aiosmtplib.SMTP:
+    """A greeted connection to ``host`` at ``address`` (EHLO, or HELO, and STARTTLS when
+    offered); :class:`NoSession` with what went wrong."""
+    smtp = aiosmtplib.SMTP(
+        hostname=address,
+        port=settings.smtp_port,
+        local_hostname=settings.smtp_helo_name,
+        timeout=settings.smtp_command_timeout,
+        start_tls=False,
+        validate_certs=False,
+    )
+    try:
+        async with asyncio.timeout(settings.smtp_connect_timeout):
+            stats.sessions += 1
+            await _dial(smtp, settings.smtp_connect_timeout)
+        try:
+            await smtp.ehlo()
+        except SMTPResponseException as refused:
+            if refused.code < 500:  # 421/450 "try later": not a server without EHLO
+                raise
+            await smtp.helo()
+        if smtp.supports_extension("starttls"):
+            # Like real MTAs we encrypt when offered but do not verify MX certificates,
+            # and go on in plain text when the server then refuses (454: RFC 3207).
+            try:
+                await smtp.starttls(server_hostname=host.name, validate_certs=False)
+            except SMTPResponseException as refused:
+                if not 400 <= refused.code < 600:
+                    raise
+            else:
+                await smtp.ehlo()
+        metrics.SMTP_SESSIONS_OPENED.inc()
+        return smtp
+    except SMTPConnectResponseError as exc:
+        smtp.close()
+        # A refusal in the banner (554 "no SMTP service here") comes before any address
+        # is named: it refuses us, so blocked; a 4xx or 421 is a temporary failure.
+        outcome = SmtpOutcome.BLOCKED if exc.code >= 500 else SmtpOutcome.TEMP_FAILURE
+        raise NoSession(Finding(outcome, one_line(exc.code, exc.message), host.name)) from exc
+    except (TimeoutError, SMTPTimeoutError) as exc:
+        smtp.close()
+        raise NoSession(
+            Finding(SmtpOutcome.TIMEOUT, f"{host.name} did not answer in time", host.name)
+        ) from exc
+    except SMTPResponseException as exc:
+        smtp.close()
+        # EHLO (and HELO) refused: a 4xx (421, 450 "try again later") is a temporary
+        # failure; a policy reason (554 5.7.1 Helo command rejected) is a block; anything
+        # else is a server we cannot speak SMTP with.
+        if 400 <= exc.code < 500:
+            outcome = SmtpOutcome.TEMP_FAILURE
+        elif classify_rcpt(exc.code, exc.message) is SmtpOutcome.BLOCKED:
+            outcome = SmtpOutcome.BLOCKED
+        else:
+            outcome = SmtpOutcome.PROTOCOL_ERROR
+        raise NoSession(Finding(outcome, one_line(exc.code, exc.message), host.name)) from exc
+    except (SMTPException, OSError) as exc:
+        smtp.close()
+        raise NoSession(
+            Finding(SmtpOutcome.CONNECTION_FAILED, f"{host.name}: {exc}", host.name)
+        ) from exc
+    except BaseException:  # cancelled mid-greeting (a run told to stop): hang up too
+        smtp.close()
+        raise
+
+
+async def _dial(smtp: aiosmtplib.SMTP, timeout: float) -> None:
+    """``smtp.connect``; if cancelled meanwhile (a run told to stop), wait for the connect to
+    end and hang up: cancelling aiosmtplib's connect would leave the connection open. Once
+    TCP is up (``smtp.transport`` is set before the greeting) the socket is aborted first,
+    so a deadline is not held up by a server that never greets."""
+    dialling = asyncio.ensure_future(smtp.connect(timeout=timeout))
+    try:
+        await asyncio.shield(dialling)
+    except asyncio.CancelledError:
+        if smtp.transport is not None:  # connected, waiting for the banner: hang up now,
+            smtp.transport.abort()  # not when a silent server's greeting times out
+        with contextlib.suppress(BaseException):
+            await dialling
+        smtp.close()
+        raise
+
+
+def summarise(failures: list[Finding]) -> Finding:
+    """One finding for "no host reachable", the most telling failure first."""
+    if not failures:
+        return Finding(SmtpOutcome.CONNECTION_FAILED, "no mail host could be reached")
+    order = [
+        SmtpOutcome.BLOCKED,
+        SmtpOutcome.TEMP_FAILURE,
+        SmtpOutcome.PROTOCOL_ERROR,
+        SmtpOutcome.TIMEOUT,
+        SmtpOutcome.CONNECTION_FAILED,
+    ]
+    for outcome in order:
+        for finding in failures:
+            if finding.outcome is outcome:
+                return finding
+    return failures[0]
