@@ -48,9 +48,9 @@ from verimail.jobs.context import db_retried, store_for
 from verimail.jobs.create import stored_info
 from verimail.jobs.heartbeat import Superseded, complete_run, still_owned
 from verimail.store import jobs as job_store
-from verimail.store.credits import charges_under
+from verimail.store.billing.ledger import charges_under
+from verimail.store.billing.prices import price
 from verimail.store.db import Store
-from verimail.store.prices import price
 from verimail.tasks.finder import find_domains, task_shares
 
 PROGRESS_SECONDS = 1.0  # at most one progress write per this many seconds, while rows finish

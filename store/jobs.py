@@ -10,7 +10,7 @@ worker) changes nothing and reports False instead of corrupting the job.
 
 Credits: a job reserves at creation in the *same* transaction that inserts it, so there is
 never a job without its reservation nor a reservation without its job. What a job does not
-use comes back as a refund (to the pool that paid, see :func:`verimail.store.credits.refund_in`)
+use comes back as a refund (to the pool that paid, see ``store/billing/movements.py``)
 in the same transaction as the final transition; ``credits_refunded`` records it and a
 CHECK keeps it within ``credits_reserved``, so no job can refund twice or refund more than
 it reserved.
@@ -28,15 +28,15 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection, Engine, Row, case, func, insert, select, update
 
-from verimail.store.credits import (
+from verimail.store.billing.ledger import charges_under_in
+from verimail.store.billing.movements import (
     ChargeOutcome,
     charge_in,
     charge_once_in,
-    charges_under_in,
-    lock_account,
     refund_in,
     refund_once_in,
 )
+from verimail.store.billing.pools import lock_account
 from verimail.store.db import utcnow, write_tx
 from verimail.store.tables import JOB_KINDS, MAX_INT, jobs
 
@@ -411,7 +411,7 @@ def charge_for_run(
     reference: str,
     reason: str = "",
 ) -> ChargeOutcome | Literal["superseded"]:
-    """:func:`~verimail.store.credits.charge_once` for the job's run ``job.attempt``, in
+    """:func:`~verimail.store.billing.movements.charge_once` for the job's run ``job.attempt``, in
     one transaction with the check that the run still has the job: a run taken for dead
     that wakes up must not pay for finds the run that has the job may not report.
     "superseded" (nothing charged) when it no longer has it."""
@@ -424,7 +424,7 @@ def charge_for_run(
 def refund_for_run(
     engine: Engine, job: Job, *, reference: str, reason: str
 ) -> int | Literal["superseded"]:
-    """:func:`~verimail.store.credits.refund_once` for the job's run ``job.attempt``, only
+    """:func:`~verimail.store.billing.movements.refund_once` for the job's run ``job.attempt``, only
     while it still has the job (a superseded run would give back a find the later run paid
     for and reports); the credits given back, or "superseded"."""
     with write_tx(engine) as conn:

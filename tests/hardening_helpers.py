@@ -13,7 +13,8 @@ from pathlib import Path
 from api_helpers import env_for_testbed
 
 from verimail.store import jobs as job_store
-from verimail.store.credits import LedgerEntry, balance, ledger
+from verimail.store.billing.ledger import LedgerEntry, ledger
+from verimail.store.billing.pools import balance
 from verimail.store.db import Store
 from verimail.testbed.server import Testbed
 

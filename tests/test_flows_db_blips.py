@@ -9,8 +9,9 @@ from sqlalchemy.exc import OperationalError
 
 from verimail.flows.runner import LocalRunner
 from verimail.jobs.context import forget, store_for
-from verimail.store import accounts, credits
+from verimail.store import accounts
 from verimail.store import jobs as job_store
+from verimail.store.billing.pools import balance
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -92,7 +93,7 @@ def test_a_finder_run_rides_out_a_failed_charge(world_settings, tmp_path, monkey
     assert len(calls) >= 3  # the second charge failed once and was made again
     assert after.status == "completed", after.failed_reason
     assert after.credits_used == 2
-    assert credits.balance(store.engine, account.id).total == 100 - 2
+    assert balance(store.engine, account.id).total == 100 - 2
 
 
 def test_a_find_charged_before_its_connection_dropped_is_counted_once(
@@ -117,5 +118,5 @@ def test_a_find_charged_before_its_connection_dropped_is_counted_once(
     after = job_store.get_job_any(store.engine, job.id)
     assert calls[:2] == ["charged", "already"]
     assert after.status == "completed", after.failed_reason
-    assert credits.balance(store.engine, account.id).total == 100 - 2
+    assert balance(store.engine, account.id).total == 100 - 2
     assert after.credits_used == 2

@@ -43,7 +43,7 @@ from verimail.files.csv_detect import (
     open_info,
 )
 from verimail.store import accounts as acc
-from verimail.store.credits import balance
+from verimail.store.billing.pools import balance
 
 router = APIRouter(prefix=PREFIX, route_class=DashboardRoute, include_in_schema=False)
 

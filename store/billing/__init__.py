@@ -1,0 +1,7 @@
+"""Billing: every rule that moves credits, in one place.
+
+Which module does what: ``pools.py`` reads an account's pools (the plan's allowance, spent
+first, and prepaid credits) and locks it; ``movements.py`` charges, reserves, refunds and
+grants, each one transaction with its ledger rows; ``ledger.py`` reads the ledger;
+``prices.py`` says how much; ``requests.py`` is a synchronous request's charge.
+"""
