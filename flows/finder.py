@@ -48,6 +48,7 @@ from verimail.jobs.context import db_retried, store_for
 from verimail.jobs.create import stored_info
 from verimail.jobs.heartbeat import Superseded, complete_run, still_owned
 from verimail.store import jobs as job_store
+from verimail.store.billing import job_charges
 from verimail.store.billing.ledger import charges_under
 from verimail.store.billing.prices import price
 from verimail.store.db import Store
@@ -80,11 +81,11 @@ class _Billing:
         self.lock = asyncio.Lock()
 
     def _reference(self, row: int) -> str:
-        return job_store.finder_row_reference(self.job.id, row)
+        return job_charges.finder_row_reference(self.job.id, row)
 
     @property
     def _prefix(self) -> str:
-        return job_store.finder_references(self.job.id)
+        return job_charges.finder_references(self.job.id)
 
     async def load(self) -> None:
         """What earlier runs of this job paid for (a resumed job)."""
@@ -112,7 +113,7 @@ class _Billing:
             if self.exhausted:
                 return False
             outcome = await db_retried(
-                job_store.charge_for_run,
+                job_charges.charge_for_run,
                 self.store.engine,
                 self.job,
                 self.price,
@@ -135,7 +136,7 @@ class _Billing:
             if row not in self.paid:
                 return
             given = await db_retried(
-                job_store.refund_for_run,
+                job_charges.refund_for_run,
                 self.store.engine,
                 self.job,
                 reference=self._reference(row),

@@ -11,6 +11,7 @@ from verimail.flows.runner import LocalRunner
 from verimail.jobs.context import forget, store_for
 from verimail.store import accounts
 from verimail.store import jobs as job_store
+from verimail.store.billing import job_charges
 from verimail.store.billing.pools import balance
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
@@ -19,10 +20,10 @@ pytestmark = pytest.mark.usefixtures("prefect_harness")
 STAFF = {"u0", "u2", "ann.lee", "bob.stone"}
 
 
-def _fails_once(monkeypatch, name: str, nth: int) -> list[int]:
-    """Make ``job_store.<name>`` raise what a dropped connection raises on its ``nth`` call
-    (before touching the database), then work again."""
-    real = getattr(job_store, name)
+def _fails_once(monkeypatch, name: str, nth: int, module=job_store) -> list[int]:
+    """Make ``module.<name>`` (a store module: the jobs' by default) raise what a dropped
+    connection raises on its ``nth`` call (before touching the database), then work again."""
+    real = getattr(module, name)
     calls: list[int] = []
 
     def flaky(*args, **kwargs):
@@ -31,7 +32,7 @@ def _fails_once(monkeypatch, name: str, nth: int) -> list[int]:
             raise OperationalError("UPDATE jobs", {}, Exception("server closed the connection"))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(job_store, name, flaky)
+    monkeypatch.setattr(module, name, flaky)
     return calls
 
 
@@ -87,7 +88,7 @@ def test_a_bulk_run_rides_out_a_failed_progress_write(world_settings, tmp_path, 
 
 def test_a_finder_run_rides_out_a_failed_charge(world_settings, tmp_path, monkeypatch):
     store, account, job = _finder_job(world_settings, tmp_path)
-    calls = _fails_once(monkeypatch, "charge_for_run", 2)  # (the second find's charge)
+    calls = _fails_once(monkeypatch, "charge_for_run", 2, job_charges)  # (the second find's charge)
     _run(world_settings, "finder", job.id)
     after = job_store.get_job_any(store.engine, job.id)
     assert len(calls) >= 3  # the second charge failed once and was made again
@@ -103,7 +104,7 @@ def test_a_find_charged_before_its_connection_dropped_is_counted_once(
     the row paid ("already"). The run did not count it, and the job reported fewer
     credits_used than the account was charged."""
     store, account, job = _finder_job(world_settings, tmp_path)
-    real = job_store.charge_for_run
+    real = job_charges.charge_for_run
     calls: list[str] = []
 
     def committed_then_lost(*args, **kwargs):
@@ -113,7 +114,7 @@ def test_a_find_charged_before_its_connection_dropped_is_counted_once(
             raise OperationalError("COMMIT", {}, Exception("server closed the connection"))
         return outcome
 
-    monkeypatch.setattr(job_store, "charge_for_run", committed_then_lost)
+    monkeypatch.setattr(job_charges, "charge_for_run", committed_then_lost)
     _run(world_settings, "finder", job.id)
     after = job_store.get_job_any(store.engine, job.id)
     assert calls[:2] == ["charged", "already"]

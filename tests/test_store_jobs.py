@@ -13,9 +13,11 @@ from sqlalchemy import ColumnElement, Table, func, select
 
 from verimail.store import accounts as acc
 from verimail.store import jobs as jb
+from verimail.store.billing.job_charges import charge_for_run, finder_row_reference, refund_for_run
 from verimail.store.billing.ledger import ledger
 from verimail.store.billing.pools import balance
 from verimail.store.db import Store, utcnow
+from verimail.store.job_retries import claim_for_resume
 from verimail.store.tables import credit_ledger, jobs
 from verimail.store.testing import temporary_store
 
@@ -274,7 +276,7 @@ def test_a_superseded_run_cannot_settle_or_move_the_job(store: Store, account_id
     assert job is not None and jb.mark_processing(store.engine, job.id)
     fresh = jb.get_job_any(store.engine, job.id)
     assert fresh is not None
-    assert jb.claim_for_resume(store.engine, job.id, fresh.heartbeat_at) == 2
+    assert claim_for_resume(store.engine, job.id, fresh.heartbeat_at) == 2
     assert not jb.update_progress(store.engine, job.id, 3, attempt=1)
     assert not jb.mark_failed(store.engine, job.id, "run 1 crashed", attempt=1)
     assert not jb.mark_completed(store.engine, job.id, {}, "/run1.csv", 4, attempt=1)
@@ -316,8 +318,8 @@ def test_a_failed_finder_job_gives_back_its_finds(store: Store, account_id: int)
     assert run is not None
     before = balance(store.engine, account_id).total
     for row in range(3):
-        reference = jb.finder_row_reference(job.id, row)
-        assert jb.charge_for_run(store.engine, run, 10, reference=reference) == "charged"
+        reference = finder_row_reference(job.id, row)
+        assert charge_for_run(store.engine, run, 10, reference=reference) == "charged"
     jb.update_progress(store.engine, job.id, 3, credits_used=30, attempt=run.attempt)
     assert balance(store.engine, account_id).total == before - 30
     assert jb.mark_failed(store.engine, job.id, "the flow crashed", 0)
@@ -340,10 +342,10 @@ def test_a_failed_finder_job_uses_nothing_whatever_its_last_progress_said(
     run = jb.get_job_any(store.engine, job.id)
     assert run is not None
     before = balance(store.engine, account_id).total
-    row = jb.finder_row_reference(job.id, 0)
-    assert jb.charge_for_run(store.engine, run, 10, reference=row) == "charged"
+    row = finder_row_reference(job.id, 0)
+    assert charge_for_run(store.engine, run, 10, reference=row) == "charged"
     jb.update_progress(store.engine, job.id, 1, credits_used=10, attempt=run.attempt)
-    assert jb.refund_for_run(store.engine, run, reference=row, reason="not found") == 10
+    assert refund_for_run(store.engine, run, reference=row, reason="not found") == 10
     assert jb.mark_failed(store.engine, job.id, "the runner died", 0)
     failed = jb.get_job_any(store.engine, job.id)
     assert failed is not None and failed.credits_used == 0
@@ -359,18 +361,18 @@ def test_only_the_run_that_has_a_finder_job_pays_or_refunds(store: Store, accoun
     run_1 = jb.get_job_any(store.engine, job.id)
     assert run_1 is not None and run_1.attempt == 1
     row = f"job:{job.id}:row:0"
-    assert jb.charge_for_run(store.engine, run_1, 10, reference=row) == "charged"
-    assert jb.charge_for_run(store.engine, run_1, 10, reference=row) == "already"
-    assert jb.claim_for_resume(store.engine, job.id, run_1.heartbeat_at) == 2
+    assert charge_for_run(store.engine, run_1, 10, reference=row) == "charged"
+    assert charge_for_run(store.engine, run_1, 10, reference=row) == "already"
+    assert claim_for_resume(store.engine, job.id, run_1.heartbeat_at) == 2
     before = balance(store.engine, account_id).total
     other = f"job:{job.id}:row:1"
-    assert jb.charge_for_run(store.engine, run_1, 10, reference=other) == "superseded"
-    assert jb.refund_for_run(store.engine, run_1, reference=row, reason="r") == "superseded"
+    assert charge_for_run(store.engine, run_1, 10, reference=other) == "superseded"
+    assert refund_for_run(store.engine, run_1, reference=row, reason="r") == "superseded"
     assert balance(store.engine, account_id).total == before
     run_2 = jb.get_job_any(store.engine, job.id)
     assert run_2 is not None and run_2.attempt == 2
-    assert jb.refund_for_run(store.engine, run_2, reference=row, reason="not found") == 10
-    assert jb.refund_for_run(store.engine, run_2, reference=row, reason="again") == 0
+    assert refund_for_run(store.engine, run_2, reference=row, reason="not found") == 10
+    assert refund_for_run(store.engine, run_2, reference=row, reason="again") == 0
     assert jb.mark_completed(store.engine, job.id, {}, "/r.csv", 3, attempt=2)
-    assert jb.charge_for_run(store.engine, run_2, 10, reference=other) == "superseded"
+    assert charge_for_run(store.engine, run_2, 10, reference=other) == "superseded"
     assert balance(store.engine, account_id).total == before + 10
