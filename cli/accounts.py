@@ -33,8 +33,10 @@ from verimail.cli.output import print_table
 from verimail.config import get_settings
 from verimail.schemas.limits import MAX_EMAIL_LENGTH
 from verimail.store import accounts as acc
-from verimail.store import credits as cr
-from verimail.store.credits import AccountNotFound
+from verimail.store.billing import pools
+from verimail.store.billing.ledger import ledger
+from verimail.store.billing.movements import grant
+from verimail.store.billing.pools import AccountNotFound
 from verimail.store.db import Store, init_store
 from verimail.store.plans import PLAN_NAMES, UnknownPlan, get_plan
 from verimail.store.tables import MAX_INT
@@ -126,7 +128,7 @@ def accounts_create(
         except IntegrityError:
             raise _fail(f"an account with email {email!r} exists already") from None
         raw_key, info = acc.create_api_key(store.engine, account.id, key_name)
-        balance = cr.balance(store.engine, account.id)
+        balance = pools.balance(store.engine, account.id)
     console.print(
         f"Created account [bold]{account.id}[/bold] on plan {account.plan}, finder "
         f"{'on' if account.finder_enabled else 'off'}, {balance.prepaid} prepaid credits."
@@ -142,7 +144,7 @@ def accounts_list(
     """List accounts with their plan and balance."""
     with _store() as store:
         rows = [
-            (a, cr.balance(store.engine, a.id))
+            (a, pools.balance(store.engine, a.id))
             for a in acc.list_accounts(store.engine, limit, offset)
         ]
     # An address is never broken over lines ("ali" + "ce@acme.test" was copied as two
@@ -267,7 +269,7 @@ def credits_grant(
     """Add prepaid credits (they never expire)."""
     with _store() as store:
         try:
-            bal = cr.grant(store.engine, account, amount, reason=reason)
+            bal = grant(store.engine, account, amount, reason=reason)
         except (AccountNotFound, ValueError) as exc:
             raise _fail(str(exc)) from None
     console.print(f"Granted {amount} credits to account {account}; balance {bal.total}.")
@@ -281,10 +283,10 @@ def credits_show(
     """Show an account's balance and its most recent ledger rows."""
     with _store() as store:
         try:
-            bal = cr.balance(store.engine, account)
+            bal = pools.balance(store.engine, account)
         except AccountNotFound as exc:
             raise _fail(str(exc)) from None
-        entries = cr.ledger(store.engine, account, limit=limit)
+        entries = ledger(store.engine, account, limit=limit)
     allowance = (
         "none"
         if bal.allowance is None

@@ -35,7 +35,8 @@ from verimail.store.accounts import (
     create_api_key,
     get_account_by_email,
 )
-from verimail.store.credits import balance, grant
+from verimail.store.billing.movements import grant
+from verimail.store.billing.pools import balance
 from verimail.store.db import Store, init_store
 from verimail.testbed.cli import DEFAULT_WORLD, DnsPortOption, SmtpPortOption, start_or_exit
 from verimail.testbed.server import Testbed

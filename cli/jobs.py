@@ -13,7 +13,7 @@ from rich.text import Text
 
 from verimail.cli.progress import JobProgress, finder_counts, status_counts, summary_table
 from verimail.config import get_settings
-from verimail.store.prices import price
+from verimail.store.billing.prices import price
 
 console = Console(stderr=True)
 
@@ -114,7 +114,7 @@ def bulk_command(
     from verimail.files.upload_errors import UploadError
     from verimail.jobs.context import store_for
     from verimail.jobs.create import create_verify_job
-    from verimail.store import credits
+    from verimail.store.billing.movements import grant
 
     target = _results_path(out, file.with_name(f"{file.stem}.results.csv"))
     settings = get_settings()
@@ -128,9 +128,7 @@ def bulk_command(
     count = job_input.address_rows
     store = store_for(settings)
     account = _cli_account(store, settings)
-    credits.grant(
-        store.engine, account.id, price("verify", count), reason=f"verimail bulk {file.name}"
-    )
+    grant(store.engine, account.id, price("verify", count), reason=f"verimail bulk {file.name}")
     job = create_verify_job(
         store,
         account.id,
@@ -188,7 +186,7 @@ def find_command(
     from verimail.files.upload_errors import UploadError
     from verimail.jobs.context import store_for
     from verimail.jobs.create import create_finder_job
-    from verimail.store import credits
+    from verimail.store.billing.movements import grant
 
     if first_name or last_name or domain:
         raise typer.BadParameter("give FIRST LAST DOMAIN, or --file people.csv, not both")
@@ -206,7 +204,7 @@ def find_command(
         raise typer.BadParameter(exc.detail, param_hint="--file") from exc
     store = store_for(settings)
     account = _cli_account(store, settings)
-    credits.grant(
+    grant(
         store.engine, account.id, price("find", rows.height, settings), reason=f"find {file.name}"
     )
     job = create_finder_job(

@@ -5,8 +5,8 @@ task of ``tasks/finder.py``: rows grouped by domain, one shared SMTP session per
 each find teaching the domain's pattern), then write the results — or, when mail servers
 put some lookups off (greylisting, a temporary failure, a timeout, a refused connection),
 park the job and look those rows up again in a later pass (``jobs/retries.py``), as a bulk
-job does. Here is what the task is handed: the billing and the progress, which go to the
-store.
+job does. Here is what the task is handed: the billing (``jobs/finder_billing.py``) and the
+progress, which go to the store.
 
 Billing as the job goes: each verified find is charged ``finder_charge`` on its own
 (atomically). When a find cannot be paid for, the row is ``skipped_no_credits`` (its
@@ -45,12 +45,12 @@ from verimail.flows.summary import name_this_run, run_name
 from verimail.jobs import retries
 from verimail.jobs.context import db_retried, store_for
 from verimail.jobs.create import stored_info
-from verimail.jobs.heartbeat import Superseded, complete_run, still_owned
+from verimail.jobs.finder_billing import FinderBilling
+from verimail.jobs.heartbeat import complete_run, still_owned
 from verimail.jobs.learned_patterns import StoredPatterns
 from verimail.store import jobs as job_store
-from verimail.store.credits import charges_under
+from verimail.store.billing.prices import price
 from verimail.store.db import Store
-from verimail.store.prices import price
 from verimail.tasks.finder import find_domains, task_shares
 
 PROGRESS_SECONDS = 1.0  # at most one progress write per this many seconds, while rows finish
@@ -67,86 +67,6 @@ STATUS_COLUMN = {
 }
 
 
-class _Billing:
-    """Charges finds one by one, each row at most once across runs; after the first refusal
-    every row not yet paid for is skipped."""
-
-    def __init__(self, store: Store, job: job_store.Job, price: int) -> None:
-        self.store = store
-        self.job = job
-        self.price = price
-        self.exhausted = False
-        self.paid: dict[int, int] = {}  # row -> what its find was charged (this run or before)
-        self.lock = asyncio.Lock()
-
-    def _reference(self, row: int) -> str:
-        return job_store.finder_row_reference(self.job.id, row)
-
-    @property
-    def _prefix(self) -> str:
-        return job_store.finder_references(self.job.id)
-
-    async def load(self) -> None:
-        """What earlier runs of this job paid for (a resumed job)."""
-        spent = await asyncio.to_thread(
-            charges_under, self.store.engine, self.job.account_id, self._prefix
-        )
-        self.paid = {int(ref.removeprefix(self._prefix)): amount for ref, amount in spent.items()}
-
-    @property
-    def used(self) -> int:
-        """Credits the job's finds cost so far (the ledger's charges under its rows)."""
-        return sum(self.paid.values())
-
-    def skips(self, row: int) -> bool:
-        """Out of credits, and this row was not paid for before."""
-        return self.exhausted and row not in self.paid
-
-    async def pay(self, row: int, email: str) -> bool:
-        """Charge the find on ``row`` (once, whichever run reports it); False when the
-        account is out of credits. Raises :class:`Superseded` when a later run has the job
-        (checked in the charge's own transaction)."""
-        async with self.lock:
-            if row in self.paid:
-                return True
-            if self.exhausted:
-                return False
-            outcome = await db_retried(
-                job_store.charge_for_run,
-                self.store.engine,
-                self.job,
-                self.price,
-                reason=f"email finder: {email}",
-                reference=self._reference(row),
-            )
-            if outcome == "superseded":
-                raise Superseded(f"job {self.job.id}: run {self.job.attempt} lost it")
-            if outcome == "short":
-                self.exhausted = True
-                return False
-            # ("already": a charge of this run whose commit a retried call did not see)
-            self.paid[row] = self.price
-            return True
-
-    async def unpay(self, row: int) -> None:
-        """This run did not find the row an earlier run paid for (its runner died after
-        the charge): a find is charged only when one is reported, so give the charge back."""
-        async with self.lock:
-            if row not in self.paid:
-                return
-            given = await db_retried(
-                job_store.refund_for_run,
-                self.store.engine,
-                self.job,
-                reference=self._reference(row),
-                reason=f"email finder: job {self.job.public_id} row {row + 1} not found "
-                "when resumed",
-            )
-            if given == "superseded":
-                raise Superseded(f"job {self.job.id}: run {self.job.attempt} lost it")
-            del self.paid[row]  # (given back now, or by a retried call that committed)
-
-
 STATE_COLUMNS = ("email", "status", "confidence", "sub_status")
 """A row's outcome as a pass leaves it (``retry-state.parquet``, beside ``row``)."""
 
@@ -154,7 +74,7 @@ STATE_COLUMNS = ("email", "status", "confidence", "sub_status")
 class _Progress:
     """Row outcomes as they come, flushed to the job row now and then."""
 
-    def __init__(self, store: Store, job: job_store.Job, billing: _Billing) -> None:
+    def __init__(self, store: Store, job: job_store.Job, billing: FinderBilling) -> None:
         self.store = store
         self.job = job
         self.billing = billing
@@ -243,7 +163,7 @@ async def find_emails(
     if not isinstance(started, job_store.Job):
         return started
     job = started
-    billing = _Billing(store, job, price("find", 1, settings))
+    billing = FinderBilling(store, job, price("find", 1, settings))
     progress = _Progress(store, job, billing)
 
     async def work() -> dict[str, Any]:
@@ -266,7 +186,7 @@ async def _run(
     settings: Settings,
     store: Store,
     job: job_store.Job,
-    billing: _Billing,
+    billing: FinderBilling,
     progress: _Progress,
     retry_pass: int,
 ) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from verimail.jobs.heartbeat import Superseded, as_owner, started_late, supersed
 from verimail.jobs.notify import notify_job
 from verimail.store import jobs as job_store
 from verimail.store.db import Store
+from verimail.store.job_retries import claim_retry_pass, park_for_retry
 
 Outcome = dict[str, Any]
 
@@ -60,7 +61,7 @@ async def start_job(
         observe_queue_wait(job.kind, job.created_at)
     if retry_pass:
         claimed = await asyncio.to_thread(
-            job_store.claim_retry_pass, store.engine, job.id, job.attempt, retry_pass
+            claim_retry_pass, store.engine, job.id, job.attempt, retry_pass
         )
         if not claimed:  # (another run started this pass, or the job moved on)
             return superseded_outcome(job, attempt)
@@ -165,7 +166,7 @@ async def _park(store: Store, job: job_store.Job, summary: Outcome, kind: str) -
     """Park the job until its next pass (after the run's heartbeat stopped: a last beat
     must not overwrite the future one) and, with workers, schedule that pass in Prefect."""
     parked = await asyncio.to_thread(
-        job_store.park_for_retry,
+        park_for_retry,
         store.engine,
         job.id,
         job.attempt,

@@ -5,7 +5,7 @@ Prefect-UI form, a list's scheduled re-verification and the bench all create the
 here, so the same rules hold wherever a job comes from:
 
 - the job row and its credit reservation are one transaction, priced by
-  ``store/prices.py``; short of credits, nothing is stored (:class:`NotEnoughCredits`);
+  ``store/billing/prices.py``; short of credits, nothing is stored (:class:`NotEnoughCredits`);
 - what inspecting the upload learned (encoding, delimiter, header, columns, the email
   column) is kept in the job's folder, so its run loads the file without sniffing it again
   (a file, not the job row: a header may hold a million names, and the row is read on
@@ -27,9 +27,9 @@ from verimail.config import Settings
 from verimail.files.bulk_io import INFO_FILE, job_dir, load_info, save_info
 from verimail.files.csv_detect import CsvInfo
 from verimail.store import jobs as job_store
-from verimail.store.credits import balance
+from verimail.store.billing.pools import balance
+from verimail.store.billing.prices import price
 from verimail.store.db import Store
-from verimail.store.prices import price
 
 log = logging.getLogger(__name__)
 

@@ -12,6 +12,7 @@ from verimail.jobs.context import store_for
 from verimail.jobs.webhook import Delivery, deliver
 from verimail.schemas.jobs import BulkJob, FinderJob
 from verimail.store import jobs as job_store
+from verimail.store.job_webhooks import claim_webhook, owed_webhooks, webhook_done
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ async def _notify(settings: Settings, job_id: int) -> Delivery | None:
     if job is None or not job.webhook_url or not job.finished:
         return None
     lease = webhook_lease(settings)
-    if not await asyncio.to_thread(job_store.claim_webhook, engine, job_id, lease):
+    if not await asyncio.to_thread(claim_webhook, engine, job_id, lease):
         return None  # delivered already, or being delivered by another process
     model = FinderJob if job.kind == "finder_csv" else BulkJob
     payload = model.of(job).model_dump(mode="json")
@@ -58,7 +59,7 @@ async def _notify(settings: Settings, job_id: int) -> Delivery | None:
     )
     if not delivery.delivered:
         log.warning("webhook of job %s not delivered: %s", job_id, delivery.detail)
-    await asyncio.to_thread(job_store.webhook_done, engine, job_id)
+    await asyncio.to_thread(webhook_done, engine, job_id)
     return delivery
 
 
@@ -66,7 +67,7 @@ def deliver_owed_webhooks(settings: Settings) -> list[int]:
     """Deliver (from worker threads) the webhooks of finished jobs that no delivery has
     ended: the process that finished them died before or while it delivered. At least
     once: a process that died right after a delivery makes it twice."""
-    owed = job_store.owed_webhooks(store_for(settings).engine, webhook_lease(settings))
+    owed = owed_webhooks(store_for(settings).engine, webhook_lease(settings))
     for job_id in owed:
         notify_job_soon(settings, job_id)
     return owed

@@ -21,6 +21,7 @@ from verimail.jobs.create import RUN_KIND, JobRunner
 from verimail.jobs.notify import deliver_owed_webhooks, notify_job_soon
 from verimail.store import jobs as job_store
 from verimail.store.db import utcnow
+from verimail.store.job_retries import claim_for_resume, due_retries
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ def recover_stale_jobs(settings: Settings, runner: JobRunner) -> list[tuple[int,
     if held is not None:
         job_store.keep_alive(store.engine, held())
     handled: list[tuple[int, str]] = []
-    for job in job_store.due_retries(store.engine, now=utcnow() - RETRY_CATCH_UP):
+    for job in due_retries(store.engine, now=utcnow() - RETRY_CATCH_UP):
         # A parked job whose next pass did not start (its timer died with a process): start
         # it now; the pass is claimed by the first run, so a late timer changes nothing.
         kind = RUN_KIND.get(job.kind)
@@ -54,7 +55,7 @@ def recover_stale_jobs(settings: Settings, runner: JobRunner) -> list[tuple[int,
     for job in stale:
         if job.retry.get("phase") == "waiting_to_retry":
             continue  # (parked, and its pass is just being started above)
-        attempt = job_store.claim_for_resume(store.engine, job.id, job.heartbeat_at)
+        attempt = claim_for_resume(store.engine, job.id, job.heartbeat_at)
         if attempt is None:
             continue  # another process took it, or it finished
         kind = RUN_KIND.get(job.kind)

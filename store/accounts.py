@@ -21,7 +21,8 @@ from typing import Any
 from sqlalchemy import Engine, Row, func, insert, or_, select, update
 
 from verimail.config import Settings
-from verimail.store.credits import AccountNotFound, credit_in
+from verimail.store.billing.movements import credit_in
+from verimail.store.billing.pools import AccountNotFound
 from verimail.store.db import utcnow, write_tx
 from verimail.store.plans import get_plan
 from verimail.store.tables import accounts, api_keys

@@ -1,19 +1,20 @@
-"""Jobs (bulk CSV/JSON verification, finder CSV, re-verification) and their credits.
+"""Jobs (bulk CSV/JSON verification, finder CSV, re-verification): the job row and its states.
 
-Why one long file: every transition of a job row and its credit reservation, so the state
-machine below and its conditional writes are read in one place.
+Why one long file: every transition of a job row, so the state machine below and its
+conditional writes are read in one place.
 
 States: ``pending → processing → completed | failed``, and ``pending → failed``. Nothing
 leaves ``completed`` or ``failed``. Every transition is a conditional write on the current
 status, so a late or duplicated call (a retried flow, the stale-job reaper racing a slow
 worker) changes nothing and reports False instead of corrupting the job.
 
-Credits: a job reserves at creation in the *same* transaction that inserts it, so there is
-never a job without its reservation nor a reservation without its job. What a job does not
-use comes back as a refund (to the pool that paid, see :func:`verimail.store.credits.refund_in`)
-in the same transaction as the final transition; ``credits_refunded`` records it and a
-CHECK keeps it within ``credits_reserved``, so no job can refund twice or refund more than
-it reserved.
+Credits: a job reserves at creation in the *same* transaction that inserts it, and what it
+does not use comes back in the same transaction as its final transition; how much, and
+under which reference, is billing's (:mod:`verimail.store.billing.job_charges`).
+
+Beside this module: the row's lock and whose run has it (``job_lock.py``), a job taken up
+again — resumed, or parked for a deferred retry pass (``job_retries.py``) — and its webhook
+outbox (``job_webhooks.py``).
 """
 
 from __future__ import annotations
@@ -26,23 +27,26 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import Connection, Engine, Row, case, func, insert, select, update
+from sqlalchemy import Engine, Row, case, func, insert, select, update
 
-from verimail.store.credits import (
-    ChargeOutcome,
-    charge_in,
-    charge_once_in,
-    charges_under_in,
-    lock_account,
-    refund_in,
-    refund_once_in,
+from verimail.store.billing.job_charges import (
+    refund_finds_in,
+    refund_reservation_in,
+    reserve_in,
 )
+from verimail.store.billing.pools import lock_account
 from verimail.store.db import utcnow, write_tx
+from verimail.store.job_lock import (
+    TERMINAL_STATUSES,
+    attempts,
+    lock_job,
+    options_of,
+    run_owns,
+)
 from verimail.store.tables import JOB_KINDS, MAX_INT, jobs
 
 JobKind = Literal["bulk_csv", "bulk_json", "finder_csv", "reverify"]
 JobStatus = Literal["pending", "processing", "completed", "failed"]
-TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed"})
 
 COUNT_COLUMNS = (
     "valid_count",
@@ -106,12 +110,13 @@ class Job:
     @property
     def attempt(self) -> int:
         """Which run of the job this is: 1, then one more each time recovery resumes it."""
-        return _attempts(self.options)
+        return attempts(self.options)
 
     @property
     def retry(self) -> dict[str, Any]:
-        """The deferred-retry state (:func:`park_for_retry`): ``phase``, ``pass``,
-        ``waiting``, ``next_retry_at`` (ISO 8601); empty before any parking."""
+        """The deferred-retry state (``store/job_retries.py``'s ``park_for_retry``):
+        ``phase``, ``pass``, ``waiting``, ``next_retry_at`` (ISO 8601); empty before any
+        parking."""
         return dict((self.options or {}).get("retry") or {})
 
     @property
@@ -120,13 +125,14 @@ class Job:
         return max(self.credits_reserved - self.credits_used - self.credits_refunded, 0)
 
 
-def _job(row: Row[Any]) -> Job:
+def job_from_row(row: Row[Any]) -> Job:
+    """The :class:`Job` of a row of the jobs table."""
     values = dict(row._mapping)
     values["options"] = json.loads(values["options"]) if values["options"] else None
     return Job(**values)
 
 
-def _count_values(counts: dict[str, int] | None) -> dict[str, int]:
+def count_values(counts: dict[str, int] | None) -> dict[str, int]:
     """Map caller count keys onto ``*_count`` columns; unknown keys are a bug, so raise."""
     values: dict[str, int] = {}
     for key, value in (counts or {}).items():
@@ -198,20 +204,19 @@ def create_job(
                 )
                 .returning(jobs.c.id)
             ).scalar_one()
-            if not charge_in(
+            if not reserve_in(
                 conn,
                 account_id,
+                job_id,
                 reserve,
-                kind="reserve",
                 reason=f"{kind} job {job_id}: {total} rows",
-                reference=f"job:{job_id}",
                 now=now,
             ):
                 raise _ShortOfCredits
             row = conn.execute(select(jobs).where(jobs.c.id == job_id)).one()
     except _ShortOfCredits:
         return None
-    return _job(row)
+    return job_from_row(row)
 
 
 # Both names: the brief asked for each; they are the same atomic operation.
@@ -224,7 +229,7 @@ create_job_with_reservation = create_job
 def _one(engine: Engine, *where: Any) -> Job | None:
     with engine.connect() as conn:
         row = conn.execute(select(jobs).where(*where)).one_or_none()
-    return _job(row) if row else None
+    return job_from_row(row) if row else None
 
 
 MAX_ID = MAX_INT
@@ -274,7 +279,7 @@ def list_jobs(
         query = query.where(jobs.c.kind == kind)
     query = query.order_by(jobs.c.id.desc()).limit(limit).offset(offset)
     with engine.connect() as conn:
-        return [_job(row) for row in conn.execute(query)]
+        return [job_from_row(row) for row in conn.execute(query)]
 
 
 def find_stale_processing(
@@ -295,7 +300,7 @@ def find_stale_processing(
     statuses = ["processing", "pending"] if include_pending else ["processing"]
     query = select(jobs).where(jobs.c.status.in_(statuses), last_sign < cutoff).order_by(jobs.c.id)
     with engine.connect() as conn:
-        return [_job(row) for row in conn.execute(query)]
+        return [job_from_row(row) for row in conn.execute(query)]
 
 
 # --- transitions ---------------------------------------------------------------------------
@@ -308,7 +313,7 @@ def _set_if(
     run's: :func:`run_owns`); True when it was."""
     with write_tx(engine) as conn:
         if attempt is not None:
-            job = _lock_job(conn, job_id)
+            job = lock_job(conn, job_id)
             if job is None or not run_owns(job, attempt):
                 return False
         result = conn.execute(
@@ -355,27 +360,13 @@ def update_progress(
     values: dict[str, Any] = {
         "processed_emails": processed,
         "heartbeat_at": now or utcnow(),
-        **_count_values(counts),
+        **count_values(counts),
     }
     if credits_used is not None:
         values["credits_used"] = credits_used
     if unique_emails is not None:
         values["unique_emails"] = unique_emails
     return _set_if(engine, job_id, "processing", values, attempt)
-
-
-def _attempts(options: dict[str, Any] | None) -> int:
-    return int((options or {}).get("attempts", 1))
-
-
-def run_owns(job: Row[Any], attempt: int | None) -> bool:
-    """Whether run ``attempt`` still has the (locked) job: recovery has not resumed it as a
-    later run. A run taken for dead while it was only frozen may go on for a while; what it
-    writes to the job must then be refused. ``None``: not a run (recovery, the runner
-    settling a run that never started), always allowed."""
-    if attempt is None:
-        return True
-    return _attempts(_options_of(job)) == attempt
 
 
 def heartbeat(engine: Engine, job_id: int, *, now: datetime | None = None) -> bool:
@@ -392,7 +383,7 @@ def beat_run(engine: Engine, job_id: int, attempt: int, *, now: datetime | None 
     no runs left, failed it: either way the run must stop); "finished" once this run
     completed or failed it."""
     with write_tx(engine) as conn:
-        job = _lock_job(conn, job_id)
+        job = lock_job(conn, job_id)
         if job is None:
             return "finished"
         if not run_owns(job, attempt):
@@ -401,43 +392,6 @@ def beat_run(engine: Engine, job_id: int, attempt: int, *, now: datetime | None 
             return "finished"
         conn.execute(update(jobs).where(jobs.c.id == job_id).values(heartbeat_at=now or utcnow()))
     return "beaten"
-
-
-def charge_for_run(
-    engine: Engine,
-    job: Job,
-    amount: int,
-    *,
-    reference: str,
-    reason: str = "",
-) -> ChargeOutcome | Literal["superseded"]:
-    """:func:`~verimail.store.credits.charge_once` for the job's run ``job.attempt``, in
-    one transaction with the check that the run still has the job: a run taken for dead
-    that wakes up must not pay for finds the run that has the job may not report.
-    "superseded" (nothing charged) when it no longer has it."""
-    with write_tx(engine) as conn:
-        if not _run_has_job(conn, job):
-            return "superseded"
-        return charge_once_in(conn, job.account_id, amount, reference=reference, reason=reason)
-
-
-def refund_for_run(
-    engine: Engine, job: Job, *, reference: str, reason: str
-) -> int | Literal["superseded"]:
-    """:func:`~verimail.store.credits.refund_once` for the job's run ``job.attempt``, only
-    while it still has the job (a superseded run would give back a find the later run paid
-    for and reports); the credits given back, or "superseded"."""
-    with write_tx(engine) as conn:
-        if not _run_has_job(conn, job):
-            return "superseded"
-        return refund_once_in(conn, job.account_id, reference=reference, reason=reason)
-
-
-def _run_has_job(conn: Connection, job: Job) -> bool:
-    """Lock the job; whether run ``job.attempt`` still has it (open, and not resumed by a
-    later run): what a run's charges and refunds are checked against."""
-    row = _lock_job(conn, job.id)
-    return row is not None and row.status not in TERMINAL_STATUSES and run_owns(row, job.attempt)
 
 
 def unfinished_flow_runs(engine: Engine) -> dict[int, str]:
@@ -467,25 +421,6 @@ def keep_alive(engine: Engine, job_ids: list[int], *, now: datetime | None = Non
     return result.rowcount
 
 
-def _lock_job(conn: Connection, job_id: int) -> Row[Any] | None:
-    return conn.execute(select(jobs).where(jobs.c.id == job_id).with_for_update()).one_or_none()
-
-
-def _refund_in(conn: Connection, job: Row[Any], amount: int, why: str, now: datetime) -> int:
-    """Refund up to ``amount`` of the job's unrefunded reservation; returns what was refunded."""
-    amount = max(min(amount, job.credits_reserved - job.credits_refunded), 0)
-    if amount:
-        refund_in(
-            conn,
-            job.account_id,
-            amount,
-            reason=f"{job.kind} job {job.id}: {why}",
-            reference=f"job:{job.id}",
-            now=now,
-        )
-    return amount
-
-
 def mark_completed(
     engine: Engine,
     job_id: int,
@@ -512,13 +447,13 @@ def mark_completed(
     """
     now = now or utcnow()
     with write_tx(engine) as conn:
-        job = _lock_job(conn, job_id)
+        job = lock_job(conn, job_id)
         if job is None or job.status != "processing" or not run_owns(job, attempt):
             return False
         if publish is not None:
             publish()
         unused = job.credits_reserved - job.credits_refunded - credits_used
-        refunded = _refund_in(conn, job, unused, "reserved credits not used", now)
+        refunded = refund_reservation_in(conn, job, unused, "reserved credits not used", now)
         values: dict[str, Any] = {
             "status": "completed",
             "result_path": result_path,
@@ -526,12 +461,12 @@ def mark_completed(
             "credits_refunded": job.credits_refunded + refunded,
             "completed_at": now,
             "heartbeat_at": now,
-            **_count_values(counts),
+            **count_values(counts),
         }
         if processed is not None:
             values["processed_emails"] = processed
         if options_update:
-            values["options"] = json.dumps({**_options_of(job), **options_update})
+            values["options"] = json.dumps({**options_of(job), **options_update})
         conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values))
     return True
 
@@ -562,7 +497,7 @@ def mark_failed(
     """
     now = now or utcnow()
     with write_tx(engine) as conn:
-        job = _lock_job(conn, job_id)
+        job = lock_job(conn, job_id)
         if job is None or job.status in TERMINAL_STATUSES or not run_owns(job, attempt):
             return False
         unsettled = job.credits_reserved - job.credits_used - job.credits_refunded
@@ -570,11 +505,11 @@ def mark_failed(
             wanted = max(job.credits_reserved - job.processed_emails, 0)
         else:
             wanted = unsettled if refund is None else refund
-        refunded = _refund_in(conn, job, wanted, "refund of a failed job", now)
+        refunded = refund_reservation_in(conn, job, wanted, "refund of a failed job", now)
         # (A finder job reserves nothing: its finds come back as ledger refunds under their
         # own references, and its credits_used drops to 0.)
         if job.kind == "finder_csv":
-            _refund_finds_in(conn, job, now)
+            refund_finds_in(conn, job, now)
         total_refunded = job.credits_refunded + refunded
         conn.execute(
             update(jobs)
@@ -594,31 +529,6 @@ def mark_failed(
     return True
 
 
-def finder_row_reference(job_id: int, row: int) -> str:
-    """The ledger reference a finder job's find on ``row`` is charged under (once)."""
-    return f"{finder_references(job_id)}{row}"
-
-
-def finder_references(job_id: int) -> str:
-    """What every find charge of a finder job's reference starts with."""
-    return f"job:{job_id}:row:"
-
-
-def _refund_finds_in(conn: Connection, job: Row[Any], now: datetime) -> int:
-    """Give back every find a failed finder job charged: a find is charged only when it is
-    reported, and a failed job reports none (its results are not written)."""
-    return sum(
-        refund_once_in(
-            conn,
-            job.account_id,
-            reference=reference,
-            reason="refund of a failed finder job (its finds are not reported)",
-            now=now,
-        )
-        for reference in charges_under_in(conn, job.account_id, finder_references(job.id))
-    )
-
-
 def set_flow_run_id(engine: Engine, job_id: int, flow_run_id: str) -> bool:
     """Record which Prefect flow run works on the job (shown in the UI and logs)."""
     with write_tx(engine) as conn:
@@ -626,193 +536,6 @@ def set_flow_run_id(engine: Engine, job_id: int, flow_run_id: str) -> bool:
             update(jobs).where(jobs.c.id == job_id).values(flow_run_id=flow_run_id)
         )
     return result.rowcount == 1
-
-
-def _options_of(job: Row[Any]) -> dict[str, Any]:
-    """A locked job row's ``options``, decoded (empty when it has none)."""
-    return json.loads(job.options) if job.options else {}
-
-
-def _store_options(conn: Connection, job_id: int, options: dict[str, Any], **values: Any) -> None:
-    """Write back a job's ``options`` (read under the same lock), with any other columns."""
-    conn.execute(
-        update(jobs).where(jobs.c.id == job_id).values(options=json.dumps(options), **values)
-    )
-
-
-def claim_for_resume(
-    engine: Engine, job_id: int, seen_heartbeat: datetime | None, *, now: datetime | None = None
-) -> int | None:
-    """Take over a stale job: beat and count the attempt, only if nobody beat meanwhile.
-
-    Returns the new attempt number, or None when another process claimed it first (its
-    heartbeat moved) or the job finished — so two API processes never resume one job twice.
-    A job whose deferred retry pass died mid-way has that pass open again (``phase``
-    ``waiting_to_retry``, due now), so the resumed run does that pass, not the whole job.
-    """
-    now = now or utcnow()
-    with write_tx(engine) as conn:
-        job = _lock_job(conn, job_id)
-        if job is None or job.status in TERMINAL_STATUSES:
-            return None
-        if job.heartbeat_at != seen_heartbeat:
-            return None
-        options = _options_of(job)
-        attempt = int(options.get("attempts", 1)) + 1
-        options = {**options, "attempts": attempt}
-        state = options.get("retry") or {}
-        if state.get("phase") == "retrying":
-            options["retry"] = {
-                **state,
-                "phase": "waiting_to_retry",
-                "next_retry_at": now.isoformat(),
-            }
-        _store_options(conn, job_id, options, heartbeat_at=now)
-    return attempt
-
-
-# --- deferred retries ---------------------------------------------------------------------------
-# A bulk run that ends with greylisted or temporarily failed addresses parks the job: it stays
-# ``processing``, ``options["retry"]`` says which pass comes next and when, and its heartbeat
-# is set to that time (the job is not stale while it waits). The pass is claimed by the first
-# run that starts it (:func:`claim_retry_pass`), so a scheduled run and the reaper's catch-up
-# never both do it.
-
-RetryPhase = Literal["verifying", "waiting_to_retry", "retrying"]
-
-
-def park_for_retry(
-    engine: Engine,
-    job_id: int,
-    attempt: int,
-    *,
-    retry_pass: int,
-    waiting: int,
-    next_retry_at: datetime,
-    waited: float,
-    processed: int,
-    counts: dict[str, int],
-) -> bool:
-    """Park run ``attempt``'s job until ``next_retry_at``, ``waiting`` addresses to retry in
-    pass ``retry_pass`` (``waited``: seconds of delay planned so far). False unless the job
-    is processing and still this run's."""
-    with write_tx(engine) as conn:
-        job = _lock_job(conn, job_id)
-        if job is None or job.status != "processing" or not run_owns(job, attempt):
-            return False
-        state = {
-            "phase": "waiting_to_retry",
-            "pass": retry_pass,
-            "waiting": waiting,
-            "next_retry_at": next_retry_at.isoformat(),
-            "waited": waited,
-        }
-        _store_options(
-            conn,
-            job_id,
-            {**_options_of(job), "retry": state},
-            heartbeat_at=next_retry_at,
-            processed_emails=processed,
-            **_count_values(counts),
-        )
-    return True
-
-
-def claim_retry_pass(
-    engine: Engine, job_id: int, attempt: int, retry_pass: int, *, now: datetime | None = None
-) -> bool:
-    """Start pass ``retry_pass`` of a parked job: True for the one run that gets it."""
-    with write_tx(engine) as conn:
-        job = _lock_job(conn, job_id)
-        if job is None or job.status != "processing" or not run_owns(job, attempt):
-            return False
-        options = _options_of(job)
-        state = dict(options.get("retry") or {})
-        if state.get("phase") != "waiting_to_retry" or state.get("pass") != retry_pass:
-            return False
-        state.update(phase="retrying", next_retry_at=None)
-        _store_options(conn, job_id, {**options, "retry": state}, heartbeat_at=now or utcnow())
-    return True
-
-
-def due_retries(engine: Engine, *, now: datetime | None = None) -> list[Job]:
-    """Parked jobs whose next pass is due (or overdue: the process that was to start it
-    died), for the reaper to start."""
-    query = select(jobs).where(
-        jobs.c.status == "processing", jobs.c.heartbeat_at <= (now or utcnow())
-    )
-    with engine.connect() as conn:
-        found = [_job(row) for row in conn.execute(query)]
-    return [job for job in found if job.retry.get("phase") == "waiting_to_retry"]
-
-
-# --- webhook outbox ---------------------------------------------------------------------------
-# A finished job's webhook is owed until a delivery ends (delivered, or given up after its
-# retries): ``options["webhook_done"]``. Whoever delivers first claims it for a while
-# (``options["webhook_claimed_at"]``), so the run that finished the job and the reaper that
-# catches what a crash left owed do not both POST.
-
-WEBHOOK_OWED_FOR = timedelta(days=1)
-"""A webhook still owed this long after its job finished is no longer tried."""
-
-
-def claim_webhook(
-    engine: Engine, job_id: int, lease: timedelta, *, now: datetime | None = None
-) -> bool:
-    """Take the delivery of a finished job's webhook for ``lease``: False when there is none
-    to deliver, it was done, or another process holds a lease that has not run out."""
-    now = now or utcnow()
-    with write_tx(engine) as conn:
-        job = _lock_job(conn, job_id)
-        if job is None or job.status not in TERMINAL_STATUSES or not job.webhook_url:
-            return False
-        options = _options_of(job)
-        if not _webhook_free(options, lease, now):
-            return False
-        _store_options(conn, job_id, {**options, "webhook_claimed_at": now.isoformat()})
-    return True
-
-
-def _webhook_free(options: dict[str, Any], lease: timedelta, now: datetime) -> bool:
-    """No delivery of the job's webhook ended, and none holds a lease that has not run out."""
-    if options.get("webhook_done"):
-        return False
-    claimed = options.get("webhook_claimed_at")
-    return not (claimed and datetime.fromisoformat(claimed) + lease > now)
-
-
-def webhook_done(engine: Engine, job_id: int, *, now: datetime | None = None) -> None:
-    """The job's webhook delivery ended (delivered, or given up after its retries)."""
-    with write_tx(engine) as conn:
-        job = _lock_job(conn, job_id)
-        if job is None:
-            return
-        done = (now or utcnow()).isoformat()
-        _store_options(conn, job_id, {**_options_of(job), "webhook_done": done})
-
-
-def owed_webhooks(engine: Engine, lease: timedelta, *, now: datetime | None = None) -> list[int]:
-    """Finished jobs (within :data:`WEBHOOK_OWED_FOR`) whose webhook no delivery has ended
-    and no lease holds: a process died between finishing the job and its delivery."""
-    now = now or utcnow()
-    with engine.connect() as conn:
-        rows = conn.execute(
-            select(jobs.c.id, jobs.c.options)
-            .where(
-                jobs.c.webhook_url.is_not(None),
-                jobs.c.status.in_(sorted(TERMINAL_STATUSES)),
-                jobs.c.completed_at > now - WEBHOOK_OWED_FOR,
-                jobs.c.completed_at < now - lease,
-            )
-            .order_by(jobs.c.id)
-        ).all()
-    owed = []
-    for row in rows:
-        options = _options_of(row)
-        # (jobs made before the outbox carry no "webhook_owed")
-        if options.get("webhook_owed") and _webhook_free(options, lease, now):
-            owed.append(row.id)
-    return owed
 
 
 RESULT_COUNT_COLUMNS = (

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import Engine, Row, delete, insert, select, update
 
 from verimail.store.db import utcnow, write_tx
-from verimail.store.jobs import Job, _job
+from verimail.store.jobs import Job, job_from_row
 from verimail.store.tables import jobs, reverify_runs, reverify_schedules
 
 
@@ -223,7 +223,7 @@ def history(engine: Engine, account_id: int, list_job: int, limit: int = 50) -> 
             values = row._mapping
             job = None
             if values[jobs.c.id] is not None:
-                job = _job(_JobRow({c.name: values[c] for c in jobs.c}))
+                job = job_from_row(_JobRow({c.name: values[c] for c in jobs.c}))
             out.append(
                 HistoryEntry(
                     created_at=values[reverify_runs.c.created_at],
@@ -237,7 +237,7 @@ def history(engine: Engine, account_id: int, list_job: int, limit: int = 50) -> 
 
 
 class _JobRow:
-    """A joined row's job columns under their own names (what ``_job`` reads)."""
+    """A joined row's job columns under their own names (what ``job_from_row`` reads)."""
 
     def __init__(self, mapping: dict[str, Any]) -> None:
         self._mapping = mapping
@@ -267,4 +267,4 @@ def latest_completed(engine: Engine, account_id: int, list_job: int) -> Job | No
             .order_by(jobs.c.completed_at.desc(), jobs.c.id.desc())
             .limit(1)
         ).one_or_none()
-    return _job(row) if row else None
+    return job_from_row(row) if row else None

@@ -27,7 +27,8 @@ from fastapi import FastAPI
 from verimail.api.app import create_app
 from verimail.config import Settings
 from verimail.store.accounts import create_account, create_api_key
-from verimail.store.credits import balance, ledger
+from verimail.store.billing.ledger import ledger
+from verimail.store.billing.pools import balance
 from verimail.store.db import Store, make_engine
 from verimail.testbed.server import Testbed
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World

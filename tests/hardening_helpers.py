@@ -13,8 +13,10 @@ from pathlib import Path
 from api_helpers import env_for_testbed
 
 from verimail.store import jobs as job_store
-from verimail.store.credits import LedgerEntry, balance, ledger
+from verimail.store.billing.ledger import LedgerEntry, ledger
+from verimail.store.billing.pools import balance
 from verimail.store.db import Store
+from verimail.store.job_retries import claim_for_resume
 from verimail.testbed.server import Testbed
 
 SCALE_ENV = "VERIMAIL_HARDENING_SCALE"
@@ -97,7 +99,7 @@ def take_for_dead(store: Store, job_id: int) -> int | None:
     for _ in range(1000):
         job = job_store.get_job_any(store.engine, job_id)
         assert job is not None
-        claimed = job_store.claim_for_resume(store.engine, job_id, job.heartbeat_at)
+        claimed = claim_for_resume(store.engine, job_id, job.heartbeat_at)
         if claimed is not None:
             return claimed
     return None

@@ -21,7 +21,7 @@ from api_helpers import (
 )
 
 from verimail.store.accounts import set_finder
-from verimail.store.credits import charge
+from verimail.store.billing.movements import charge
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 

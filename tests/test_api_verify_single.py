@@ -17,7 +17,8 @@ from api_helpers import (
 from verimail.api.errors import INTERNAL_ERROR
 from verimail.engine.smtp.host_slots import HostSlots, host_semaphore
 from verimail.store.accounts import list_keys, revoke_key
-from verimail.store.credits import balance, ledger
+from verimail.store.billing.ledger import ledger
+from verimail.store.billing.pools import balance
 from verimail.testbed.server import Testbed
 
 SINGLE = "/api/verify/single"

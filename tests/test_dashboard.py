@@ -35,7 +35,9 @@ from verimail.api.dashboard.security import (
 )
 from verimail.api.dashboard.uploads import PICKER_MAX_COLUMNS
 from verimail.store import accounts as acc
-from verimail.store.credits import balance, grant, ledger, refund
+from verimail.store.billing.ledger import ledger
+from verimail.store.billing.movements import grant, refund
+from verimail.store.billing.pools import balance
 from verimail.store.jobs import list_jobs
 
 PASSWORD = "correct horse battery"
@@ -750,7 +752,7 @@ async def test_credits_page_shows_grants_charges_refunds(settings):
     async with running_app(settings) as app:
         user = make_user(app, "ledger@example.com", credits=10)
         grant(app.store.engine, user.id, 50, reason="bought 50")
-        from verimail.store.credits import charge
+        from verimail.store.billing.movements import charge
 
         charge(app.store.engine, user.id, 3, reason="verify batch of 3")
         refund(app.store.engine, user.id, 2, reason="refund: verify batch of 3 failed")

@@ -25,7 +25,7 @@ from test_dashboard import (
 from verimail.api.dashboard import results as results_module
 from verimail.api.dashboard.progress import eta_seconds, phase_text
 from verimail.store import accounts as acc
-from verimail.store.credits import balance
+from verimail.store.billing.pools import balance
 from verimail.store.db import utcnow
 from verimail.store.jobs import get_job
 

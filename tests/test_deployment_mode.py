@@ -31,8 +31,8 @@ from verimail.flows.deployments import DEPLOYMENTS
 from verimail.runners import deployment as runner_module
 from verimail.runners.testing import kill_tree, prefect_worker, worker_env
 from verimail.store import jobs as job_store
-from verimail.store.credits import balance
-from verimail.store.prices import price
+from verimail.store.billing.pools import balance
+from verimail.store.billing.prices import price
 from verimail.store.tables import jobs
 from verimail.store.testing import temporary_database_url
 from verimail.testbed.server import Testbed

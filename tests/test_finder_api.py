@@ -17,7 +17,8 @@ from api_helpers import (
 
 from verimail.api.routes.finder import FINDER_DISABLED
 from verimail.store.accounts import set_finder
-from verimail.store.credits import charge, ledger
+from verimail.store.billing.ledger import ledger
+from verimail.store.billing.movements import charge
 from verimail.testbed.server import Testbed
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 

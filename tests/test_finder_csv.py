@@ -17,7 +17,8 @@ from verimail.config import using_settings
 from verimail.flows import finder as finder_module
 from verimail.flows.finder import _appended_names, find_emails
 from verimail.store.accounts import set_finder
-from verimail.store.credits import charge_once, ledger
+from verimail.store.billing.ledger import ledger
+from verimail.store.billing.movements import charge_once
 from verimail.store.db import utcnow
 from verimail.store.jobs import get_job_by_public_id, mark_completed
 from verimail.store.tables import jobs

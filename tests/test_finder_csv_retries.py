@@ -13,7 +13,7 @@ import pytest
 from api_helpers import host_per_domain, poll_job, poll_until, running_app, total_balance
 from test_webhooks import Receiver
 
-from verimail.store.credits import ledger
+from verimail.store.billing.ledger import ledger
 from verimail.store.jobs import get_job_by_public_id
 from verimail.testbed.server import Testbed
 from verimail.testbed.world import HostBehaviour

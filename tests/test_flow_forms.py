@@ -19,8 +19,9 @@ from verimail.config import using_settings
 from verimail.flows.bulk import bulk_verify
 from verimail.flows.summary import artifact_key, installation_id
 from verimail.jobs.context import forget, store_for
-from verimail.store import accounts, credits
+from verimail.store import accounts
 from verimail.store import jobs as job_store
+from verimail.store.billing.pools import balance
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.prefect]
@@ -125,7 +126,7 @@ async def test_a_run_started_from_the_form_makes_a_job_and_a_summary(setup):
     from prefect.artifacts import Artifact
 
     settings, store, account = setup
-    before = credits.balance(store.engine, account.id).total
+    before = balance(store.engine, account.id).total
     form = {"account": "data-team@example.com", "file": "inbox/leads.csv"}
     _, run = await _run_from_form(settings, {"verify": form})
 
@@ -133,7 +134,7 @@ async def test_a_run_started_from_the_form_makes_a_job_and_a_summary(setup):
     (job,) = job_store.list_jobs(store.engine, account.id)
     assert (job.status, job.valid_count, job.invalid_count) == ("completed", 1, 1)
     assert job.flow_run_id == str(run.id)
-    assert credits.balance(store.engine, account.id).total == before - 3
+    assert balance(store.engine, account.id).total == before - 3
     assert run.name == f"bulk job {job.id} · leads.csv"
 
     key = artifact_key(settings, f"bulk-job-{job.id}")
@@ -162,7 +163,7 @@ async def test_a_run_started_from_the_form_makes_a_job_and_a_summary(setup):
 )
 async def test_a_wrong_input_fails_the_run_with_one_sentence(setup, form, expected):
     settings, store, account = setup
-    before = credits.balance(store.engine, account.id).total
+    before = balance(store.engine, account.id).total
     _, run = await _run_from_form(settings, {"verify": form})
 
     assert run.state.is_failed(), run.state
@@ -171,7 +172,7 @@ async def test_a_wrong_input_fails_the_run_with_one_sentence(setup, form, expect
     assert "Traceback" not in message and "\n" not in message
     assert message.endswith(".") and message.count(". ") == 0, message  # one sentence
     assert job_store.list_jobs(store.engine, account.id) == []  # nothing made or charged
-    assert credits.balance(store.engine, account.id).total == before
+    assert balance(store.engine, account.id).total == before
 
 
 async def test_reverify_names_its_run_and_leaves_a_table_of_transitions(setup, tb):

@@ -30,8 +30,10 @@ from verimail.jobs.context import forget, store_for
 from verimail.jobs.recovery import recover_stale_jobs
 from verimail.runners.local import LocalRunner
 from verimail.schemas.results import VerificationResult
-from verimail.store import accounts, credits
+from verimail.store import accounts
 from verimail.store import jobs as job_store
+from verimail.store.billing.movements import grant
+from verimail.store.billing.pools import balance
 from verimail.store.db import utcnow
 from verimail.tasks import job_files, pipeline
 from verimail.tasks import verify as verify_tasks
@@ -132,12 +134,12 @@ def test_a_run_whose_process_is_stopped_leaves_the_job_to_the_reaper(setup, monk
         raise SystemExit(1)
 
     monkeypatch.setattr(job_files, "read_job_input", stopped)
-    before = credits.balance(store.engine, account.id).total
+    before = balance(store.engine, account.id).total
     with using_settings(settings), pytest.raises(SystemExit):
         asyncio.run(bulk_verify(job_id=job.id))
     left = job_store.get_job_any(store.engine, job.id)
     assert (left.status, left.credits_refunded, left.failed_reason) == ("processing", 0, None)
-    assert credits.balance(store.engine, account.id).total == before
+    assert balance(store.engine, account.id).total == before
     monkeypatch.undo()
     # Its beats stopped with the run: once quiet long enough, the reaper resumes it.
     job_store.heartbeat(store.engine, job.id, now=utcnow() - timedelta(minutes=5))
@@ -163,13 +165,13 @@ def test_failed_run_refunds_what_it_did_not_verify(setup):
     _, settings, store, account = setup
     job = _job_for(settings, store, account, UPLOAD, reserve=6)
     Path(job.upload_path).unlink()  # the run cannot read its upload: it fails
-    before = credits.balance(store.engine, account.id).total
+    before = balance(store.engine, account.id).total
     with using_settings(settings), pytest.raises(FileNotFoundError):
         asyncio.run(bulk_verify(job_id=job.id))
     failed = job_store.get_job_any(store.engine, job.id)
     assert failed.status == "failed" and failed.failed_reason
     assert failed.credits_refunded == 6
-    assert credits.balance(store.engine, account.id).total == before + 6
+    assert balance(store.engine, account.id).total == before + 6
     # The customer reads why, not the exception: it named the server's upload path.
     assert "internal error (reference " in failed.failed_reason
     assert str(settings.data_dir) not in failed.failed_reason
@@ -267,13 +269,13 @@ def test_run_started_from_the_ui_creates_its_job_and_progress_artifact(setup, tm
     _, settings, store, account = setup
     upload = tmp_path / "from-ui.csv"
     upload.write_text("email\nalice@acme.test\nnobody@acme.test\n")
-    before = credits.balance(store.engine, account.id).total
+    before = balance(store.engine, account.id).total
     with using_settings(settings):
         summary = asyncio.run(bulk_verify(file_path=str(upload), account_id=account.id))
     job = job_store.get_job(store.engine, account.id, summary["job_id"])
     assert job is not None and job.status == "completed"
     assert (job.valid_count, job.invalid_count) == (1, 1)
-    assert credits.balance(store.engine, account.id).total == before - 2
+    assert balance(store.engine, account.id).total == before - 2
 
     async def progress() -> list:
         async with get_client() as client:
@@ -347,7 +349,7 @@ def test_bulk_flow_holds_one_part_of_results_at_a_time(
     settings = testbed_settings(tb, tmp_path)
     store = store_for(settings)
     account = accounts.create_account(store.engine, settings, plan="enterprise")
-    credits.grant(store.engine, account.id, 1000)
+    grant(store.engine, account.id, 1000)
     job = _job_for(settings, store, account, "\n".join(lines) + "\n", reserve=800)
     monkeypatch.setattr(bulk_io, "PART_ROWS", 50)
     alive: list[int] = []

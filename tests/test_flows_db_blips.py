@@ -9,8 +9,10 @@ from sqlalchemy.exc import OperationalError
 
 from verimail.jobs.context import forget, store_for
 from verimail.runners.local import LocalRunner
-from verimail.store import accounts, credits
+from verimail.store import accounts
 from verimail.store import jobs as job_store
+from verimail.store.billing import job_charges
+from verimail.store.billing.pools import balance
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -18,10 +20,10 @@ pytestmark = pytest.mark.usefixtures("prefect_harness")
 STAFF = {"u0", "u2", "ann.lee", "bob.stone"}
 
 
-def _fails_once(monkeypatch, name: str, nth: int) -> list[int]:
-    """Make ``job_store.<name>`` raise what a dropped connection raises on its ``nth`` call
-    (before touching the database), then work again."""
-    real = getattr(job_store, name)
+def _fails_once(monkeypatch, name: str, nth: int, module=job_store) -> list[int]:
+    """Make ``module.<name>`` (a store module: the jobs' by default) raise what a dropped
+    connection raises on its ``nth`` call (before touching the database), then work again."""
+    real = getattr(module, name)
     calls: list[int] = []
 
     def flaky(*args, **kwargs):
@@ -30,7 +32,7 @@ def _fails_once(monkeypatch, name: str, nth: int) -> list[int]:
             raise OperationalError("UPDATE jobs", {}, Exception("server closed the connection"))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(job_store, name, flaky)
+    monkeypatch.setattr(module, name, flaky)
     return calls
 
 
@@ -86,13 +88,13 @@ def test_a_bulk_run_rides_out_a_failed_progress_write(world_settings, tmp_path, 
 
 def test_a_finder_run_rides_out_a_failed_charge(world_settings, tmp_path, monkeypatch):
     store, account, job = _finder_job(world_settings, tmp_path)
-    calls = _fails_once(monkeypatch, "charge_for_run", 2)  # (the second find's charge)
+    calls = _fails_once(monkeypatch, "charge_for_run", 2, job_charges)  # (the second find's charge)
     _run(world_settings, "finder", job.id)
     after = job_store.get_job_any(store.engine, job.id)
     assert len(calls) >= 3  # the second charge failed once and was made again
     assert after.status == "completed", after.failed_reason
     assert after.credits_used == 2
-    assert credits.balance(store.engine, account.id).total == 100 - 2
+    assert balance(store.engine, account.id).total == 100 - 2
 
 
 def test_a_find_charged_before_its_connection_dropped_is_counted_once(
@@ -102,7 +104,7 @@ def test_a_find_charged_before_its_connection_dropped_is_counted_once(
     the row paid ("already"). The run did not count it, and the job reported fewer
     credits_used than the account was charged."""
     store, account, job = _finder_job(world_settings, tmp_path)
-    real = job_store.charge_for_run
+    real = job_charges.charge_for_run
     calls: list[str] = []
 
     def committed_then_lost(*args, **kwargs):
@@ -112,10 +114,10 @@ def test_a_find_charged_before_its_connection_dropped_is_counted_once(
             raise OperationalError("COMMIT", {}, Exception("server closed the connection"))
         return outcome
 
-    monkeypatch.setattr(job_store, "charge_for_run", committed_then_lost)
+    monkeypatch.setattr(job_charges, "charge_for_run", committed_then_lost)
     _run(world_settings, "finder", job.id)
     after = job_store.get_job_any(store.engine, job.id)
     assert calls[:2] == ["charged", "already"]
     assert after.status == "completed", after.failed_reason
-    assert credits.balance(store.engine, account.id).total == 100 - 2
+    assert balance(store.engine, account.id).total == 100 - 2
     assert after.credits_used == 2

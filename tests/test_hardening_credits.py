@@ -18,7 +18,7 @@ from hardening_helpers import assert_ledger_exact, assert_no_open_jobs, scaled, 
 
 from verimail.config import Settings
 from verimail.store import jobs as job_store
-from verimail.store.credits import balance
+from verimail.store.billing.pools import balance
 from verimail.store.db import init_store, utcnow
 from verimail.store.testing import temporary_database_url
 

@@ -31,7 +31,7 @@ from verimail.config import Settings
 from verimail.jobs.context import forget, store_for
 from verimail.jobs.recovery import recover_stale_jobs
 from verimail.store import jobs as job_store
-from verimail.store.credits import balance
+from verimail.store.billing.pools import balance
 from verimail.store.db import init_store, utcnow
 from verimail.testbed.server import Testbed
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World

@@ -148,6 +148,7 @@ async def test_a_retry_pass_that_died_is_done_again_not_the_whole_job(settings, 
     are not asked again — and it ends with the true verdicts, charged once."""
     from verimail.store import jobs as job_store
     from verimail.store.db import utcnow
+    from verimail.store.job_retries import claim_retry_pass
 
     async with running_app(settings) as app:
         customer = app.customer(credits=100)
@@ -161,7 +162,7 @@ async def test_a_retry_pass_that_died_is_done_again_not_the_whole_job(settings, 
         assert job is not None
         # The run that takes the pass, then dies: its last beat is long ago.
         long_ago = utcnow() - timedelta(minutes=10)
-        assert job_store.claim_retry_pass(
+        assert claim_retry_pass(
             app.store.engine, job_id, job.attempt, int(job.retry["pass"]), now=long_ago
         )
     async with running_app(settings) as again:

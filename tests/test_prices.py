@@ -1,4 +1,4 @@
-"""Prices come from one place (store/prices.py): verification per address, finds at the
+"""Prices come from one place (store/billing/prices.py): verification per address, finds at the
 configured finder price; the routes charge what it says."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from api_helpers import api_world, assert_error_body, running_app
 
 from verimail.config import Settings
-from verimail.store.prices import VERIFY_CREDITS, price
+from verimail.store.billing.prices import VERIFY_CREDITS, price
 
 
 def test_verification_costs_one_credit_per_address() -> None:

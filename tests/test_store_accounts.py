@@ -13,8 +13,9 @@ from sqlalchemy import select, text
 from sqlalchemy.exc import IntegrityError
 
 from verimail.store import accounts as acc
-from verimail.store import credits as cr
-from verimail.store.credits import AccountNotFound
+from verimail.store.billing.ledger import ledger
+from verimail.store.billing.movements import charge
+from verimail.store.billing.pools import AccountNotFound, balance
 from verimail.store.db import Store, utcnow
 from verimail.store.sessions import end_session, session_ended
 from verimail.store.tables import api_keys, ended_sessions, metadata
@@ -43,7 +44,7 @@ def test_new_account_gets_signup_credits_in_the_ledger(store: Store) -> None:
     account = acc.create_account(store.engine, store.settings, plan="enterprise")
     assert account.prepaid_credits == store.settings.signup_credits == 100
     assert account.finder_enabled and not account.is_admin and account.email is None
-    entries = cr.ledger(store.engine, account.id)
+    entries = ledger(store.engine, account.id)
     assert [(e.kind, e.source, e.delta, e.balance_after) for e in entries] == [
         ("signup", "prepaid", 100, 100)
     ]
@@ -53,7 +54,7 @@ def test_signup_credits_follow_settings(tmp_path: Path) -> None:
     with temporary_store("sqlite", tmp_path, signup_credits=0) as store:
         account = acc.create_account(store.engine, store.settings, plan="enterprise")
         assert account.prepaid_credits == 0
-        assert cr.ledger(store.engine, account.id) == []
+        assert ledger(store.engine, account.id) == []
 
 
 def test_email_is_optional_but_unique(store: Store) -> None:
@@ -142,12 +143,12 @@ def test_set_plan_and_finder(store: Store) -> None:
     assert updated is not None and updated.finder_enabled
     updated = acc.set_plan(store.engine, account.id, "business")
     assert updated is not None and updated.plan == "business"
-    assert cr.balance(store.engine, account.id).allowance == 50_000
-    assert cr.charge(store.engine, account.id, 100, reason="single", reference="r:1")
+    assert balance(store.engine, account.id).allowance == 50_000
+    assert charge(store.engine, account.id, 100, reason="single", reference="r:1")
     acc.set_plan(store.engine, account.id, "business")  # the same plan again: no fresh allowance
-    assert cr.balance(store.engine, account.id).allowance_remaining == 49_900
+    assert balance(store.engine, account.id).allowance_remaining == 49_900
     acc.set_plan(store.engine, account.id, "pro")  # a new plan starts its allowance afresh
-    assert cr.balance(store.engine, account.id).allowance_remaining == 10_000
+    assert balance(store.engine, account.id).allowance_remaining == 10_000
     with pytest.raises(ValueError):
         acc.set_plan(store.engine, account.id, "platinum")
     assert acc.set_plan(store.engine, 999, "pro") is None

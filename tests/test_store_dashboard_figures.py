@@ -11,8 +11,9 @@ import pytest
 from sqlalchemy import update
 
 from verimail.store import accounts as acc
-from verimail.store import credits as cr
 from verimail.store import jobs as job_store
+from verimail.store.billing.ledger import daily_spending
+from verimail.store.billing.movements import charge, grant, refund
 from verimail.store.db import Store
 from verimail.store.tables import jobs
 from verimail.store.testing import temporary_store
@@ -31,18 +32,16 @@ def test_daily_spending_by_utc_day(store: Store) -> None:
     other = acc.create_account(store.engine, store.settings, plan="enterprise")
     today = datetime(2026, 11, 27, tzinfo=UTC).date()
     late = datetime(2026, 11, 26, 23, 30, tzinfo=UTC)  # the day before, late (UTC)
-    cr.charge(store.engine, account.id, 5, reason="x", now=late)
-    cr.charge(store.engine, account.id, 7, reason="x", now=late + timedelta(hours=1))
-    cr.charge(
-        store.engine, account.id, 3, reason="x", reference="r1", now=late + timedelta(hours=2)
-    )
-    cr.refund(
+    charge(store.engine, account.id, 5, reason="x", now=late)
+    charge(store.engine, account.id, 7, reason="x", now=late + timedelta(hours=1))
+    charge(store.engine, account.id, 3, reason="x", reference="r1", now=late + timedelta(hours=2))
+    refund(
         store.engine, account.id, 3, reason="back", reference="r1", now=late + timedelta(hours=3)
     )
-    cr.charge(store.engine, account.id, 4, reason="old", now=late - timedelta(days=40))
-    cr.grant(store.engine, account.id, 100, reason="not spending")
-    cr.charge(store.engine, other.id, 50, reason="someone else", now=late)
-    spent = cr.daily_spending(store.engine, account.id, 3, today=today)
+    charge(store.engine, account.id, 4, reason="old", now=late - timedelta(days=40))
+    grant(store.engine, account.id, 100, reason="not spending")
+    charge(store.engine, other.id, 50, reason="someone else", now=late)
+    spent = daily_spending(store.engine, account.id, 3, today=today)
     assert spent == [0, 5, 7]  # 25th, 26th, 27th (the refund cancels its charge)
 
 

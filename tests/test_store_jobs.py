@@ -12,9 +12,12 @@ import pytest
 from sqlalchemy import ColumnElement, Table, func, select
 
 from verimail.store import accounts as acc
-from verimail.store import credits as cr
 from verimail.store import jobs as jb
+from verimail.store.billing.job_charges import charge_for_run, finder_row_reference, refund_for_run
+from verimail.store.billing.ledger import ledger
+from verimail.store.billing.pools import balance
 from verimail.store.db import Store, utcnow
+from verimail.store.job_retries import claim_for_resume
 from verimail.store.tables import credit_ledger, jobs
 from verimail.store.testing import temporary_store
 
@@ -62,8 +65,8 @@ def test_create_job_reserves_in_the_same_transaction(store: Store, account_id: i
     assert (job.status, job.total_emails, job.credits_reserved) == ("pending", 40, 40)
     assert job.public_id.startswith("job_")
     assert job.options == {"dedupe": True, "columns": ["a", "b"]}
-    assert cr.balance(store.engine, account_id).total == 60
-    [row] = [e for e in cr.ledger(store.engine, account_id) if e.kind == "reserve"]
+    assert balance(store.engine, account_id).total == 60
+    [row] = [e for e in ledger(store.engine, account_id) if e.kind == "reserve"]
     assert (row.delta, row.reference) == (-40, f"job:{job.id}")
 
 
@@ -72,7 +75,7 @@ def test_short_credits_create_neither_job_nor_ledger_row(store: Store, account_i
     assert jb.create_job(store.engine, account_id, "bulk_csv", 101, reserve=101) is None
     assert _count(store, jobs) == 0
     assert _count(store, credit_ledger) == ledger_before
-    assert cr.balance(store.engine, account_id).total == 100
+    assert balance(store.engine, account_id).total == 100
 
 
 def test_concurrent_job_creation_never_overdraws(store: Store, account_id: int) -> None:
@@ -86,7 +89,7 @@ def test_concurrent_job_creation_never_overdraws(store: Store, account_id: int) 
         created = [j for j in pool.map(one, range(10)) if j is not None]
     assert len(created) == 3  # 3 × 30 ≤ 100 < 4 × 30
     assert _count(store, jobs) == 3
-    assert cr.balance(store.engine, account_id).total == 10
+    assert balance(store.engine, account_id).total == 10
 
 
 def test_finder_jobs_get_fj_public_ids(store: Store, account_id: int) -> None:
@@ -154,7 +157,7 @@ def test_happy_path_progress_and_completion_refunds_unused(store: Store, account
         "/tmp/result.csv",
     )
     assert (done.credits_used, done.credits_refunded, done.processed_emails) == (8, 2, 8)
-    assert cr.balance(store.engine, account_id).total == 92  # 100 − 10 reserved + 2 back
+    assert balance(store.engine, account_id).total == 92  # 100 − 10 reserved + 2 back
     assert _refund_rows(store, job.id) == 1
 
 
@@ -196,7 +199,7 @@ def test_pending_job_can_fail_and_failed_is_final(store: Store, account_id: int)
         "upload unreadable",
         20,
     )
-    assert cr.balance(store.engine, account_id).total == 100
+    assert balance(store.engine, account_id).total == 100
     assert not jb.mark_processing(store.engine, job.id)
     assert not jb.mark_completed(store.engine, job.id, {}, "/r.csv", 0)
 
@@ -204,7 +207,7 @@ def test_pending_job_can_fail_and_failed_is_final(store: Store, account_id: int)
 def test_mark_failed_refunds_once_even_when_raced(store: Store, account_id: int) -> None:
     job = jb.create_job(store.engine, account_id, "bulk_csv", 50, reserve=50)
     assert job is not None and jb.mark_processing(store.engine, job.id)
-    assert cr.balance(store.engine, account_id).total == 50
+    assert balance(store.engine, account_id).total == 50
     barrier = threading.Barrier(8)
 
     def fail(_: int) -> bool:
@@ -219,14 +222,14 @@ def test_mark_failed_refunds_once_even_when_raced(store: Store, account_id: int)
     failed = jb.get_job_any(store.engine, job.id)
     assert failed is not None
     assert (failed.credits_refunded, failed.credits_used) == (30, 20)
-    assert cr.balance(store.engine, account_id).total == 80
+    assert balance(store.engine, account_id).total == 80
 
 
 def test_refund_is_capped_at_the_reservation(store: Store, account_id: int) -> None:
     job = jb.create_job(store.engine, account_id, "bulk_csv", 10, reserve=10)
     assert job is not None and jb.mark_processing(store.engine, job.id)
     assert jb.mark_failed(store.engine, job.id, "boom", refund=1_000)
-    assert cr.balance(store.engine, account_id).total == 100
+    assert balance(store.engine, account_id).total == 100
     failed = jb.get_job_any(store.engine, job.id)
     assert failed is not None and failed.credits_refunded == 10
 
@@ -273,7 +276,7 @@ def test_a_superseded_run_cannot_settle_or_move_the_job(store: Store, account_id
     assert job is not None and jb.mark_processing(store.engine, job.id)
     fresh = jb.get_job_any(store.engine, job.id)
     assert fresh is not None
-    assert jb.claim_for_resume(store.engine, job.id, fresh.heartbeat_at) == 2
+    assert claim_for_resume(store.engine, job.id, fresh.heartbeat_at) == 2
     assert not jb.update_progress(store.engine, job.id, 3, attempt=1)
     assert not jb.mark_failed(store.engine, job.id, "run 1 crashed", attempt=1)
     assert not jb.mark_completed(store.engine, job.id, {}, "/run1.csv", 4, attempt=1)
@@ -313,18 +316,18 @@ def test_a_failed_finder_job_gives_back_its_finds(store: Store, account_id: int)
     assert job is not None and jb.mark_processing(store.engine, job.id)
     run = jb.get_job_any(store.engine, job.id)
     assert run is not None
-    before = cr.balance(store.engine, account_id).total
+    before = balance(store.engine, account_id).total
     for row in range(3):
-        reference = jb.finder_row_reference(job.id, row)
-        assert jb.charge_for_run(store.engine, run, 10, reference=reference) == "charged"
+        reference = finder_row_reference(job.id, row)
+        assert charge_for_run(store.engine, run, 10, reference=reference) == "charged"
     jb.update_progress(store.engine, job.id, 3, credits_used=30, attempt=run.attempt)
-    assert cr.balance(store.engine, account_id).total == before - 30
+    assert balance(store.engine, account_id).total == before - 30
     assert jb.mark_failed(store.engine, job.id, "the flow crashed", 0)
     assert not jb.mark_failed(store.engine, job.id, "again", 0)
     failed = jb.get_job_any(store.engine, job.id)
     assert failed is not None
     assert (failed.credits_used, failed.credits_refunded) == (0, 0)  # (it reserved nothing)
-    assert cr.balance(store.engine, account_id).total == before
+    assert balance(store.engine, account_id).total == before
     assert _refund_rows(store, job.id) == 0  # (the reservation refunds: none, it has none)
 
 
@@ -338,15 +341,15 @@ def test_a_failed_finder_job_uses_nothing_whatever_its_last_progress_said(
     assert job is not None and jb.mark_processing(store.engine, job.id)
     run = jb.get_job_any(store.engine, job.id)
     assert run is not None
-    before = cr.balance(store.engine, account_id).total
-    row = jb.finder_row_reference(job.id, 0)
-    assert jb.charge_for_run(store.engine, run, 10, reference=row) == "charged"
+    before = balance(store.engine, account_id).total
+    row = finder_row_reference(job.id, 0)
+    assert charge_for_run(store.engine, run, 10, reference=row) == "charged"
     jb.update_progress(store.engine, job.id, 1, credits_used=10, attempt=run.attempt)
-    assert jb.refund_for_run(store.engine, run, reference=row, reason="not found") == 10
+    assert refund_for_run(store.engine, run, reference=row, reason="not found") == 10
     assert jb.mark_failed(store.engine, job.id, "the runner died", 0)
     failed = jb.get_job_any(store.engine, job.id)
     assert failed is not None and failed.credits_used == 0
-    assert cr.balance(store.engine, account_id).total == before
+    assert balance(store.engine, account_id).total == before
 
 
 def test_only_the_run_that_has_a_finder_job_pays_or_refunds(store: Store, account_id: int) -> None:
@@ -358,18 +361,18 @@ def test_only_the_run_that_has_a_finder_job_pays_or_refunds(store: Store, accoun
     run_1 = jb.get_job_any(store.engine, job.id)
     assert run_1 is not None and run_1.attempt == 1
     row = f"job:{job.id}:row:0"
-    assert jb.charge_for_run(store.engine, run_1, 10, reference=row) == "charged"
-    assert jb.charge_for_run(store.engine, run_1, 10, reference=row) == "already"
-    assert jb.claim_for_resume(store.engine, job.id, run_1.heartbeat_at) == 2
-    before = cr.balance(store.engine, account_id).total
+    assert charge_for_run(store.engine, run_1, 10, reference=row) == "charged"
+    assert charge_for_run(store.engine, run_1, 10, reference=row) == "already"
+    assert claim_for_resume(store.engine, job.id, run_1.heartbeat_at) == 2
+    before = balance(store.engine, account_id).total
     other = f"job:{job.id}:row:1"
-    assert jb.charge_for_run(store.engine, run_1, 10, reference=other) == "superseded"
-    assert jb.refund_for_run(store.engine, run_1, reference=row, reason="r") == "superseded"
-    assert cr.balance(store.engine, account_id).total == before
+    assert charge_for_run(store.engine, run_1, 10, reference=other) == "superseded"
+    assert refund_for_run(store.engine, run_1, reference=row, reason="r") == "superseded"
+    assert balance(store.engine, account_id).total == before
     run_2 = jb.get_job_any(store.engine, job.id)
     assert run_2 is not None and run_2.attempt == 2
-    assert jb.refund_for_run(store.engine, run_2, reference=row, reason="not found") == 10
-    assert jb.refund_for_run(store.engine, run_2, reference=row, reason="again") == 0
+    assert refund_for_run(store.engine, run_2, reference=row, reason="not found") == 10
+    assert refund_for_run(store.engine, run_2, reference=row, reason="again") == 0
     assert jb.mark_completed(store.engine, job.id, {}, "/r.csv", 3, attempt=2)
-    assert jb.charge_for_run(store.engine, run_2, 10, reference=other) == "superseded"
-    assert cr.balance(store.engine, account_id).total == before + 10
+    assert charge_for_run(store.engine, run_2, 10, reference=other) == "superseded"
+    assert balance(store.engine, account_id).total == before + 10

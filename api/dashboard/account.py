@@ -46,10 +46,11 @@ from verimail.api.dashboard.web import (
 from verimail.api.errors import ApiError
 from verimail.store import accounts as acc
 from verimail.store import jobs as job_store
-from verimail.store.credits import balance, ledger
+from verimail.store.billing.ledger import ledger
+from verimail.store.billing.pools import balance
+from verimail.store.billing.prices import price
 from verimail.store.db import utcnow
 from verimail.store.plans import PLANS, get_plan
-from verimail.store.prices import price
 from verimail.store.sessions import end_session
 
 router = APIRouter(prefix=PREFIX, route_class=DashboardRoute, include_in_schema=False)

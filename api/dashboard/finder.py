@@ -43,8 +43,8 @@ from verimail.api.routes.finder import (
 from verimail.api.routes.finder_csv import create_from_upload
 from verimail.api.uploads import receive_upload
 from verimail.store.accounts import Account
-from verimail.store.credits import balance
-from verimail.store.prices import price
+from verimail.store.billing.pools import balance
+from verimail.store.billing.prices import price
 
 router = APIRouter(prefix=PREFIX, route_class=DashboardRoute, include_in_schema=False)
 

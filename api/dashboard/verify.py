@@ -28,8 +28,8 @@ from verimail.api.errors import ApiError
 from verimail.engine import urgent
 from verimail.schemas.api import VerifyResult
 from verimail.schemas.limits import MAX_EMAIL_LENGTH
-from verimail.store.credits import balance
-from verimail.store.prices import price
+from verimail.store.billing.pools import balance
+from verimail.store.billing.prices import price
 
 router = APIRouter(prefix=PREFIX, route_class=DashboardRoute, include_in_schema=False)
 

@@ -14,9 +14,9 @@ from verimail.api.deps import AccountDep, StoreDep
 from verimail.api.errors import pick_error_docs
 from verimail.schemas.account import UPGRADE_HELP, AccountBalance, AccountInfo, AccountLimits
 from verimail.schemas.limits import MAX_BATCH, MAX_JSON_BULK
-from verimail.store.credits import balance
+from verimail.store.billing.pools import balance
+from verimail.store.billing.prices import price
 from verimail.store.plans import get_plan
-from verimail.store.prices import price
 
 router = APIRouter(tags=["account"])
 

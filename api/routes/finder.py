@@ -47,8 +47,8 @@ from verimail.schemas.finder import DomainPatternResponse, FindEmailResponse, Le
 from verimail.schemas.finder import FindEmailRequest as FindEmailContract
 from verimail.schemas.limits import DOMAIN_MAX_LENGTH
 from verimail.store.accounts import Account
-from verimail.store.credits import balance
-from verimail.store.prices import price
+from verimail.store.billing.pools import balance
+from verimail.store.billing.prices import price
 
 router = APIRouter(tags=["email finder"])
 

@@ -29,7 +29,7 @@ from verimail.schemas.api import (
 )
 from verimail.schemas.errors import ValidationErrorBody
 from verimail.schemas.outcomes import Status
-from verimail.store.prices import price
+from verimail.store.billing.prices import price
 
 router = APIRouter(tags=["verification"])
 

@@ -2,8 +2,8 @@
 never appears as a literal at a call site (SPEC: 1 credit per address verified; a verified
 Email Finder find costs ``finder_charge``, a find that verifies nothing is free).
 
-The mechanics of paying — pools, charge-before-work, reservations and refunds — are
-``store/credits.py`` and ``store/jobs.py``; this module only says how much.
+The mechanics of paying — pools, charge-before-work, reservations and refunds — are the
+rest of ``store/billing/``; this module only says how much.
 """
 
 from __future__ import annotations

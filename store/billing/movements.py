@@ -1,19 +1,4 @@
-"""Credits: balances, charges, reservations, refunds and grants, with an append-only ledger.
-
-Why one long file: the pools, charges, reservations, refunds and grants are one consistency
-boundary over one ledger; each write's locking is read beside the others.
-
-Two pools of credits per account:
-
-* the plan **allowance** (SPEC §8 "monthly credits"; Free: 25 a day) counts up in
-  ``accounts.allowance_used`` for the UTC calendar period in ``allowance_period_start``; a
-  new period starts it afresh (unused allowance lapses). It is spent *before* prepaid
-  credits, so a customer's bought credits last as long as possible;
-* **prepaid** credits (signup, grants, refunds of prepaid credits) in
-  ``accounts.prepaid_credits``, which never expire (SPEC §1).
-
-A refund gives allowance back to the allowance when it was spent in the current period,
-and everything else to prepaid credits (:func:`refund_in`).
+"""Moving credits: charges, reservations, refunds and grants, each with its ledger rows.
 
 Every movement is one transaction that locks the account row first — ``SELECT … FOR NO KEY
 UPDATE`` on PostgreSQL (blocks other chargers, not inserts referencing the account),
@@ -21,6 +6,10 @@ UPDATE`` on PostgreSQL (blocks other chargers, not inserts referencing the accou
 account and appends ledger rows. So concurrent charges from any number of API processes and
 workers serialise per account and can never overdraw; a CHECK constraint
 (``prepaid_credits >= 0``) and a guarded UPDATE back that up.
+
+A charge spends the allowance before prepaid credits (the pools:
+:mod:`verimail.store.billing.pools`). A refund gives allowance back to the allowance when it
+was spent in the current period, and everything else to prepaid credits (:func:`refund_in`).
 
 Ledger rows carry ``source`` (the pool that moved) and ``balance_after``, that pool's
 balance right after the row — so each pool reads as its own running balance. The first
@@ -34,117 +23,27 @@ The ``*_in`` functions run inside a caller's transaction (opened with
 
 from __future__ import annotations
 
-import calendar
-from dataclasses import dataclass, replace
-from datetime import UTC, date, datetime, time, timedelta
+from dataclasses import replace
+from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import Connection, Engine, Row, func, insert, select, update
+from sqlalchemy import Connection, Engine, func, insert, select, update
 
+from verimail.store.billing.ledger import net_charged_in
+from verimail.store.billing.pools import (
+    Allowance,
+    Balance,
+    allowance_of,
+    balance_of,
+    lock_account,
+)
 from verimail.store.db import utcnow, write_tx
-from verimail.store.plans import Plan, get_plan
 from verimail.store.tables import MAX_INT, accounts, credit_ledger
 
 ChargeKind = Literal["charge", "reserve"]
 
 
-class AccountNotFound(LookupError):
-    """Credits were moved for an account id that does not exist (a caller bug, not a 402)."""
-
-
-@dataclass(frozen=True)
-class Balance:
-    """What an account can spend now; ``allowance`` is the plan's per-period amount (None: none)."""
-
-    prepaid: int
-    allowance_remaining: int
-    total: int
-    period_resets_at: datetime | None
-    allowance: int | None = None
-
-
-@dataclass(frozen=True)
-class LedgerEntry:
-    """One ledger row: ``delta`` > 0 adds, < 0 spends; ``balance_after`` is of ``source``'s pool."""
-
-    id: int
-    account_id: int
-    delta: int
-    kind: str
-    source: str
-    reason: str
-    reference: str | None
-    balance_after: int
-    created_at: datetime
-
-
-# --- periods -------------------------------------------------------------------------------
-
-
-def period_start(plan: Plan, now: datetime) -> date:
-    """First day (UTC) of the allowance period containing ``now``."""
-    today = now.astimezone(UTC).date()
-    return today if plan.period == "day" else today.replace(day=1)
-
-
-def period_resets_at(plan: Plan, now: datetime) -> datetime:
-    """When the allowance period containing ``now`` ends (UTC midnight)."""
-    start = period_start(plan, now)
-    if plan.period == "day":
-        end = start + timedelta(days=1)
-    else:
-        end = start + timedelta(days=calendar.monthrange(start.year, start.month)[1])
-    return datetime.combine(end, time(0), tzinfo=UTC)
-
-
-@dataclass(frozen=True)
-class _Allowance:
-    """The allowance of an account row as seen at one instant."""
-
-    plan: Plan
-    start: date | None  # current period's first day; None when the plan has no allowance
-    used: int  # used in the current period (0 when the stored period is an old one)
-    remaining: int
-    new_period: bool  # stored counter belongs to an earlier period (or was never used)
-
-
-def _allowance(row: Row[Any], now: datetime) -> _Allowance:
-    plan = get_plan(row.plan)
-    if not plan.allowance:
-        return _Allowance(plan, None, 0, 0, new_period=False)
-    start = period_start(plan, now)
-    stored = row.allowance_period_start
-    if stored is not None and stored > start:
-        # A process whose clock lags another's across a period boundary: periods only move
-        # forward, or two skewed hosts could hand out the allowance twice.
-        start = stored
-    current = stored == start
-    used = row.allowance_used if current else 0
-    return _Allowance(plan, start, used, max(plan.allowance - used, 0), new_period=not current)
-
-
-def _balance_of(row: Row[Any], now: datetime) -> Balance:
-    state = _allowance(row, now)
-    return Balance(
-        prepaid=row.prepaid_credits,
-        allowance_remaining=state.remaining,
-        total=row.prepaid_credits + state.remaining,
-        period_resets_at=period_resets_at(state.plan, now) if state.plan.allowance else None,
-        allowance=state.plan.allowance,
-    )
-
-
 # --- inside a caller's transaction ------------------------------------------------------------
-
-
-def lock_account(conn: Connection, account_id: int) -> Row[Any]:
-    """Lock and return the account row for the rest of the transaction (serialises movers)."""
-    row = conn.execute(
-        select(accounts).where(accounts.c.id == account_id).with_for_update(key_share=True)
-    ).one_or_none()
-    if row is None:
-        raise AccountNotFound(f"no account {account_id}")
-    return row
 
 
 def _ledger_row(
@@ -196,7 +95,7 @@ def charge_in(
     row = lock_account(conn, account_id)
     if amount == 0:
         return True
-    state = _allowance(row, now)
+    state = allowance_of(row, now)
     prepaid = row.prepaid_credits
     if prepaid + state.remaining < amount:
         return False
@@ -286,7 +185,7 @@ def _add_prepaid(
 ) -> Balance:
     if amount < 0:
         raise ValueError("amount must be >= 0")
-    old = _balance_of(lock_account(conn, account_id), now)
+    old = balance_of(lock_account(conn, account_id), now)
     if amount == 0:
         return old
     if old.prepaid + amount > MAX_INT:  # (PostgreSQL would refuse it; SQLite would not)
@@ -336,7 +235,7 @@ def refund_in(
         raise ValueError("amount must be >= 0")
     now = now or utcnow()
     row = lock_account(conn, account_id)
-    state = _allowance(row, now)
+    state = allowance_of(row, now)
     back = min(amount, _allowance_paid(conn, account_id, state, reference))
     if back:
         conn.execute(
@@ -359,7 +258,7 @@ def refund_in(
 
 
 def _allowance_paid(
-    conn: Connection, account_id: int, state: _Allowance, reference: str | None
+    conn: Connection, account_id: int, state: Allowance, reference: str | None
 ) -> int:
     """Allowance spent under ``reference`` in the current period and not given back yet
     (at most what the period's counter holds: an operator's plan change resets it)."""
@@ -390,15 +289,6 @@ def _allowance_paid(
 # --- one transaction each ---------------------------------------------------------------------
 
 
-def balance(engine: Engine, account_id: int, *, now: datetime | None = None) -> Balance:
-    """The account's spendable credits at ``now`` (default: the current time)."""
-    with engine.connect() as conn:
-        row = conn.execute(select(accounts).where(accounts.c.id == account_id)).one_or_none()
-    if row is None:
-        raise AccountNotFound(f"no account {account_id}")
-    return _balance_of(row, now or utcnow())
-
-
 def charge(
     engine: Engine,
     account_id: int,
@@ -419,18 +309,6 @@ def charge(
 
 
 ChargeOutcome = Literal["charged", "already", "short"]
-
-
-def _net_charged(conn: Connection, account_id: int, reference: str) -> int:
-    """Credits charged under ``reference`` less those refunded under it."""
-    total = conn.execute(
-        select(func.coalesce(func.sum(credit_ledger.c.delta), 0)).where(
-            credit_ledger.c.account_id == account_id,
-            credit_ledger.c.reference == reference,
-            credit_ledger.c.kind.in_(("charge", "refund")),
-        )
-    ).scalar_one()
-    return -int(total)
 
 
 def charge_once(
@@ -467,7 +345,7 @@ def charge_once_in(
     if amount == 0:
         return "charged"
     lock_account(conn, account_id)
-    if _net_charged(conn, account_id, reference) > 0:
+    if net_charged_in(conn, account_id, reference) > 0:
         return "already"
     ok = charge_in(conn, account_id, amount, reason=reason, reference=reference, now=now)
     return "charged" if ok else "short"
@@ -499,32 +377,10 @@ def refund_once_in(
 ) -> int:
     """:func:`refund_once` inside the caller's transaction."""
     lock_account(conn, account_id)
-    owed = _net_charged(conn, account_id, reference)
+    owed = net_charged_in(conn, account_id, reference)
     if owed > 0:
         refund_in(conn, account_id, owed, reason=reason, reference=reference, now=now)
     return max(owed, 0)
-
-
-def charges_under(engine: Engine, account_id: int, prefix: str) -> dict[str, int]:
-    """Credits charged and not refunded per reference, for references starting with
-    ``prefix`` (those with nothing left charged are left out)."""
-    with engine.connect() as conn:
-        return charges_under_in(conn, account_id, prefix)
-
-
-def charges_under_in(conn: Connection, account_id: int, prefix: str) -> dict[str, int]:
-    """:func:`charges_under` inside the caller's transaction."""
-    rows = conn.execute(
-        select(credit_ledger.c.reference, credit_ledger.c.delta).where(
-            credit_ledger.c.account_id == account_id,
-            credit_ledger.c.kind.in_(("charge", "refund")),
-            credit_ledger.c.reference.startswith(prefix, autoescape=True),
-        )
-    ).all()
-    spent: dict[str, int] = {}
-    for reference, delta in rows:
-        spent[reference] = spent.get(reference, 0) - delta
-    return {reference: net for reference, net in spent.items() if net > 0}
 
 
 def reserve(
@@ -573,42 +429,3 @@ def grant(
         return credit_in(
             conn, account_id, amount, kind="grant", reason=reason, reference=reference, now=now
         )
-
-
-def ledger(engine: Engine, account_id: int, limit: int = 50, offset: int = 0) -> list[LedgerEntry]:
-    """The account's ledger, newest first."""
-    query = (
-        select(credit_ledger)
-        .where(credit_ledger.c.account_id == account_id)
-        .order_by(credit_ledger.c.id.desc())
-        .limit(limit)
-        .offset(offset)
-    )
-    with engine.connect() as conn:
-        return [LedgerEntry(**row._mapping) for row in conn.execute(query)]
-
-
-SPENDING_KINDS = ("charge", "reserve", "refund")
-
-
-def daily_spending(engine: Engine, account_id: int, days: int, *, today: date) -> list[int]:
-    """Credits spent on each of the ``days`` days up to ``today`` (UTC), oldest first:
-    charges and reservations less refunds (never below 0), summed by the database."""
-    first = today - timedelta(days=days - 1)
-    when = credit_ledger.c.created_at
-    if engine.dialect.name == "postgresql":  # (date() of a timestamptz is the session's day)
-        when = func.timezone("UTC", when)
-    day = func.date(when)
-    query = (
-        select(day, func.sum(credit_ledger.c.delta))
-        .where(
-            credit_ledger.c.account_id == account_id,
-            credit_ledger.c.kind.in_(SPENDING_KINDS),
-            credit_ledger.c.created_at >= datetime.combine(first, time(), tzinfo=UTC),
-        )
-        .group_by(day)
-    )
-    with engine.connect() as conn:
-        rows = conn.execute(query).all()
-    spent = {date.fromisoformat(str(when)[:10]): max(0, -int(total)) for when, total in rows}
-    return [spent.get(first + timedelta(days=i), 0) for i in range(days)]
