@@ -166,6 +166,12 @@ class Settings(BaseSettings):
     job_max_attempts: int = Field(
         2, ge=1, description="Runs of one job (first + resumes) before it fails with a refund."
     )
+    job_shard_size: int = Field(
+        50_000,
+        ge=0,
+        description="A bulk job of more distinct addresses than this is split into shards "
+        "of about this many (by domain), each a flow run any worker takes (0: never split).",
+    )
     job_retry_passes: int = Field(
         2,
         ge=0,

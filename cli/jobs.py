@@ -229,7 +229,7 @@ def deploy_command(
         None, help="Work pool (default: VERIMAIL_PREFECT_WORK_POOL, else 'verimail')."
     ),
 ) -> None:
-    """Register the three deployments (bulk-verify, find-emails, reverify-stored)."""
+    """Register the four deployments (bulk-verify, find-emails, verify-shard, reverify-stored)."""
     import httpx
     from prefect.exceptions import PrefectHTTPStatusError
     from prefect.settings import PREFECT_API_URL

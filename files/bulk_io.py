@@ -170,27 +170,19 @@ def results_frame(results: Mapping[str, VerificationResult]) -> pl.DataFrame:
     return pl.DataFrame(columns, schema=RESULT_SCHEMA)
 
 
-class ResultSink:
-    """A bulk run's results as they come, written to Parquet parts under the job directory
-    (``result-parts/run-<n>/``) every :data:`PART_ROWS` results: the run holds at most that
-    many records, however long the list. A new sink clears the parts of earlier runs (a
-    resumed job verifies again from the start), never a later run's: an earlier run that
-    wakes up after being taken for dead, even before it made its own sink, cannot remove or
-    mix into the parts of the run that has the job (its own are gone if that run started
-    after it had made them, and it fails to write)."""
+class ResultParts:
+    """Results as they come, written to Parquet parts in ``directory`` every
+    :data:`PART_ROWS` results: the writer holds at most that many records, however long
+    the list. Parts already in the folder (``prefix``: this writer's names) are kept, and
+    read back by :meth:`frame` with the new ones."""
 
-    def __init__(self, directory: Path, part_rows: int | None = None, *, run: int = 1) -> None:
-        self.root = directory / RESULT_PARTS
-        self.directory = self.root / f"run-{run}"
-        if self.root.is_dir():
-            for entry in self.root.iterdir():
-                number = entry.name.removeprefix("run-")
-                if not number.isdigit() or int(number) <= run:  # (later runs' stay)
-                    shutil.rmtree(entry, ignore_errors=True)
-        self.directory.mkdir(parents=True)
+    def __init__(self, directory: Path, part_rows: int | None = None, *, prefix: str = "part"):
+        self.directory = directory
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.prefix = prefix
         self.part_rows = part_rows or PART_ROWS
         self.pending: dict[str, VerificationResult] = {}
-        self.parts = 0
+        self.parts = len(list(directory.glob(f"{prefix}-*.parquet")))
 
     def add(self, results: Iterable[tuple[str, VerificationResult]]) -> None:
         self.pending.update(results)
@@ -199,17 +191,45 @@ class ResultSink:
 
     def flush(self) -> None:
         if self.pending:
-            path = self.directory / f"part-{self.parts:05d}.parquet"
-            results_frame(self.pending).write_parquet(path)
+            path = self.directory / f"{self.prefix}-{self.parts:05d}.parquet"
+            partial = path.with_suffix(".partial")
+            results_frame(self.pending).write_parquet(partial)
+            partial.replace(path)  # (a reader sees a whole part or none)
             self.parts += 1
             self.pending = {}
 
     def frame(self) -> pl.DataFrame:
-        """Every result written, one row per address."""
+        """Every result written to the folder, one row per address."""
         self.flush()
-        if not self.parts:
-            return RESULT_SCHEMA.to_frame()
-        return pl.read_parquet(self.directory / "*.parquet", schema=RESULT_SCHEMA)
+        return read_parts(self.directory)
+
+
+def read_parts(directory: Path) -> pl.DataFrame:
+    """The results in a folder of parts, one row per address (the first written wins)."""
+    if not any(directory.glob("*.parquet")):
+        return RESULT_SCHEMA.to_frame()
+    frame = pl.read_parquet(directory / "*.parquet", schema=RESULT_SCHEMA)
+    return frame.unique("normalised", keep="first", maintain_order=True)
+
+
+class ResultSink(ResultParts):
+    """A bulk run's results as they come (:class:`ResultParts` under
+    ``result-parts/run-<n>/``). A new sink clears the parts of earlier runs (a resumed job
+    verifies again from the start), never a later run's: an earlier run that wakes up after
+    being taken for dead, even before it made its own sink, cannot remove or mix into the
+    parts of the run that has the job (its own are gone if that run started after it had
+    made them, and it fails to write)."""
+
+    def __init__(self, directory: Path, part_rows: int | None = None, *, run: int = 1) -> None:
+        self.root = directory / RESULT_PARTS
+        if self.root.is_dir():
+            for entry in self.root.iterdir():
+                number = entry.name.removeprefix("run-")
+                if not number.isdigit() or int(number) <= run:  # (later runs' stay)
+                    shutil.rmtree(entry, ignore_errors=True)
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / f"run-{run}").mkdir()
+        super().__init__(self.root / f"run-{run}", part_rows)
 
     def remove(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -31,61 +29,31 @@ from pydantic.json_schema import SkipJsonSchema
 from verimail.config import Settings, current_settings
 from verimail.engine import EngineStats
 from verimail.files.bulk_io import JobInput, ResultSink, job_dir, results_frame
+from verimail.files.shards import merged_results, remove_shards
+from verimail.flows.deployments import DEPLOYMENTS, from_deployment
 from verimail.flows.failures import refused
 from verimail.flows.job_run import park_or_finish, run_as_owner, start_job
+from verimail.flows.shard import verify_shard
 from verimail.flows.summary import artifact_key, name_this_run, run_name
 from verimail.jobs import retries
 from verimail.jobs.context import db_retried, store_for
 from verimail.jobs.create import stored_info
 from verimail.jobs.forms import FormError, create_job_for_file, create_job_for_form
-from verimail.jobs.heartbeat import complete_run, still_owned
+from verimail.jobs.heartbeat import Superseded, complete_run, still_owned
+from verimail.jobs.tally import Tally
 from verimail.schemas.forms import BulkVerifyForm
 from verimail.schemas.results import VerificationResult
+from verimail.store import job_shards
 from verimail.store import jobs as job_store
 from verimail.store.db import Store
 from verimail.tasks.job_files import read_input, record_history, write_results
 from verimail.tasks.pipeline import verify_pass
+from verimail.tasks.shards import plan_shards
 
 ARTIFACT_TIMEOUT = 5.0
 """Seconds a progress artifact's Prefect API call may take. The artifact is only a view of
 progress: a Prefect server slow to answer (its client waits up to 60 s) once held a job at
 100% in processing for a minute, past a test's wait."""
-
-# Job columns counted by status. catch_all_count holds both catch-all statuses (SPEC:
-# "addresses on detected catch-all domains"); likely_valid_count is the confident part.
-STATUS_COUNTS = {
-    "valid": ("valid_count",),
-    "invalid": ("invalid_count",),
-    "catchall": ("catch_all_count",),
-    "likely_valid": ("catch_all_count", "likely_valid_count"),
-    "disposable": ("disposable_count",),
-    "unknown": ("unknown_count",),
-    "risky": ("risky_count",),
-}
-
-
-class _Tally:
-    """Counts by status over data rows, as results come in."""
-
-    def __init__(self, rows_per_address: dict[str, int]):
-        self.rows = rows_per_address
-        self.counts: Counter[str] = Counter()
-        self.processed = 0
-
-    def add(self, results: Iterable[tuple[str, VerificationResult]]) -> None:
-        self.add_statuses((address, result.status.value) for address, result in results)
-
-    def add_statuses(self, statuses: Iterable[tuple[str, str]]) -> None:
-        for address, status in statuses:
-            n = self.rows.get(address, 1)
-            self.processed += n
-            for column in STATUS_COUNTS[status]:
-                self.counts[column] += n
-
-    def job_counts(self) -> dict[str, int]:
-        return {
-            column: self.counts.get(column, 0) for cols in STATUS_COUNTS.values() for column in cols
-        }
 
 
 def _flow_run_id() -> str | None:
@@ -151,7 +119,9 @@ async def _first_pass(settings: Settings, store: Store, job: job_store.Job) -> d
     get_run_logger().info(
         "job %s: %s address rows, %s unique", job.id, job_input.address_rows, len(job_input.uniques)
     )
-    tally = _Tally(job_input.row_counts())
+    if sharded(settings, job, len(job_input.uniques)):
+        return await _sharded_pass(settings, store, job, job_input)
+    tally = Tally(job_input.row_counts())
     sink = ResultSink(job_dir(settings.data_dir, job.id), run=job.attempt)
     progress = _Progress(settings, store, job, tally, job_input.address_rows)
     stats = EngineStats()
@@ -165,6 +135,85 @@ async def _first_pass(settings: Settings, store: Store, job: job_store.Job) -> d
         settings, store, job, job_input, by_address, tally, done_pass=0, sink=sink
     )
     return {**summary, **stats.as_dict()} if summary["status"] == "completed" else summary
+
+
+def sharded(settings: Settings, job: job_store.Job, unique_addresses: int) -> bool:
+    """Whether the job's first pass is spread over shards: it has more distinct addresses
+    than ``job_shard_size``, or an earlier run of it made its shards already."""
+    limit = settings.job_shard_size
+    return "shards" in (job.options or {}) or 0 < limit < unique_addresses
+
+
+async def _sharded_pass(
+    settings: Settings, store: Store, job: job_store.Job, job_input: JobInput
+) -> dict[str, Any]:
+    """A big job's first pass: its shards made (once), then run — each a ``verify-shard``
+    run in the work pool, this run ending at once so that it holds no worker (the run that
+    finishes the last shard starts this flow again to merge), or, with the local runner,
+    as subflows — and, once every shard is done, their results merged into the job's."""
+    directory = job_dir(settings.data_dir, job.id)
+    shards = await asyncio.to_thread(job_shards.shards_of, store.engine, job.id)
+    if not shards:
+        sizes = await plan_shards(
+            directory, job_input.uniques, job_input.row_counts(), settings.job_shard_size
+        )
+        made = await asyncio.to_thread(
+            job_shards.create_shards, store.engine, job.id, job.attempt, sizes
+        )
+        if not made:
+            raise Superseded(f"job {job.id}: run {job.attempt} lost it before its shards")
+        shards = await asyncio.to_thread(job_shards.shards_of, store.engine, job.id)
+        get_run_logger().info(
+            "job %s: %s shards of at most %s addresses (%s)",
+            job.id,
+            len(shards),
+            settings.job_shard_size,
+            ", ".join(str(s.addresses) for s in shards),
+        )
+    todo = [s for s in shards if s.status != "done"]
+    if todo and from_deployment():
+        await _to_the_pool(store, todo)
+        return {"job_id": job.id, "status": "sharded", "shards": len(shards)}
+    if todo:
+        await asyncio.gather(*(_as_subflow(store, s) for s in todo))
+        shards = await asyncio.to_thread(job_shards.shards_of, store.engine, job.id)
+        if any(s.status != "done" for s in shards):  # (taken over by another process)
+            return {"job_id": job.id, "status": "sharded", "shards": len(shards)}
+    by_address = await asyncio.to_thread(merged_results, directory, len(shards))
+    tally = Tally(job_input.row_counts())
+    tally.add_statuses(zip(by_address["normalised"], by_address["status"], strict=True))
+    summary = await _end_pass(settings, store, job, job_input, by_address, tally, done_pass=0)
+    await asyncio.to_thread(remove_shards, directory)
+    return summary
+
+
+async def _to_the_pool(store: Store, shards: list[job_shards.Shard]) -> None:
+    """Each shard not handed to the work pool yet, as a ``verify-shard`` run (a shard
+    already handed over is the reaper's to watch)."""
+    from prefect.deployments import run_deployment
+
+    for shard in shards:
+        if shard.status != "pending" or shard.flow_run_id is not None:
+            continue
+        parameters = {"job_id": shard.job_id, "shard": shard.shard, "attempt": shard.attempt}
+        run = await run_deployment(  # type: ignore[misc]
+            DEPLOYMENTS["shard"], parameters=parameters, timeout=0, as_subflow=False
+        )
+        await asyncio.to_thread(
+            job_shards.set_flow_run, store.engine, shard.job_id, shard.shard, str(run.id)
+        )
+
+
+async def _as_subflow(store: Store, shard: job_shards.Shard) -> None:
+    """Run a shard as a subflow of this run (the local runner); a shard an earlier run of
+    this process left running (it died) is given to this run first."""
+    attempt = shard.attempt
+    if shard.status == "running":
+        taken = await asyncio.to_thread(job_shards.assign, store.engine, shard.job_id, shard.shard)
+        if taken is None:
+            return
+        attempt = taken
+    await verify_shard(job_id=shard.job_id, shard=shard.shard, attempt=attempt, merge=False)
 
 
 async def _retry_pass(
@@ -182,7 +231,7 @@ async def _retry_pass(
     by_address = pl.concat(
         [earlier.filter(~pl.col("normalised").is_in(again)), results_frame(fresh)]
     )
-    tally = _Tally(job_input.row_counts())
+    tally = Tally(job_input.row_counts())
     tally.add_statuses(zip(by_address["normalised"], by_address["status"], strict=True))
     return await _end_pass(settings, store, job, job_input, by_address, tally, done_pass=retry_pass)
 
@@ -205,7 +254,7 @@ async def _end_pass(
     job: job_store.Job,
     job_input: JobInput,
     by_address: pl.DataFrame,
-    tally: _Tally,
+    tally: Tally,
     *,
     done_pass: int,
     sink: ResultSink | None = None,
@@ -274,7 +323,7 @@ class _Progress:
     nothing)."""
 
     def __init__(
-        self, settings: Settings, store: Store, job: job_store.Job, tally: _Tally, rows: int
+        self, settings: Settings, store: Store, job: job_store.Job, tally: Tally, rows: int
     ) -> None:
         self.settings = settings
         self.store = store

@@ -12,6 +12,7 @@ DEPLOYMENTS = {
     "bulk": "bulk-verify/bulk-verify",
     "finder": "find-emails/find-emails",
     "reverify": "reverify-stored/reverify-stored",
+    "shard": "verify-shard/verify-shard",
 }
 
 

@@ -110,6 +110,8 @@ async def run_as_owner(
         raise
     if summary["status"] == "waiting_to_retry":
         return await _park(store, job, summary, kind)
+    if summary["status"] == "sharded":  # (its shards run on: the last one starts the merge)
+        return summary
     # (Outside the try: a run cancelled while it delivers must not deliver again as failed.)
     await notify_job(settings, job.id)
     await publish_job_summary(settings, store, job.id)

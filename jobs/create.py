@@ -57,6 +57,9 @@ class JobRunner(Protocol):
     ) -> None:
         """``retry_pass``/``at``: a parked job's deferred retry pass, to start at ``at``."""
 
+    def submit_shard(self, job_id: int, shard: int, attempt: int) -> None:
+        """Start run ``attempt`` of a big job's shard on its own (``flows/shard.py``)."""
+
     def shutdown(self) -> None: ...
 
 

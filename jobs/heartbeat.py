@@ -119,12 +119,17 @@ class RunHeartbeat:
         *,
         attempt: int = 1,
         on_lost: Callable[[], object] | None = None,
+        beat: Callable[[], str] | None = None,
+        what: str | None = None,
     ) -> None:
         self.store = store
         self.job_id = job_id
         self.interval = min(HEARTBEAT_SECONDS, stale_after / 4)
         self.attempt = attempt
         self.on_lost = on_lost
+        # (a job run's beat by default; a shard run beats its shard: jobs/shards.py)
+        self.beat = beat or (lambda: job_store.beat_run(store.engine, job_id, attempt))
+        self.what = what or f"job {job_id}"
         self.lost = False
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -142,17 +147,16 @@ class RunHeartbeat:
     def _beat(self) -> None:
         while not self._stop.wait(self.interval):
             try:
-                beat = job_store.beat_run(self.store.engine, self.job_id, self.attempt)
+                beat = self.beat()
             except Exception as exc:
-                log.warning("job %s: heartbeat failed (%s); trying again", self.job_id, exc)
+                log.warning("%s: heartbeat failed (%s); trying again", self.what, exc)
                 continue
             if beat == "finished":  # (this run's own end)
                 return
             if beat == "superseded":
                 log.warning(
-                    "job %s: taken over by recovery (resumed as a later run, or failed); "
-                    "run %s stops",
-                    self.job_id,
+                    "%s: taken over by recovery (resumed as a later run, or failed); run %s stops",
+                    self.what,
                     self.attempt,
                 )
                 self.lost = True
@@ -162,19 +166,30 @@ class RunHeartbeat:
 
 
 async def as_owner(
-    store: Store, job: job_store.Job, stale_after: float, work: Coroutine[Any, Any, T]
+    store: Store,
+    job: job_store.Job,
+    stale_after: float,
+    work: Coroutine[Any, Any, T],
+    *,
+    attempt: int | None = None,
+    beat: Callable[[], str] | None = None,
+    what: str | None = None,
 ) -> T:
-    """Run ``work`` while beating ``job``'s heartbeat. If a later run takes the job over,
+    """Run ``work`` while beating ``job``'s heartbeat (or, given ``beat``, another's: a
+    shard run of the job, as run ``attempt``). If a later run takes the job over,
     ``work`` is cancelled, allowed to unwind (its SMTP sessions hang up), and
     :class:`Superseded` raised."""
     task = asyncio.ensure_future(work)
     loop = asyncio.get_running_loop()
+    run = job.attempt if attempt is None else attempt
     heartbeat = RunHeartbeat(
         store,
         job.id,
         stale_after,
-        attempt=job.attempt,
+        attempt=run,
         on_lost=lambda: loop.call_soon_threadsafe(task.cancel),
+        beat=beat,
+        what=what,
     )
     with heartbeat:
         try:
@@ -185,4 +200,4 @@ async def as_owner(
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
-            raise Superseded(f"job {job.id}: run {job.attempt} was superseded") from None
+            raise Superseded(f"{what or f'job {job.id}'}: run {run} was superseded") from None

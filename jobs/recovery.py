@@ -19,6 +19,7 @@ from verimail.config import Settings
 from verimail.jobs.context import store_for
 from verimail.jobs.create import RUN_KIND, JobRunner
 from verimail.jobs.notify import deliver_owed_webhooks, notify_job_soon
+from verimail.store import job_shards
 from verimail.store import jobs as job_store
 from verimail.store.db import utcnow
 from verimail.store.job_retries import claim_for_resume, due_retries
@@ -41,6 +42,9 @@ def recover_stale_jobs(settings: Settings, runner: JobRunner) -> list[tuple[int,
     held = getattr(runner, "held_jobs", None)
     if held is not None:
         job_store.keep_alive(store.engine, held())
+    held_shards = getattr(runner, "held_shards", None)
+    if held_shards is not None:
+        job_shards.keep_alive(store.engine, held_shards())
     handled: list[tuple[int, str]] = []
     for job in due_retries(store.engine, now=utcnow() - RETRY_CATCH_UP):
         # A parked job whose next pass did not start (its timer died with a process): start
@@ -55,6 +59,8 @@ def recover_stale_jobs(settings: Settings, runner: JobRunner) -> list[tuple[int,
     for job in stale:
         if job.retry.get("phase") == "waiting_to_retry":
             continue  # (parked, and its pass is just being started above)
+        if _shards_at_work(job):
+            continue  # (its shards are watched one by one below)
         attempt = claim_for_resume(store.engine, job.id, job.heartbeat_at)
         if attempt is None:
             continue  # another process took it, or it finished
@@ -77,7 +83,53 @@ def recover_stale_jobs(settings: Settings, runner: JobRunner) -> list[tuple[int,
         ):
             notify_job_soon(settings, job.id)
         handled.append((job.id, "failed"))
+    handled += _recover_stale_shards(settings, runner)
     handled += [(job_id, "webhook") for job_id in deliver_owed_webhooks(settings)]
+    return handled
+
+
+def _shards_at_work(job: job_store.Job) -> bool:
+    """A sharded job some of whose shards are not done: no run of the job itself holds it
+    (with workers its first run ended once the shards were handed out), so its own
+    heartbeat says nothing — each shard's does. Once all are done, a job whose merge went
+    quiet is resumed like any job."""
+    shards = (job.options or {}).get("shards")
+    return shards is not None and shards["done"] < shards["total"]
+
+
+def _recover_stale_shards(settings: Settings, runner: JobRunner) -> list[tuple[int, str]]:
+    """Give each shard whose run went quiet (its worker died, or it was never started)
+    another run of its own, the other shards untouched; a shard out of runs
+    (``job_max_attempts``) fails its job with the refund of what was not verified."""
+    store = store_for(settings)
+    handled: list[tuple[int, str]] = []
+    stale = job_shards.stale_shards(store.engine, timedelta(seconds=settings.job_stale_after))
+    for shard in stale:
+        attempt = job_shards.assign(
+            store.engine, shard.job_id, shard.shard, seen_heartbeat=shard.heartbeat_at
+        )
+        if attempt is None:
+            continue  # another process took it, or it finished
+        if attempt <= settings.job_max_attempts:
+            log.warning(
+                "job %s shard %s lost its runner; running it again (run %s)",
+                shard.job_id, shard.shard, attempt,
+            )  # fmt: skip
+            try:
+                runner.submit_shard(shard.job_id, shard.shard, attempt)
+                handled.append((shard.job_id, f"shard {shard.shard} resumed"))
+                continue
+            except Exception as exc:
+                log.exception("resuming job %s shard %s failed: %s", shard.job_id, shard.shard, exc)
+        if job_store.mark_failed(
+            store.engine,
+            shard.job_id,
+            "A part of the job could not be finished: its runner stopped (process or worker "
+            "died) too many times.",
+            job_store.UNVERIFIED,
+        ):
+            notify_job_soon(settings, shard.job_id)
+        handled.append((shard.job_id, "failed"))
     return handled
 
 

@@ -2,7 +2,7 @@
 
 Module-path entrypoints (``verimail.flows.bulk:bulk_verify``) mean a worker needs only the
 installed ``verimail`` package, not a checkout of this repository. ``prefect.yaml`` holds
-the same three deployments for teams that prefer ``prefect deploy --all``.
+the same four deployments for teams that prefer ``prefect deploy --all``.
 """
 
 from __future__ import annotations
@@ -30,12 +30,14 @@ def register_deployments(pool: str, *, schedule: bool = True) -> list[str]:
     from verimail.flows.bulk import bulk_verify
     from verimail.flows.finder import find_emails
     from verimail.flows.reverify import reverify_stored
+    from verimail.flows.shard import verify_shard
 
     run_coro_as_sync(_ensure_pool(pool))
     names = []
     for flow, name, schedules in (
         (bulk_verify, "bulk-verify", None),
         (find_emails, "find-emails", None),
+        (verify_shard, "verify-shard", None),
         (
             reverify_stored,
             "reverify-stored",

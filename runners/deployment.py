@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from verimail.config import Settings
@@ -15,9 +15,12 @@ from verimail.flows.deployments import DEPLOYMENTS
 from verimail.jobs import reverify_parking
 from verimail.jobs.context import attempt_of, store_for
 from verimail.jobs.reverify import any_list_due
+from verimail.store import job_shards
 from verimail.store import jobs as job_store
 
 log = logging.getLogger(__name__)
+
+K = TypeVar("K")
 
 
 class DeploymentRunner:
@@ -53,6 +56,24 @@ class DeploymentRunner:
         )
         job_store.set_flow_run_id(store_for(self.settings).engine, job_id, str(flow_run.id))
 
+    def submit_shard(self, job_id: int, shard: int, attempt: int) -> None:
+        """A ``verify-shard`` run of a big job's shard in the work pool."""
+        from prefect.deployments import run_deployment
+
+        flow_run = run_deployment(
+            DEPLOYMENTS["shard"],
+            parameters={"job_id": job_id, "shard": shard, "attempt": attempt},
+            timeout=0,
+            as_subflow=False,
+        )
+        job_shards.set_flow_run(store_for(self.settings).engine, job_id, shard, str(flow_run.id))
+
+    def held_shards(self) -> list[tuple[int, int]]:
+        """Shards whose ``verify-shard`` run waits in the work pool (as :meth:`held_jobs`
+        tells for jobs): queued, not dead."""
+        waiting = job_shards.unfinished_flow_runs(store_for(self.settings).engine)
+        return sorted(self._waiting(waiting))
+
     def held_jobs(self) -> list[int]:
         """Unfinished jobs whose flow run waits in the work pool: no worker has taken it
         yet (Scheduled, Late), or one took it moments ago and is starting its process
@@ -65,30 +86,35 @@ class DeploymentRunner:
         (its worker died mid-job) is not held, so the reaper resumes it.
         """
         waiting = job_store.unfinished_flow_runs(store_for(self.settings).engine)
-        if not waiting:
+        return sorted(self._waiting(waiting))
+
+    @staticmethod
+    def _waiting(runs: dict[K, str]) -> list[K]:
+        """The keys of ``runs`` (flow run ids) whose run still waits in the work pool."""
+        if not runs:
             return []
         try:
-            states = _flow_run_states(list(waiting.values()))
+            states = _flow_run_states(list(runs.values()))
         except Exception as exc:
             # Prefect unreachable: which runs still wait cannot be told, and a run resumed now
             # could not be submitted either (the job would fail with its refund). Hold them
             # all until Prefect answers; a run that died meanwhile is resumed after that.
             log.warning(
-                "could not read flow run states from Prefect (%s): holding %d job(s)",
+                "could not read flow run states from Prefect (%s): holding %d run(s)",
                 exc,
-                len(waiting),
+                len(runs),
             )
-            return sorted(waiting)
+            return list(runs)
         now = datetime.now(UTC)
         held = []
-        for job_id, run_id in waiting.items():
+        for key, run_id in runs.items():
             state = states.get(run_id)
             if state is None:
                 continue
             kind, since = state
             if kind == "SCHEDULED" or (kind == "PENDING" and now - since < STARTING_LIMIT):
-                held.append(job_id)
-        return sorted(held)
+                held.append(key)
+        return held
 
     def start_due_runs(self) -> int:
         """Workers start the lists' scheduled runs and parked re-verifications' retry

@@ -57,6 +57,7 @@ class LocalRunner:
         )
         self._futures: set[Future[None]] = set()
         self._jobs: set[int] = set()  # submitted and not yet returned: queued or running
+        self._shards: set[tuple[int, int]] = set()  # (job, shard) run on their own, likewise
         self._lock = threading.Lock()
         self._prefect_lock = threading.Lock()
         self._prefect_ready = False
@@ -158,14 +159,49 @@ class LocalRunner:
             # A superseded run leaves the job open on purpose: a later run has it; so does a
             # run stopped from outside (the reaper resumes the job: see ends_the_process).
             stopped = error is not None and ends_the_process(error)
-            parked = isinstance(outcome, dict) and outcome.get("status") == "waiting_to_retry"
-            if not was_superseded(outcome) and not stopped and not parked:
+            status = outcome.get("status") if isinstance(outcome, dict) else None
+            parked = status == "waiting_to_retry"
+            # (a job whose shards run on is the reaper's and the last shard's to end)
+            if not was_superseded(outcome) and not stopped and not parked and status != "sharded":
                 _fail_if_unfinished(self.settings, job_id, error, attempt)
             with self._lock:
                 self._jobs.discard(job_id)
             if parked:
                 at = datetime.fromisoformat(outcome["next_retry_at"])
                 self.submit(kind, job_id, attempt, retry_pass=outcome["retry_pass"], at=at)
+
+    def submit_shard(self, job_id: int, shard: int, attempt: int) -> None:
+        """Run a shard of a big job on its own (the reaper's: its earlier run died); the
+        run that finishes the job's last shard has this runner start the job's merge."""
+        if self._closed:
+            return
+        with self._lock:
+            self._shards.add((job_id, shard))
+        future = self._pool.submit(self._run_shard, job_id, shard, attempt)
+        with self._lock:
+            self._futures.add(future)
+        future.add_done_callback(self._forget)
+
+    def held_shards(self) -> list[tuple[int, int]]:
+        """Shards this process holds (queued for a worker thread or running)."""
+        with self._lock:
+            return sorted(self._shards)
+
+    def _run_shard(self, job_id: int, shard: int, attempt: int) -> None:
+        from verimail.flows.shard import verify_shard
+
+        outcome: Any = None
+        try:
+            self._ensure_prefect()
+            with using_settings(self.settings):
+                outcome = asyncio.run(verify_shard(job_id=job_id, shard=shard, attempt=attempt))
+        except BaseException as exc:  # (its beats stop: the reaper gives it another run)
+            log.warning("job %s shard %s ended with %r", job_id, shard, exc)
+        finally:
+            with self._lock:
+                self._shards.discard((job_id, shard))
+        if isinstance(outcome, dict) and outcome.get("merge"):
+            self.submit("bulk", job_id)
 
     def start_due_runs(self) -> int:
         """Claim the planned ``reverify-stored`` runs that are due — lists' scheduled runs

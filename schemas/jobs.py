@@ -103,6 +103,15 @@ class BulkJob(BaseModel):
     phase: Phase = None
     retry_waiting: RetryWaiting = 0
     next_retry_at: NextRetryAt = None
+    shards_total: int | None = Field(
+        None,
+        description="A job big enough to be spread over workers (more distinct addresses "
+        "than the shard size): the shards it was cut into, by domain; null for a job "
+        "verified in one piece.",
+    )
+    shards_done: int | None = Field(
+        None, description="Of `shards_total`, the shards verified so far; null likewise."
+    )
 
     @classmethod
     def of(cls, job: Any) -> BulkJob:
@@ -129,7 +138,16 @@ class BulkJob(BaseModel):
             completed_at=job.completed_at,
             failed_reason=job.failed_reason,
             **_reverification(job.options or {}),
+            **_shards(job.options or {}),
         )
+
+
+def _shards(options: dict[str, Any]) -> dict[str, Any]:
+    """A sharded job's ``shards_total`` and ``shards_done`` (none for a job in one piece)."""
+    shards = options.get("shards")
+    if not shards:
+        return {}
+    return {"shards_total": int(shards["total"]), "shards_done": int(shards["done"])}
 
 
 def _reverification(options: dict[str, Any]) -> dict[str, Any]:

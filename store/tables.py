@@ -257,3 +257,25 @@ reverify_runs = Table(
     Column("created_at", UTCDateTime, nullable=False, server_default=func.current_timestamp()),
     Index("ix_reverify_runs_list_job_id_id", "list_job_id", "id"),
 )
+
+# A big job's shards (store/job_shards.py): each verifies the addresses of some domains, on
+# whichever worker takes it, and is run again alone when its worker dies.
+SHARD_STATUSES = ("pending", "running", "done")
+job_shards = Table(
+    "job_shards",
+    metadata,
+    Column("job_id", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("shard", Integer, nullable=False),
+    Column("status", String(16), nullable=False, server_default="pending"),
+    Column("attempt", Integer, nullable=False, server_default="1"),
+    Column("addresses", Integer, nullable=False),  # distinct addresses in it
+    Column("rows", Integer, nullable=False),  # the upload's rows they stand for
+    Column("processed", Integer, nullable=False, server_default="0"),  # rows settled
+    Column("counts", Text, nullable=True),  # JSON: the job's count columns, for its rows
+    Column("flow_run_id", String(64), nullable=True),
+    Column("heartbeat_at", UTCDateTime, nullable=True),
+    Column("completed_at", UTCDateTime, nullable=True),
+    PrimaryKeyConstraint("job_id", "shard", name="pk_job_shards"),
+    CheckConstraint(_in("status", SHARD_STATUSES), name="status"),
+    Index("ix_job_shards_status_heartbeat_at", "status", "heartbeat_at"),
+)

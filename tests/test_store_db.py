@@ -37,7 +37,7 @@ def test_migrations_create_every_table_and_are_idempotent(backend: str, tmp_path
         second = init_store(settings)  # a second start-up: must be a no-op
         try:
             migrate(first.engine)
-            assert current_revision(first.engine) == "0004"
+            assert current_revision(first.engine) == "0005"
             tables = set(inspect(first.engine).get_table_names())
             assert {
                 "accounts",
@@ -48,11 +48,12 @@ def test_migrations_create_every_table_and_are_idempotent(backend: str, tmp_path
                 "domain_patterns",
                 "reverify_schedules",
                 "reverify_runs",
+                "job_shards",
                 "alembic_version",
             } <= tables
             with first.engine.connect() as conn:
                 versions = conn.execute(text("SELECT version_num FROM alembic_version")).all()
-            assert [v[0] for v in versions] == ["0004"]
+            assert [v[0] for v in versions] == ["0005"]
         finally:
             first.close()
             second.close()
