@@ -147,8 +147,11 @@ class JobProgress:
     def update(self, job: Any, final: bool = False) -> None:
         done = job.processed_emails
         self.rate.update(done)
-        phase = retry_phase(BulkJob.of(job).model_dump())
+        fields = BulkJob.of(job).model_dump()
+        phase = retry_phase(fields)
         pace, counts = progress_text(done, self.total, self.counts_of(job), self.rate, phase)
+        if fields.get("shards_total"):  # (a big job spread over the workers)
+            pace += f", shards {fields['shards_done']}/{fields['shards_total']}"
         if self._progress is not None:
             self._progress.update(self._bar, completed=done, pace=pace, counts=counts)
             return

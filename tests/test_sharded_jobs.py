@@ -6,12 +6,16 @@ workers: tests/test_deployment_shards.py.)"""
 from __future__ import annotations
 
 import asyncio
+import io
 
 import polars as pl
 import pytest
 from api_helpers import host_per_domain, poll_job, poll_until, running_app, total_balance
+from rich.console import Console
 from sqlalchemy import update
 
+from verimail.api.dashboard.progress import progress_fields
+from verimail.cli.progress import JobProgress
 from verimail.config import using_settings
 from verimail.files.bulk_io import job_dir
 from verimail.files.shards import SHARDS_DIR, read_shard_input
@@ -125,6 +129,11 @@ def test_a_sharded_job_answers_as_one_piece(testbed_factory, testbed_settings, t
     body = BulkJob.of(many)
     assert body.shards_total == len(seen) >= 3 and body.shards_done == body.shards_total
     assert BulkJob.of(one).shards_total is None
+    shown = progress_fields(many, BulkJob.of(many).model_dump(mode="json"))["shards_text"]
+    assert shown == f"shards {len(seen)} of {len(seen)} done"  # (the dashboard's job page)
+    out = io.StringIO()
+    JobProgress(Console(file=out, width=60), many.total_emails).update(many, final=True)
+    assert f"shards {len(seen)}/{len(seen)}" in out.getvalue().replace("\n", "")  # (the CLI)
     domains = [{a.rpartition("@")[2] for a in shard} for shard in seen]
     for domain in ("acme.test", "two.test", "beta.test"):
         assert sum(domain in d for d in domains) == 1, (domain, seen)

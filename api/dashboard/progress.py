@@ -65,4 +65,13 @@ def progress_fields(job: Job, view: dict[str, Any]) -> dict[str, Any]:
         "eta_seconds": seconds,
         "eta_text": eta_text(seconds),
         "phase_text": phase_text(view),
+        "shards_text": shards_text(view),
     }
+
+
+def shards_text(view: dict[str, Any]) -> str:
+    """A big job spread over the workers: its shards done, in words; empty otherwise."""
+    total = view.get("shards_total")
+    if not total:
+        return ""
+    return f"shards {view.get('shards_done') or 0} of {total} done"
