@@ -60,6 +60,16 @@ def _where(job_id: int, shard: int) -> Any:
     return and_(job_shards.c.job_id == job_id, job_shards.c.shard == shard)
 
 
+def _live_shard(conn: Connection, job_id: int, shard: int) -> tuple[Any, Any | None]:
+    """The job's row and the shard's, under the job's lock; the shard's is None when the job
+    is no longer processing (every change to a shard takes the job's lock first, so a merge
+    never races it)."""
+    job = lock_job(conn, job_id)
+    if job is None or job.status != "processing":
+        return job, None
+    return job, conn.execute(select(job_shards).where(_where(job_id, shard))).one_or_none()
+
+
 def create_shards(
     engine: Engine, job_id: int, attempt: int, sizes: Sequence[tuple[int, int]]
 ) -> bool:
@@ -100,10 +110,7 @@ def assign(
     another process took it over first)."""
     now = utcnow()
     with write_tx(engine) as conn:
-        job = lock_job(conn, job_id)
-        if job is None or job.status != "processing":
-            return None
-        row = conn.execute(select(job_shards).where(_where(job_id, shard))).one_or_none()
+        _job, row = _live_shard(conn, job_id, shard)
         if row is None or row.status == "done":
             return None
         if seen_heartbeat is not None and row.heartbeat_at != seen_heartbeat:
@@ -122,10 +129,7 @@ def claim(engine: Engine, job_id: int, shard: int, attempt: int) -> Shard | None
     assigned to a later run, or the job is over)."""
     now = utcnow()
     with write_tx(engine) as conn:
-        job = lock_job(conn, job_id)
-        if job is None or job.status != "processing":
-            return None
-        row = conn.execute(select(job_shards).where(_where(job_id, shard))).one_or_none()
+        _job, row = _live_shard(conn, job_id, shard)
         if row is None or row.status == "done" or row.attempt != attempt:
             return None
         conn.execute(
@@ -142,9 +146,8 @@ def beat(engine: Engine, job_id: int, shard: int, attempt: int) -> ShardBeat:
     "superseded" once it was assigned to a later run or the job ended; "finished" once
     this run marked it done."""
     with write_tx(engine) as conn:
-        job = lock_job(conn, job_id)
-        row = conn.execute(select(job_shards).where(_where(job_id, shard))).one_or_none()
-        if job is None or row is None or job.status != "processing":
+        _job, row = _live_shard(conn, job_id, shard)
+        if row is None:
             return "superseded"
         if row.attempt != attempt:
             return "superseded"
@@ -169,10 +172,7 @@ def record_progress(
     (0: this was the last), or None when the shard is not this run's any more."""
     now = utcnow()
     with write_tx(engine) as conn:
-        job = lock_job(conn, job_id)
-        if job is None or job.status != "processing":
-            return None
-        row = conn.execute(select(job_shards).where(_where(job_id, shard))).one_or_none()
+        job, row = _live_shard(conn, job_id, shard)
         if row is None or row.attempt != attempt or row.status == "done":
             return None
         values: dict[str, Any] = {
