@@ -11,6 +11,13 @@ the size cap here, but not from the read timeout.
 
 The read timeout bounds each wait for the next piece of the body (a client that sends a
 byte now and then cannot hold a request open for ever): past it the answer is 408.
+
+An answer given before the body has been read to its end (a 401 before an upload, a 404, a
+health check sent with a body, a dashboard form refused or redirected) says
+``Connection: close``: uvicorn then closes the connection after the answer instead of
+reading and discarding the rest of the body for as long as the client sends it (its h11
+protocol drains an unread body to keep the connection alive). The close itself lingers
+briefly so the client can read the answer (:mod:`verimail.api.http_edge`).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from verimail.api.errors import error_response
 
 STREAMS_OWN_BODY = "_verimail_streams_own_body"
+CLOSE = (b"connection", b"close")
 
 Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
 
@@ -73,8 +81,8 @@ class BodyLimitMiddleware:
             return
         received = 0
         started = False
+        body_done = not _has_body(scope)
         capped: bool | None = None  # decided at the first read, once the route is known
-        body_done = False
 
         async def bounded_receive() -> Message:
             nonlocal received, capped, body_done
@@ -102,6 +110,8 @@ class BodyLimitMiddleware:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
+                if not body_done:  # answered early: never drain the rest of the body
+                    message = _closing(message)
             await send(message)
 
         try:
@@ -117,6 +127,20 @@ class BodyLimitMiddleware:
         """Raised from the body reader: FastAPI passes it to the app's error handler, which
         answers the usual ``{"detail"}``; ``Connection: close`` so the rest is never read."""
         return HTTPException(status, detail, headers={"Connection": "close"})
+
+
+def _closing(start: Message) -> Message:
+    """The response start ``start`` with ``Connection: close`` (once)."""
+    headers = [(k, v) for k, v in start.get("headers", ()) if k.lower() != b"connection"]
+    return {**start, "headers": [*headers, CLOSE]}
+
+
+def _has_body(scope: Scope) -> bool:
+    """Whether the request comes with a body (chunked, or a non-zero ``Content-Length``)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip(b"0 ")):
+            return True
+    return False
 
 
 def _declared_length(scope: Scope) -> int:

@@ -10,7 +10,15 @@ its ``limit_concurrency`` answers a plain-text 503, so :class:`BoundedH11Protoco
   closed — slowloris clients cannot hold connections open by dripping header lines;
 - a **connection cap**: a request on a connection opened while ``http_max_connections``
   others are open gets a JSON 503 with ``Retry-After`` and the connection is closed;
-- JSON bodies for the parser's own refusals (431 headers too large, 400 not HTTP).
+- JSON bodies for the parser's own refusals (431 headers too large, 400 not HTTP);
+- a **lingering close**: when the server closes a connection while the client is still
+  sending (an answer given before the body was read, a refusal of the parser), it first
+  shuts its sending side (the client sees the answer and then the end of the stream) and
+  reads and discards at most ``LINGER_BYTES`` or ``LINGER_SECONDS`` before closing for
+  good. Closing at once with unread data makes the kernel send a reset, which can destroy
+  the answer before the client has read it; draining for ever (uvicorn's way of keeping an
+  unread body's connection alive) lets one client without a key make the server read
+  gigabytes.
 
 Body size and body read timeout are the app's business (:mod:`verimail.api.body_limit`), so
 they hold in-process too. Use :func:`server_options` wherever uvicorn is started.
@@ -31,6 +39,39 @@ from verimail.api.errors import error_response
 from verimail.config import Settings
 
 OVER_CAPACITY_RETRY_AFTER = 1  # seconds: connections free up quickly
+LINGER_BYTES = 256 * 1024  # what a closing connection reads, at most, for the answer's sake
+LINGER_SECONDS = 0.5
+
+
+class _LingeringTransport:
+    """The connection's transport, whose ``close`` lingers (see the module doc) while the
+    client may still be sending; everything else is the transport's own."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: BoundedH11Protocol) -> None:
+        self._transport = transport
+        self._protocol = protocol
+        self.lingering = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+    def is_closing(self) -> bool:
+        return self.lingering or self._transport.is_closing()
+
+    def close(self) -> None:
+        if self.lingering or self._transport.is_closing():
+            return
+        if self._protocol.client_may_be_sending() and self._transport.can_write_eof():
+            self.lingering = True
+            self._transport.write_eof()  # (after what is buffered: the answer)
+            self._transport.resume_reading()
+            self._protocol.loop.call_later(LINGER_SECONDS, self.close_now)
+        else:
+            self._transport.close()
+
+    def close_now(self) -> None:
+        self.lingering = False
+        self._transport.close()
 
 
 class _Connection(h11.Connection):
@@ -61,14 +102,31 @@ class BoundedH11Protocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.closer = _LingeringTransport(transport, self)
+        self.transport = self.closer  # type: ignore[assignment]  # (uvicorn closes through it)
+        self._lingered = 0
         if len(self.connections) > self.max_connections:
             self.app = self._over_capacity
             self.logger.warning("Over the connection cap of %d: 503", self.max_connections)
         self._watch_headers()
 
     def data_received(self, data: bytes) -> None:
+        if self.closer.lingering:  # closing: what comes now is counted, never parsed
+            self._lingered += len(data)
+            if self._lingered >= LINGER_BYTES:
+                self.closer.close_now()
+            return
         super().data_received(data)
         self._watch_headers()
+
+    def eof_received(self) -> bool | None:
+        if self.closer.lingering:  # the client has stopped sending: close now
+            self.closer.close_now()
+        return None
+
+    def client_may_be_sending(self) -> bool:
+        """Whether the client may still be sending this request (its body, its headers)."""
+        return self.conn.their_state not in (h11.DONE, h11.IDLE, h11.CLOSED)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_header_timer()

@@ -31,6 +31,7 @@ MAX_HEADER = 16 * 1024
 HEADER_TIMEOUT = 1.0
 BODY_TIMEOUT = 1.0
 MAX_CONNECTIONS = 4
+MAX_UPLOAD = 1024 * 1024
 MB = 1024 * 1024
 
 
@@ -64,8 +65,9 @@ def edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
             "VERIMAIL_HTTP_HEADER_TIMEOUT": str(HEADER_TIMEOUT),
             "VERIMAIL_HTTP_BODY_TIMEOUT": str(BODY_TIMEOUT),
             "VERIMAIL_HTTP_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
+            "VERIMAIL_UPLOAD_MAX_BYTES": str(MAX_UPLOAD),
         }
-        with serve_processes(1, env, tmp, args=("--log-level", "warning")) as (server,):
+        with serve_processes(1, env, tmp, args=("--log-level", "info")) as (server,):
             host, port = server.base_url.removeprefix("http://").split(":")
             yield Edge(server, host, int(port), customer.key)
     finally:
@@ -77,6 +79,14 @@ def rss_kib(pid: int, field: str = "VmRSS") -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise AssertionError(f"no {field} for {pid}")
+
+
+def bytes_read(pid: int) -> int:
+    """What process ``pid`` has read so far, sockets included (``rchar``)."""
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no rchar for {pid}")
 
 
 def read_response(sock: socket.socket, timeout: float = 10.0) -> tuple[int, dict[str, str], bytes]:
@@ -187,6 +197,118 @@ def test_a_declared_200_mb_body_is_refused_before_it_is_read(edge: Edge) -> None
     assert "larger than the limit of 4 MiB" in detail_of(body)
 
 
+UPLOAD_HEAD = (
+    b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.csv"\r\n'
+    b"Content-Type: text/csv\r\n\r\nemail\r\n"
+)
+EARLY_ANSWERS = {
+    # name: (method, path, extra headers, key, status, the body's first bytes)
+    "401 before a bulk upload": ("POST", "/api/bulk", "multipart", "bad", 401, UPLOAD_HEAD),
+    "401 before a finder upload": (
+        "POST",
+        "/api/find-email/csv",
+        "multipart",
+        "bad",
+        401,
+        UPLOAD_HEAD,
+    ),
+    "413 on a good key's oversized upload": (
+        "POST",
+        "/api/bulk",
+        "multipart",
+        "good",
+        413,
+        UPLOAD_HEAD,
+    ),
+    "404 of an unknown path": ("POST", "/api/nothing-here", "json", "bad", 404, b"["),
+    "200 of health sent with a body": ("GET", "/api/health", "json", None, 200, b"["),
+    "303 of a dashboard upload signed out": (
+        "POST",
+        "/dashboard/upload",
+        "multipart",
+        None,
+        303,
+        UPLOAD_HEAD,
+    ),
+    "403 of a cross-site dashboard form": (
+        "POST",
+        "/dashboard/login",
+        "cross-site",
+        None,
+        403,
+        b"a=",
+    ),
+}
+CONTENT_TYPES = {
+    "multipart": "Content-Type: multipart/form-data; boundary=b\r\n",
+    "json": "Content-Type: application/json\r\n",
+    "cross-site": (
+        "Content-Type: application/x-www-form-urlencoded\r\nSec-Fetch-Site: cross-site\r\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(EARLY_ANSWERS))
+def test_an_early_answer_closes_the_connection_and_stops_reading(edge: Edge, case: str) -> None:
+    """The attack of issue 35: a client streams a chunked body after the answer. The server
+    answers, closes within 1 s and reads at most 1 MiB past what the route reads itself."""
+    method, path, kind, key, expected, first = EARLY_ANSWERS[case]
+    pid = edge.server.process.pid
+    auth = {
+        "good": f"Authorization: Bearer {edge.key}\r\n",
+        "bad": "Authorization: Bearer vm_x\r\n",
+    }
+    head = (
+        f"{method} {path} HTTP/1.1\r\nHost: {edge.host}\r\n{auth.get(key or '', '')}"
+        f"{CONTENT_TYPES[kind]}Transfer-Encoding: chunked\r\n\r\n"
+    ).encode()
+    piece = b"x" * 65536
+    frame = f"{len(piece):x}\r\n".encode() + piece + b"\r\n"
+    read_before = bytes_read(pid)
+    sock = edge.connect()
+    with sock:
+        sock.sendall(head + f"{len(first):x}\r\n".encode() + first + b"\r\n")
+        # Stream until the answer comes (the route may read some of the body first).
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # (closed already)
+            while not select.select([sock], [], [], 0)[0]:
+                sock.sendall(frame)
+        status, headers, _body = read_response(sock)
+        assert status == expected, _body
+        assert headers["connection"] == "close"
+        # However much the client still sends, the server ends the stream within 1 s (FIN
+        # then, having lingered a little for the answer's sake, a reset).
+        sock.settimeout(0.05)
+        answered = time.monotonic()
+        ended_at: float | None = None
+        reset = False
+        while not reset and time.monotonic() - answered < 10:
+            try:
+                if select.select([sock], [], [], 0)[0] and sock.recv(65536) == b"":
+                    ended_at = ended_at or time.monotonic()
+                sock.sendall(frame)
+            except TimeoutError:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                ended_at = ended_at or time.monotonic()
+                reset = True
+        assert reset, "the server kept reading for 10 s after its answer"
+        assert ended_at is not None and ended_at - answered < 1, "closed too late"
+    # What the route reads itself (an upload up to its limit), plus at most 1 MiB.
+    allowed = (MAX_UPLOAD if expected == 413 else 0) + MB
+    assert bytes_read(pid) - read_before <= allowed
+
+
+def test_a_fully_read_body_keeps_the_connection_alive(edge: Edge) -> None:
+    with httpx.Client(base_url=edge.server.base_url, timeout=30) as client:
+        response = client.post(
+            "/api/verify/batch",
+            json={"emails": ["x@example.invalid"]},
+            headers={"Authorization": "Bearer vm_unknown"},
+        )
+    assert response.status_code == 401
+    assert response.headers.get("connection") != "close"
+
+
 def test_a_body_within_the_limit_is_served(edge: Edge) -> None:
     emails = ["alice@acme.test"] * 10 + ["x" * 300 + "@acme.test"] * 400  # ~125 KB
     with httpx.Client(base_url=edge.server.base_url, timeout=30) as client:
@@ -267,11 +389,15 @@ def test_over_the_connection_cap_the_answer_is_503(edge: Edge) -> None:
         for sock in held:
             sock.sendall(b"GET /api/health HTTP/1.1\r\n")
         with edge.connect() as extra:
-            extra.sendall(f"GET /api/health HTTP/1.1\r\nHost: {edge.host}\r\n\r\n".encode())
+            extra.sendall(
+                f"GET /api/health?over=cap HTTP/1.1\r\nHost: {edge.host}\r\n\r\n".encode()
+            )
             status, headers, body = read_response(extra)
         assert status == 503
         assert headers["retry-after"] == "1"
         assert "too many open connections (limit 4)" in detail_of(body)
+        # Operators count answers in the access log: the cap's 503 is there like any other.
+        assert '"GET /api/health?over=cap HTTP/1.1" 503' in edge.server.log()
     finally:
         for sock in held:
             sock.close()
