@@ -172,7 +172,12 @@ class BoundedH11Protocol(H11Protocol):
             self._answer_and_close(400, "The request is not valid HTTP/1.1; nothing was done.")
 
     def _answer_and_close(self, status: int, detail: str) -> None:
-        """Write a JSON error straight to the socket (no request may have been parsed)."""
+        """Write a JSON error straight to the socket (no request may have been parsed), and
+        log it in the access log like every other answer (``-`` for the unparsed request:
+        operators count answers by status there)."""
+        if self.access_log:
+            client = "%s:%d" % self.client if self.client else "-"  # noqa: UP031 (uvicorn's)
+            self.access_logger.info('%s - "%s %s HTTP/%s" %d', client, "-", "-", "1.1", status)
         body = json.dumps({"detail": detail}).encode()
         reason = HTTPStatus(status).phrase
         head = (

@@ -329,6 +329,7 @@ def test_a_1_mb_header_is_refused_with_431(edge: Edge) -> None:
     assert status == 431
     assert headers["connection"] == "close"
     assert "larger than the limit of 16 KiB" in detail_of(body)
+    assert '"- - HTTP/1.1" 431' in edge.server.log()  # in the access log like any answer
 
 
 def test_a_header_just_under_the_limit_is_served(edge: Edge) -> None:
@@ -354,6 +355,7 @@ def test_a_slowloris_header_is_cut_off_at_the_header_timeout(edge: Edge) -> None
                 break
         elapsed = time.monotonic() - started
     assert closed, "the server kept a dripping connection open"
+    assert '"- - HTTP/1.1" 408' in edge.server.log()  # in the access log like any answer
     assert HEADER_TIMEOUT - 0.2 <= elapsed <= HEADER_TIMEOUT + 1.5, elapsed
 
 
