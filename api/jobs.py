@@ -20,10 +20,11 @@ from anyio import to_thread
 from fastapi import Request
 
 from verimail.api.errors import DATABASE_RETRY_AFTER, ApiError
+from verimail.engine import DomainResolver
 from verimail.files.csv_detect import CsvInfo
 from verimail.files.upload_errors import UploadError, UploadTooLarge
 from verimail.jobs.create import NotEnoughCredits, NotStarted, create_verify_job, submit
-from verimail.jobs.webhook import WebhookRefused, check_url
+from verimail.jobs.webhook import WebhookRefused, check_url_resolved
 from verimail.store import jobs as job_store
 from verimail.store.db import Store
 
@@ -111,18 +112,27 @@ async def start_run(request: Request, store: Store, job: job_store.Job) -> None:
         ) from exc
 
 
-def webhook_options(request: Request, url: str | None) -> dict[str, str]:
-    """Check a job's ``webhook_url`` (422 when it may not be called) and make its secret.
+async def webhook_options(request: Request, url: str | None) -> dict[str, str]:
+    """Check a job's ``webhook_url`` (422 when it may not be called: its host name is
+    resolved now, by the engine's resolver) and make its secret.
 
     The secret signs the completion POST and is returned once, in the creation response.
     """
     if not url:
         return {}
+    settings = request.app.state.settings
     try:
-        check_url(url, request.app.state.settings.webhook_allow_networks)
+        await check_url_resolved(url, settings.webhook_allow_networks, webhook_resolver(request))
     except WebhookRefused as exc:
         raise ApiError(422, f"webhook_url: {exc}") from exc
     return {"webhook_secret": secrets.token_urlsafe(32)}
+
+
+def webhook_resolver(request: Request) -> DomainResolver:
+    """The engine's resolver (its cache shared), or one of the settings' when the engine
+    could not be made."""
+    engine = request.app.state.engine
+    return engine.resolver if engine is not None else DomainResolver(request.app.state.settings)
 
 
 def retry_option(value: str | bool | None) -> dict[str, bool]:

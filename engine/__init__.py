@@ -48,6 +48,7 @@ _HOMES: dict[str, str] = {
     "RENEW_SCRIPT": "leases",
     "RENEW_SECONDS": "leases",
     # the network guard
+    "DomainResolver": "dns_facts",
     "IPNetwork": "netguard",
     "connect_allowed": "netguard",
     # counters for operators
@@ -63,6 +64,7 @@ __all__ = [
     "RENEW_SECONDS",
     "BatchResult",
     "DomainPattern",
+    "DomainResolver",
     "DomainSession",
     "Engine",
     "EngineStats",
@@ -103,6 +105,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from verimail.engine.core import BatchResult, Engine, forget_engine, shared_engine
+    from verimail.engine.dns_facts import DomainResolver
     from verimail.engine.finder import (
         FinderInputError,
         FinderResult,

@@ -162,6 +162,12 @@ class DomainResolver:
         self._resolver = _make_resolver(settings)
         self._scope = tuple(settings.dns_nameservers)  # answers differ per nameserver set
 
+    async def addresses(self, name: str) -> list[str]:
+        """The A and AAAA addresses of host ``name`` (empty when it has none or DNS failed):
+        a webhook's host is checked with the resolver and cache the mail hosts use."""
+        host, _failed = await self._host(name.lower().rstrip("."), 0, None)
+        return list(host.addresses)
+
     async def facts(self, domain: str, stats: DnsStats | None = None) -> DomainFacts:
         """The mail routing of ``domain`` (ASCII, lower-case)."""
         mx = await self._lookup(domain, "MX", stats)

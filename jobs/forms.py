@@ -7,15 +7,17 @@ the failed run's state message (no traceback in the run log).
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from pathlib import Path
 from typing import Any
 
 from verimail.config import Settings
+from verimail.engine import DomainResolver
 from verimail.files.bulk_io import read_job_input
 from verimail.files.csv_detect import UploadError
 from verimail.jobs.create import NotEnoughCredits, create_verify_job
-from verimail.jobs.webhook import WebhookRefused, check_url
+from verimail.jobs.webhook import WebhookRefused, check_url_resolved
 from verimail.schemas.forms import BulkVerifyForm
 from verimail.store import accounts
 from verimail.store.db import Store
@@ -54,11 +56,13 @@ def shared_file(settings: Settings, file: str) -> Path:
 
 
 def checked_webhook(settings: Settings, url: str | None) -> str | None:
-    """The webhook URL if it may be called (as the API checks it); FormError if not."""
+    """The webhook URL if it may be called (as the API checks it, its host name resolved
+    now); FormError if not. Called from a worker thread, with no event loop of its own."""
     if not url or not url.strip():
         return None
+    resolver = DomainResolver(settings)
     try:
-        check_url(url.strip(), settings.webhook_allow_networks)
+        asyncio.run(check_url_resolved(url.strip(), settings.webhook_allow_networks, resolver))
     except WebhookRefused as exc:
         raise FormError(str(exc)) from None
     return url.strip()

@@ -57,9 +57,10 @@ async def _notify(settings: Settings, job_id: int) -> Delivery | None:
         allow_networks=settings.webhook_allow_networks,
         timeout=settings.webhook_timeout,
     )
-    if not delivery.delivered:
-        log.warning("webhook of job %s not delivered: %s", job_id, delivery.detail)
-    await asyncio.to_thread(webhook_done, engine, job_id)
+    error = None if delivery.delivered else delivery.detail
+    if error:
+        log.warning("webhook of job %s not delivered: %s", job_id, error)
+    await asyncio.to_thread(webhook_done, engine, job_id, error=error)
     return delivery
 
 

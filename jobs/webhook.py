@@ -9,6 +9,10 @@ The URL is user-chosen, so it gets the same guard as MX records: every address t
 resolves to must be public (or in ``webhook_allow_networks``), and the connection goes to
 the address that was checked (the host name is kept for ``Host`` and TLS SNI), so a DNS
 answer that changes between check and connect cannot redirect it inside our network.
+
+The host name is resolved twice: when the job is created (:func:`check_url_resolved`, so
+that a name pointing inside is refused with 422 like a literal private address, instead of
+a job whose webhook is silently skipped), and again at delivery, because DNS can change.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import socket
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 import httpx
@@ -31,7 +35,11 @@ import idna
 
 from verimail.engine import IPNetwork, connect_allowed
 
+if TYPE_CHECKING:
+    from verimail.engine import DomainResolver
+
 RETRY_STATUSES = {408, 425, 429, 500, 502, 503, 504}
+PRIVATE = "webhook_url points at a private or reserved address."
 
 
 class WebhookRefused(ValueError):
@@ -56,6 +64,26 @@ def check_url(url: str, allow_networks: Iterable[IPNetwork]) -> None:
     """Refuse what can be refused without DNS: bad schemes, ports and host names, private
     IP literals."""
     _target(url, list(allow_networks))
+
+
+async def check_url_resolved(
+    url: str, allow_networks: Iterable[IPNetwork], resolver: DomainResolver
+) -> None:
+    """:func:`check_url`, and the host name resolved now: a name with an address inside a
+    private or reserved network is refused in the words of a literal one. ``localhost`` and
+    its subdomains are loopback whatever DNS says (RFC 6761). A name that does not resolve
+    now is let through: DNS may be down for a moment, and the delivery checks again."""
+    allow = list(allow_networks)
+    _parts, host, _port = _target(url, allow)
+    if _ip_literal(host) is not None:
+        return  # (checked by _target)
+    name = host.lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        if not connect_allowed("127.0.0.1", allow):
+            raise WebhookRefused(PRIVATE)
+        return
+    if any(not connect_allowed(a, allow) for a in await resolver.addresses(name)):
+        raise WebhookRefused(PRIVATE)
 
 
 def _target(url: str, allow: list[IPNetwork]) -> tuple[SplitResult, str, int]:
@@ -87,7 +115,7 @@ def _target(url: str, allow: list[IPNetwork]) -> tuple[SplitResult, str, int]:
     if literal is None and not _HOST_NAME.fullmatch(host):
         raise WebhookRefused(f"webhook_url's host {hostname!r} is not a valid name.")
     if literal is not None and not connect_allowed(literal, allow):
-        raise WebhookRefused("webhook_url points at a private or reserved address.")
+        raise WebhookRefused(PRIVATE)
     return parts, host, port
 
 

@@ -57,6 +57,22 @@ NextRetryAt = Annotated[
 ]
 
 
+WebhookError = Annotated[
+    str | None,
+    Field(
+        description="A job with a `webhook_url` whose webhook could not be delivered (its "
+        "retries spent, or its host resolving to a private address at delivery): why, in "
+        "a sentence. Null otherwise (delivered, not yet due, or no webhook).",
+        examples=["answered 500"],
+    ),
+]
+
+
+def webhook_fields(job: Any) -> dict[str, Any]:
+    """``webhook_error`` of a job row (its ``options``): why its webhook was not delivered."""
+    return {"webhook_error": (job.options or {}).get("webhook_error")}
+
+
 class BulkJob(BaseModel):
     """A bulk verification job: its state, progress, counts by status and credits."""
 
@@ -88,6 +104,7 @@ class BulkJob(BaseModel):
         description="Only in the creation response of a job with a `webhook_url`: the key of "
         "its `X-Verimail-Signature` (HMAC-SHA256 of `<timestamp>.<body>`).",
     )
+    webhook_error: WebhookError = None
     reverify_of: int | None = Field(
         None,
         description="A re-verification: the job whose results it compares with (null for "
@@ -119,6 +136,7 @@ class BulkJob(BaseModel):
         percent = percent_complete(job.processed_emails, total, job.status == "completed")
         return cls(
             **retry_fields(job),
+            **webhook_fields(job),
             job_id=job.id,
             status=job.status,  # type: ignore[arg-type]
             total_emails=total,
@@ -207,6 +225,7 @@ class FinderJob(BaseModel):
     created_at: datetime = Field(description="Job creation time (UTC).")
     completed_at: datetime | None = Field(None, description="When it completed or failed.")
     failed_reason: str | None = Field(None, description="Why the job failed, when it did.")
+    webhook_error: WebhookError = None
     phase: Phase = None
     retry_waiting: RetryWaiting = 0
     next_retry_at: NextRetryAt = None
@@ -218,6 +237,7 @@ class FinderJob(BaseModel):
         percent = percent_complete(done, total, job.status == "completed")
         return cls(
             **retry_fields(job),
+            **webhook_fields(job),
             job_id=job.public_id,
             status=job.status,  # type: ignore[arg-type]
             total_rows=total,

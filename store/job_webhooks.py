@@ -47,14 +47,20 @@ def _webhook_free(options: dict[str, Any], lease: timedelta, now: datetime) -> b
     return not (claimed and datetime.fromisoformat(claimed) + lease > now)
 
 
-def webhook_done(engine: Engine, job_id: int, *, now: datetime | None = None) -> None:
-    """The job's webhook delivery ended (delivered, or given up after its retries)."""
+def webhook_done(
+    engine: Engine, job_id: int, *, error: str | None = None, now: datetime | None = None
+) -> None:
+    """The job's webhook delivery ended: delivered, or given up (``error``: why, kept as
+    ``webhook_error`` so the job's owner sees it in the job and on the dashboard)."""
     with write_tx(engine) as conn:
         job = lock_job(conn, job_id)
         if job is None:
             return
-        done = (now or utcnow()).isoformat()
-        store_options(conn, job_id, {**options_of(job), "webhook_done": done})
+        options = {**options_of(job), "webhook_done": (now or utcnow()).isoformat()}
+        options.pop("webhook_error", None)
+        if error:
+            options["webhook_error"] = error
+        store_options(conn, job_id, options)
 
 
 def owed_webhooks(engine: Engine, lease: timedelta, *, now: datetime | None = None) -> list[int]:

@@ -368,3 +368,89 @@ async def test_a_webhook_url_refused_by_the_json_model_reads_as_written(
         )
         detail = assert_error_body(response, 422)
         assert detail.startswith("webhook_url: URL scheme should be"), detail
+
+
+@pytest.mark.parametrize("host", ["mx.acme.test", "localhost", "hooks.localhost"])
+async def test_a_webhook_host_name_that_resolves_inside_is_422_at_creation(
+    testbed_factory, testbed_settings, tmp_path, host
+):
+    """Issue 35: a host *name* that resolves to a private or reserved address (here the
+    testbed's loopback mail host, or localhost) is refused when the job is created, in the
+    words of a literal private address, on every endpoint that takes a webhook; before, the
+    job was made and its webhook silently skipped at delivery."""
+    tb = testbed_factory(api_world())
+    async with running_app(testbed_settings(tb, tmp_path)) as app:
+        customer = app.customer(credits=5)
+        literal = await app.client.post(
+            "/api/verify/bulk",
+            headers=customer.headers,
+            json={"emails": ["alice@acme.test"], "webhook_url": "http://10.1.2.3/hook"},
+        )
+        expected = assert_error_body(literal, 422)
+        url = f"http://{host}:8080/hook"
+        answers = [
+            await app.client.post(
+                "/api/verify/bulk",
+                headers=customer.headers,
+                json={"emails": ["alice@acme.test"], "webhook_url": url},
+            ),
+            await app.client.post(
+                "/api/bulk",
+                headers=customer.headers,
+                files={"file": ("list.csv", b"email\nalice@acme.test\n", "text/csv")},
+                data={"webhook_url": url},
+            ),
+        ]
+        for response in answers:
+            assert assert_error_body(response, 422) == expected, response.request.url
+        assert total_balance(app.store, customer.account_id) == 5
+
+
+def test_a_form_webhook_host_name_that_resolves_inside_is_refused(testbed_factory, tmp_path):
+    """The Prefect-UI form checks its webhook as the API does."""
+    from conftest import make_testbed_settings
+
+    from verimail.jobs.forms import FormError, checked_webhook
+
+    settings = make_testbed_settings(testbed_factory(api_world()), tmp_path)
+    with pytest.raises(FormError, match="private or reserved address"):
+        checked_webhook(settings, "https://mx.acme.test/hook")
+    allowed = settings.model_copy(update={"webhook_allow_networks": LOOPBACK})
+    assert checked_webhook(allowed, " https://mx.acme.test/hook ") == "https://mx.acme.test/hook"
+
+
+@pytest.mark.usefixtures("prefect_harness")
+async def test_a_webhook_not_delivered_is_shown_to_its_owner(
+    testbed_factory, testbed_settings, tmp_path
+):
+    """The job JSON says why (``webhook_error``) and so does the dashboard's job page."""
+    from test_dashboard import logged_in, make_user
+
+    from verimail.store.accounts import create_api_key
+
+    tb = testbed_factory(api_world())
+    settings = testbed_settings(tb, tmp_path, webhook_allow_networks=["127.0.0.0/8"])
+    with Receiver(statuses=[400]) as refusing:
+        async with running_app(settings) as app:
+            user = make_user(app, "hooks@example.com", credits=5)
+            key, _ = create_api_key(app.store.engine, user.id, name="hooks")
+            headers = {"Authorization": f"Bearer {key}"}
+            created = await app.client.post(
+                "/api/verify/bulk",
+                headers=headers,
+                json={"emails": ["alice@acme.test"], "webhook_url": refusing.url},
+            )
+            assert created.status_code == 200, created.text
+            job_id = created.json()["job_id"]
+            assert created.json().get("webhook_error") is None
+            deadline = time.monotonic() + 60
+            while (
+                job := (await app.client.get(f"/api/verify/bulk/{job_id}", headers=headers)).json()
+            )["webhook_error"] is None:
+                assert time.monotonic() < deadline, job
+                await asyncio.sleep(0.05)
+            assert job["status"] == "completed"
+            assert job["webhook_error"] == "answered 400"
+            await logged_in(app.client, "hooks@example.com")
+            page = (await app.client.get(f"/dashboard/jobs/{job_id}")).text
+            assert "Webhook not delivered: answered 400" in page

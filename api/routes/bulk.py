@@ -119,7 +119,7 @@ async def create_bulk(request: Request, account: AccountDep, store: StoreDep) ->
         )
         column = received.fields.get("email_column") or None
         webhook_url = received.fields.get("webhook_url") or None
-        hook = webhook_options(request, webhook_url)
+        hook = await webhook_options(request, webhook_url)
         retry = retry_option(received.fields.get("retry_unknowns"))
         with upload_refusals():
             info = await to_thread.run_sync(
@@ -254,7 +254,7 @@ async def create_json_bulk(
     if not emails:
         raise ApiError(422, "emails: every entry is empty; send at least one address.")
     webhook_url = str(body.webhook_url) if body.webhook_url else None
-    hook = webhook_options(request, webhook_url)
+    hook = await webhook_options(request, webhook_url)
     folder = uploads_dir(request) / uuid.uuid4().hex
     upload = folder / "upload.csv"
     with dropped_on_failure(folder):

@@ -123,7 +123,7 @@ async def create_from_upload(
     started; raises the API's 402/413/422. Shared with the dashboard's finder upload."""
     fields = received.fields
     webhook_url = fields.get("webhook_url") or None
-    hook = webhook_options(request, webhook_url)
+    hook = await webhook_options(request, webhook_url)
     retry = retry_option(fields.get("retry_unknowns"))
     mapping = {
         key: fields.get(key) or None

@@ -127,7 +127,7 @@ async def start_reverification(
     settings = request.app.state.settings
     new_secret = None
     if webhook_url is not None:
-        secret = new_secret = webhook_options(request, webhook_url).get("webhook_secret")
+        secret = new_secret = (await webhook_options(request, webhook_url)).get("webhook_secret")
     else:
         list_job = reverify_store.list_job_id(previous)
         webhook_url, secret = await to_thread.run_sync(
