@@ -12,9 +12,12 @@ from collections.abc import Iterator
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
 from api_helpers import (
+    Customer,
     RawTcpServer,
+    RunningApp,
     api_world,
     assert_error_body,
     running_app,
@@ -68,6 +71,15 @@ class Receiver:
         self.server.server_close()
 
 
+async def json_bulk(app: RunningApp, customer: Customer, webhook_url: str) -> httpx.Response:
+    """``POST /api/verify/bulk`` of one address with ``webhook_url``."""
+    return await app.client.post(
+        "/api/verify/bulk",
+        headers=customer.headers,
+        json={"emails": ["alice@acme.test"], "webhook_url": webhook_url},
+    )
+
+
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     with Receiver() as r:
@@ -115,11 +127,7 @@ async def test_json_bulk_job_posts_its_final_state(
     settings = testbed_settings(tb, tmp_path, webhook_allow_networks=["127.0.0.0/8"])
     async with running_app(settings) as app:
         customer = app.customer()
-        created = await app.client.post(
-            "/api/verify/bulk",
-            headers=customer.headers,
-            json={"emails": ["alice@acme.test"], "webhook_url": receiver.url},
-        )
+        created = await json_bulk(app, customer, receiver.url)
         assert created.status_code == 200, created.text
         secret = created.json()["webhook_secret"]
         deadline = time.monotonic() + 60
@@ -134,11 +142,7 @@ async def test_json_bulk_job_posts_its_final_state(
         assert headers["X-Verimail-Signature"] == sign(
             secret, int(headers["X-Verimail-Timestamp"]), body
         )
-        private = await app.client.post(
-            "/api/verify/bulk",
-            headers=customer.headers,
-            json={"emails": ["alice@acme.test"], "webhook_url": "http://10.1.2.3/hook"},
-        )
+        private = await json_bulk(app, customer, "http://10.1.2.3/hook")
         assert "private" in assert_error_body(private, 422)
 
 
@@ -361,11 +365,7 @@ async def test_a_webhook_url_refused_by_the_json_model_reads_as_written(
     tb = testbed_factory(api_world())
     async with running_app(testbed_settings(tb, tmp_path)) as app:
         customer = app.customer(credits=5)
-        response = await app.client.post(
-            "/api/verify/bulk",
-            headers=customer.headers,
-            json={"emails": ["alice@acme.test"], "webhook_url": "ftp://hooks.example/x"},
-        )
+        response = await json_bulk(app, customer, "ftp://hooks.example/x")
         detail = assert_error_body(response, 422)
         assert detail.startswith("webhook_url: URL scheme should be"), detail
 
@@ -381,19 +381,11 @@ async def test_a_webhook_host_name_that_resolves_inside_is_422_at_creation(
     tb = testbed_factory(api_world())
     async with running_app(testbed_settings(tb, tmp_path)) as app:
         customer = app.customer(credits=5)
-        literal = await app.client.post(
-            "/api/verify/bulk",
-            headers=customer.headers,
-            json={"emails": ["alice@acme.test"], "webhook_url": "http://10.1.2.3/hook"},
-        )
+        literal = await json_bulk(app, customer, "http://10.1.2.3/hook")
         expected = assert_error_body(literal, 422)
         url = f"http://{host}:8080/hook"
         answers = [
-            await app.client.post(
-                "/api/verify/bulk",
-                headers=customer.headers,
-                json={"emails": ["alice@acme.test"], "webhook_url": url},
-            ),
+            await json_bulk(app, customer, url),
             await app.client.post(
                 "/api/bulk",
                 headers=customer.headers,
