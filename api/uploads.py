@@ -23,8 +23,9 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.exceptions import HTTPException
 
 from verimail.api.errors import ApiError
+from verimail.schemas.limits import MAX_FORM_FIELD_LENGTH
 
-MAX_FIELD_BYTES = 4096  # text fields (column names) are short
+MAX_FIELD_BYTES = 4 * MAX_FORM_FIELD_LENGTH  # (UTF-8: the memory bound while it streams)
 MAX_PARTS = 16
 ENVELOPE_ALLOWANCE = 64 * 1024  # multipart boundaries and part headers around the file
 
@@ -117,7 +118,7 @@ async def receive_upload(
         else:
             current["buf"] += chunk
             if len(current["buf"]) > MAX_FIELD_BYTES:
-                problem.append(ApiError(422, f"The form field `{state['name']}` is too long."))
+                problem.append(_field_too_long(state["name"]))
 
     def on_part_end() -> None:
         out = current["out"]
@@ -125,7 +126,10 @@ async def receive_upload(
             out.close()
             current["out"] = None
         elif state["name"]:
-            result.fields[state["name"]] = bytes(current["buf"]).decode("utf-8", "replace")
+            text = bytes(current["buf"]).decode("utf-8", "replace")
+            if len(text) > MAX_FORM_FIELD_LENGTH:  # (the schema's maxLength, in characters)
+                problem.append(_field_too_long(state["name"]))
+            result.fields[state["name"]] = text
 
     parser = MultipartParser(
         boundary,
@@ -177,6 +181,12 @@ def _discard(current: dict, result: ReceivedUpload) -> None:
             result.path.parent.rmdir()
 
 
+def _field_too_long(name: str) -> ApiError:
+    return ApiError(
+        422, f"The form field `{name}` is longer than {MAX_FORM_FIELD_LENGTH} characters."
+    )
+
+
 def upload_body(file_description: str, fields: dict[str, str]) -> dict[str, Any]:
     """``openapi_extra`` documenting a multipart form: a required ``file`` plus text fields.
 
@@ -187,7 +197,11 @@ def upload_body(file_description: str, fields: dict[str, str]) -> dict[str, Any]
         "file": {"type": "string", "format": "binary", "description": file_description}
     }
     for name, description in fields.items():
-        properties[name] = {"type": "string", "description": description}
+        properties[name] = {
+            "type": "string",
+            "maxLength": MAX_FORM_FIELD_LENGTH,
+            "description": description,
+        }
     schema = {"type": "object", "required": ["file"], "properties": properties}
     return {
         "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}

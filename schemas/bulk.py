@@ -9,10 +9,13 @@ from __future__ import annotations
 import unicodedata
 from typing import Annotated
 
-from pydantic import AfterValidator, AnyHttpUrl, BaseModel, Field
+from pydantic import AfterValidator, AnyHttpUrl, BaseModel, Field, UrlConstraints
 from pydantic_core import PydanticCustomError
 
-from verimail.schemas.limits import MAX_EMAIL_LENGTH, MAX_JSON_BULK
+from verimail.schemas.limits import MAX_EMAIL_LENGTH, MAX_JSON_BULK, MAX_URL_LENGTH
+
+WebhookUrl = Annotated[AnyHttpUrl, UrlConstraints(max_length=MAX_URL_LENGTH)]
+"""A job's ``webhook_url`` as the JSON bodies take it (the upload forms: a text field)."""
 
 
 def _storable(entry: str) -> str:
@@ -64,7 +67,7 @@ class JsonBulkRequest(BaseModel):
         "charged), but at least one entry must hold an address.",
         json_schema_extra={"contains": {"type": "string", "pattern": r"\S"}},
     )
-    webhook_url: AnyHttpUrl | None = Field(
+    webhook_url: WebhookUrl | None = Field(
         None,
         description="Optional: POSTed the final job when it completes or fails, signed "
         "with the `webhook_secret` of the response (polling works as well).",

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from verimail.schemas.api import CallTimeout
-from verimail.schemas.limits import DOMAIN_MAX_LENGTH, NAME_MAX_LENGTH
+from verimail.schemas.limits import DOMAIN_MAX_LENGTH, DOMAIN_PATTERN, NAME_MAX_LENGTH
 
 
 class FindEmailRequest(BaseModel):
@@ -42,6 +42,7 @@ class FindEmailRequest(BaseModel):
         max_length=DOMAIN_MAX_LENGTH,
         description="Company domain, e.g. `example.com`. A URL or `www.` prefix is trimmed; "
         "IP addresses and single-label names are refused (422).",
+        json_schema_extra={"pattern": DOMAIN_PATTERN},
     )
 
     timeout: CallTimeout = None

@@ -15,5 +15,13 @@ NAME_MAX_LENGTH = 100
 DOMAIN_MAX_LENGTH = 300
 """Longest domain the Email Finder takes as sent: a pasted URL is trimmed to its host, so
 this leaves some slack."""
+DOMAIN_PATTERN = r"[^.\s]\.[^.\s]"
+"""What every domain the Email Finder takes has (a dot between two labels): stated in the
+schema; the finder's own check, stricter, words the refusal."""
 MAX_EVERY_DAYS = 365
 """Longest re-verification schedule, in days; also how far ahead its first run may be."""
+MAX_FORM_FIELD_LENGTH = 2048
+"""Longest text field of a multipart upload form (a column name, a webhook URL), in
+characters."""
+MAX_URL_LENGTH = 2048
+"""Longest webhook URL."""

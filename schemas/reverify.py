@@ -8,18 +8,22 @@ takes a store row (anything with its attributes), so this module imports nothing
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
-from pydantic import AnyHttpUrl, BaseModel, Field
+from pydantic import AwareDatetime, BaseModel, Field, field_validator
 
+from verimail.schemas.bulk import WebhookUrl
 from verimail.schemas.limits import MAX_EVERY_DAYS
+
+_DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
 
 
 class ReverifyRequest(BaseModel):
     """``POST /api/bulk/{job_id}/reverify`` (the body is optional)."""
 
-    webhook_url: AnyHttpUrl | None = Field(
+    webhook_url: WebhookUrl | None = Field(
         None,
         description="POSTed the new job when it ends, signed with the `webhook_secret` of "
         "the response. Without it, the list's own webhook (its upload's, with that secret) "
@@ -33,13 +37,28 @@ class ScheduleRequest(BaseModel):
     every_days: int = Field(
         ge=1, le=MAX_EVERY_DAYS, description="Re-verify the list every this many days."
     )
-    first_run_at: datetime | None = Field(
+    first_run_at: AwareDatetime | None = Field(
         None,
-        description="When the first run is made (UTC when no offset is given); default: "
-        "`every_days` from now. At most a year ahead.",
+        description="When the first run is made: an RFC 3339 date-time with its zone "
+        "(`2030-01-01T09:00:00Z`, `…+02:00`); not in the past (a minute of clock skew is "
+        "taken as now) and at most a year ahead. Default: `every_days` from now.",
+        examples=["2030-01-01T09:00:00Z"],
     )
 
     model_config = {"json_schema_extra": {"examples": [{"every_days": 30}]}}
+
+    @field_validator("first_run_at", mode="before")
+    @classmethod
+    def _date_time_text(cls, value: object) -> object:
+        """Only a date-time text: Pydantic alone reads ``0``, ``1e12`` and ``"0"`` as Unix
+        times, and epoch 0, a past time, made a run (and its charge) at once."""
+        if value is None or isinstance(value, datetime):
+            return value
+        if not isinstance(value, str) or not _DATE_TIME.match(value):
+            raise ValueError(
+                "a date-time with its zone is expected, such as 2030-01-01T09:00:00Z (not a number)"
+            )
+        return value
 
 
 class ReverifySchedule(BaseModel):

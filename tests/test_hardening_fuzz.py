@@ -47,8 +47,20 @@ pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDep
 FUZZ_EXAMPLES = 6
 ACCEPTED = ["2xx", "401", "402", "403", "404", "409", "429"]
 """What a schema-valid request may be answered (402: credits are not in the schema)."""
-SEMANTIC_422 = ["/api/bulk", "/api/find-email/csv", "/api/find-email", "/api/domain-pattern"]
-"""Operations whose 422 can be about meaning, which no schema states (see module doc)."""
+SEMANTIC_422 = {
+    "/api/bulk": "an upload that is not a CSV (a PNG), has no email column or no addresses",
+    "/api/find-email/csv": "likewise, or no name or domain column",
+    "/api/find-email": "a name with no letters; a domain that is an IP address or whose "
+    "labels are not a host name's (the schema states its length and the dot it needs)",
+    "/api/domain-pattern": "a domain as for /api/find-email",
+    "/api/bulk/{job_id}/reverify-schedule": "a first_run_at in the past (schema-valid "
+    "date-time, refused by the clock), or more than a year ahead",
+    "/api/verify/bulk": "a webhook_url whose host is not a host name (a label over 63 "
+    "characters) or resolves to a private address: a `uri` in the schema all the same",
+    "/api/bulk/{job_id}/reverify": "a webhook_url as for /api/verify/bulk",
+}
+"""Operations whose 422 can be about meaning, which no schema states: the documented set
+(docs/http-limits.md, "The API document")."""
 FUZZ_CONFIG = SchemathesisConfig.from_dict(
     {
         # Credentials are the test's own (each kind in turn), not generated ones.

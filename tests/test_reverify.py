@@ -434,3 +434,31 @@ async def test_a_planned_run_cancelled_in_prefect_does_not_end_the_schedule(sett
         (upcoming,) = [r for r in runs if r.state.is_scheduled()]
         assert upcoming.expected_start_time == first_run + timedelta(days=3)
         assert total_balance(app.store, customer.account_id) == 96
+
+
+@pytest.mark.parametrize(
+    ("first_run_at", "says"),
+    [
+        (0, "not a number"),  # (Pydantic read these three as Unix times: epoch 0 ran at once)
+        (1e12, "not a number"),
+        ("0", "not a number"),
+        ("1700000000", "not a number"),
+        ("2030-01-01T09:00:00", "timezone"),  # a zone is part of an RFC 3339 date-time
+        ("past", "is in the past"),
+    ],
+)
+async def test_first_run_at_is_a_date_time_with_its_zone_and_to_come(settings, first_run_at, says):
+    """Issue 35: ``first_run_at`` was read leniently; a past time made a run (and charged)
+    at once. Now only a date-time text with a zone, not more than a minute in the past."""
+    if first_run_at == "past":
+        first_run_at = (datetime.now(UTC) - timedelta(minutes=5)).isoformat()
+    async with running_app(settings) as app:
+        customer = app.customer(credits=6)
+        response = await app.client.put(
+            "/api/bulk/1/reverify-schedule",
+            headers=customer.headers,
+            json={"every_days": 7, "first_run_at": first_run_at},
+        )
+        detail = assert_error_body(response, 422)
+        assert "first_run_at" in detail and says in detail, detail
+        assert total_balance(app.store, customer.account_id) == 6

@@ -45,7 +45,7 @@ from verimail.jobs.learned_patterns import StoredPatterns
 from verimail.schemas.errors import ValidationErrorBody
 from verimail.schemas.finder import DomainPatternResponse, FindEmailResponse, LearnedPattern
 from verimail.schemas.finder import FindEmailRequest as FindEmailContract
-from verimail.schemas.limits import DOMAIN_MAX_LENGTH
+from verimail.schemas.limits import DOMAIN_MAX_LENGTH, DOMAIN_PATTERN
 from verimail.store.accounts import Account
 from verimail.store.billing.pools import balance
 from verimail.store.billing.prices import price
@@ -196,8 +196,10 @@ async def domain_pattern_route(
         Query(
             min_length=1,
             max_length=DOMAIN_MAX_LENGTH,
-            description="Company domain, e.g. `example.com` (a URL or `www.` is trimmed).",
+            description="Company domain, e.g. `example.com` (a URL or `www.` is trimmed; "
+            "IP addresses and single-label names are refused).",
             examples=["example.com"],
+            json_schema_extra={"pattern": DOMAIN_PATTERN},
         ),
     ],
 ) -> DomainPatternResponse:

@@ -177,13 +177,24 @@ async def change_report(
 # --- schedules -----------------------------------------------------------------------------
 
 
+CLOCK_SKEW = timedelta(minutes=1)
+"""A ``first_run_at`` this far in the past is taken as now (the client's clock may lag)."""
+
+
 def _first_run(body: ScheduleRequest) -> datetime:
+    """When the schedule's first run is made. A time in the past is refused rather than
+    moved: a client that sends one has a bug or a wrong zone, and a run at once charges."""
     now = datetime.now(UTC)
     if body.first_run_at is None:
         return now + timedelta(days=body.every_days)
     when = body.first_run_at
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
+    if when < now - CLOCK_SKEW:
+        raise ApiError(
+            422,
+            f"first_run_at: {when.isoformat()} is in the past (now is "
+            f"{now.replace(microsecond=0).isoformat()}); give a time to come, or leave it "
+            "out for every_days from now.",
+        )
     if when > now + timedelta(days=MAX_EVERY_DAYS):
         raise ApiError(422, "first_run_at: at most a year ahead.")
     return max(when, now)
@@ -203,8 +214,9 @@ def _first_run(body: ScheduleRequest) -> datetime:
 async def put_schedule(
     job_id: JobId, body: ScheduleRequest, request: Request, account: AccountDep, store: StoreDep
 ) -> ReverifySchedule:
+    first_run = _first_run(body)  # (the request's own checks before the job is looked up)
     job = await own_job(store, account.id, job_id)
-    schedule = await save_schedule(request, store, job, body.every_days, _first_run(body))
+    schedule = await save_schedule(request, store, job, body.every_days, first_run)
     return ReverifySchedule.of(schedule)
 
 
