@@ -50,9 +50,14 @@ def upload_refusals() -> Iterator[None]:
     stored), anything else it cannot read a 422 with its explanation."""
     try:
         yield
-    except UploadTooLarge as exc:
-        raise ApiError(413, f"{exc.detail} Nothing was stored.") from exc
     except UploadError as exc:
+        # The refusal's traceback holds the reader's frames, and they the whole parse (a
+        # million-column header: ~100 MB of Python objects). Chained to the answer, it lived
+        # until a full garbage collection, so memory grew upload after upload (issue 35;
+        # BENCHMARKS.md, "Memory across huge-header uploads"): the parse is let go now.
+        exc.__traceback__ = None
+        if isinstance(exc, UploadTooLarge):
+            raise ApiError(413, f"{exc.detail} Nothing was stored.") from exc
         raise ApiError(422, exc.detail) from exc
 
 

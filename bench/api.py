@@ -35,6 +35,7 @@ from bench.common import (
     fmt_ratio,
     publish,
     run_measured,
+    stop_process,
 )
 from bench.world import RemoteTestbed
 
@@ -222,12 +223,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         results[name][clients] = run
                 stats = tb.stats()
             finally:
-                server.terminate()
-                try:
-                    server.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    server.kill()
-                    server.wait()
+                stop_process(server, 20)
                 log.close()
 
     table = Table(

@@ -113,6 +113,16 @@ def current_rss_mib() -> float:
     return 0.0
 
 
+def stop_process(process: subprocess.Popen[Any], timeout: float = 30.0) -> None:
+    """Terminate ``process`` and wait for it; killed if it has not ended within ``timeout``."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def emit_result(data: dict[str, Any]) -> None:
     """Print the figures of a measuring subprocess for ``run_measured`` to pick up."""
     print(RESULT_PREFIX + json.dumps(data), flush=True)

@@ -46,6 +46,7 @@ from bench.common import (
     fmt_int,
     fmt_ratio,
     publish,
+    stop_process,
 )
 from bench.world import RemoteTestbed
 
@@ -135,12 +136,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                 runs.setdefault((which, name, clients), []).append(run)
             finally:
                 for server, _base, log in started.values():
-                    server.terminate()
-                    try:
-                        server.wait(timeout=20)
-                    except subprocess.TimeoutExpired:
-                        server.kill()
-                        server.wait()
+                    stop_process(server, 20)
                     log.close()
     results = {
         which: {

@@ -35,7 +35,15 @@ import httpx
 import polars as pl
 
 from bench.api import VERIMAIL, _account, _env, _free_port, _wait_healthy
-from bench.common import Table, add_output_args, command_text, fmt_float, fmt_int, publish
+from bench.common import (
+    Table,
+    add_output_args,
+    command_text,
+    fmt_float,
+    fmt_int,
+    publish,
+    stop_process,
+)
 from bench.world import RemoteTestbed, WorldSpec, build_world
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -202,12 +210,7 @@ def run_job(
                 figures["disk_end_mib"] = disk_bytes(data) / 2**20
                 figures["testbed"] = tb.stats()
         finally:
-            server.terminate()
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+            stop_process(server)
     statuses = figures.pop("statuses")
     hits = sum(
         1

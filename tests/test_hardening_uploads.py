@@ -261,3 +261,32 @@ async def test_csv_injection_is_neutralised_on_request(settings):
                     assert not cell.lstrip("\t\r ").startswith(DANGEROUS), (query, row)
             assert rows[1][0] == "'=cmd|' /C calc'!A0"
             assert rows[2][2] == '\'=HYPERLINK("http://evil.test")'
+
+
+async def test_a_refused_wide_upload_leaves_no_parse_behind(settings):
+    """Issue 35: the refusal's traceback, chained to the 422, held the reader's frames and
+    with them the whole parse until a full garbage collection: with the collector off (as
+    it is between its rare full passes), each refused upload of a wide header stayed in
+    memory. Now nothing of it is left once the answer is out."""
+    import gc
+    import tracemalloc
+
+    header = "email," + ",".join(f"c{i}" for i in range(1, 100_000))  # ~0.7 MB, no rows
+    async with running_app(settings) as app:
+        customer = app.customer(credits=5)
+        upload = _upload(header.encode() + b"\n", "wide.csv")
+        first = await app.client.post("/api/bulk", headers=customer.headers, **upload)
+        assert_error_body(first, 422)  # (warm: the route and the reader have run once)
+        gc.collect()
+        gc.disable()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for _ in range(3):
+                response = await app.client.post("/api/bulk", headers=customer.headers, **upload)
+                assert_error_body(response, 422)
+            kept = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+            gc.enable()
+        assert kept < 2 * 1024 * 1024, f"{kept / 1e6:.1f} MB kept by three refused uploads"
