@@ -6,6 +6,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -21,10 +22,14 @@ from rich.table import Table
 from rich.text import Text
 
 from verimail.config import get_settings
-from verimail.engine import BatchResult, Engine
-from verimail.files.csv_detect import looks_delimited
 from verimail.schemas.limits import TIMEOUT_MAX, TIMEOUT_MIN
 from verimail.schemas.outcomes import SubStatus
+
+if TYPE_CHECKING:
+    from verimail.engine import BatchResult, Engine
+
+# The engine and the file reader (Polars) are imported when the command runs:
+# ``verimail --help`` loads this module too (tests/test_cli_help.py).
 
 STATUS_STYLE = {
     "valid": "green",
@@ -68,6 +73,9 @@ def verify_command(
     ),
 ) -> None:
     """Verify addresses: syntax, DNS, SMTP, catch-all, lists, verdict."""
+    from verimail.engine import Engine
+    from verimail.files.csv_detect import looks_delimited
+
     todo = list(addresses or [])
     if file is not None:
         if not file.is_file():

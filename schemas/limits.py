@@ -17,3 +17,6 @@ DOMAIN_MAX_LENGTH = 300
 this leaves some slack."""
 MAX_EVERY_DAYS = 365
 """Longest re-verification schedule, in days; also how far ahead its first run may be."""
+MAX_INT = 2**31 - 1
+"""The largest value of an ``Integer`` column (32 bits on PostgreSQL): ids, credits, counts;
+the bound of every id and count a surface accepts (``store.tables`` sizes its columns by it)."""
