@@ -127,6 +127,20 @@ def curl_line(
     return shlex.join(words)
 
 
+def metrics_line(settings: Settings, base_url: str) -> str:
+    """Where the Prometheus metrics are, or how to switch them on: ``/metrics`` answers 404
+    until ``VERIMAIL_METRICS_TOKEN`` is set, which surprised a first user. The token itself
+    is never printed (the one who set it knows it)."""
+    if settings.metrics_token is None:
+        return (
+            f"Metrics: off ({base_url}/metrics answers 404); start the demo with "
+            "VERIMAIL_METRICS_TOKEN=<a secret> set to serve them (docs/metrics.md)."
+        )
+    return (
+        f"Metrics: curl -H 'Authorization: Bearer <your VERIMAIL_METRICS_TOKEN>' {base_url}/metrics"
+    )
+
+
 DEMO_CSV = (
     "name,email\n"
     + "".join(f"{address.split('@')[0]},{address}\n" for address, _ in SHOWCASE)
@@ -262,6 +276,7 @@ async def _serve_and_show(
     console.rule()
     console.print("More addresses of the demo world to try: " + ", ".join(MORE), **plain)
     console.print(f"Dashboard: {base_url}/dashboard (sign up there, or use the key above)")
+    console.print(metrics_line(settings, base_url), **plain)
     if prefect_url is not None:
         console.print(f"Prefect UI: {prefect_url} (flow runs, job summaries, deployments)")
 
