@@ -122,7 +122,9 @@ def bulk_command(
         job_input = read_job_input(file, column, settings.upload_max_rows)
     except UploadError as exc:
         # The API's words name its form field; here the option is --column.
-        detail = exc.detail.replace("email_column", "--column")
+        detail = exc.reworded(
+            {"email_column": "--column"}, "Choose it with --column." if exc.advice else ""
+        )
         hint = "--column" if column is not None and "--column" in detail else "FILE"
         raise typer.BadParameter(detail, param_hint=hint) from exc
     count = job_input.address_rows
@@ -182,6 +184,7 @@ def find_command(
         )
         return
     quiet_prefect()
+    from verimail.files.csv_columns import PERSON_HEADERS_ADVICE
     from verimail.files.csv_io import read_finder_upload
     from verimail.files.upload_errors import UploadError
     from verimail.jobs.context import store_for
@@ -201,7 +204,9 @@ def find_command(
     try:
         info, rows = read_finder_upload(file, {}, settings.upload_max_rows)
     except UploadError as exc:
-        raise typer.BadParameter(exc.detail, param_hint="--file") from exc
+        # (the API's column fields have no options here: the headers name the columns)
+        detail = exc.reworded({}, PERSON_HEADERS_ADVICE if exc.advice else "")
+        raise typer.BadParameter(detail, param_hint="--file") from exc
     store = store_for(settings)
     account = _cli_account(store, settings)
     grant(

@@ -272,3 +272,7 @@ async def test_finder_csv_upload_makes_a_job_with_a_page_like_a_bulk_one(setting
             files={"file": ("x.csv", b"name\nAlice\n", "text/csv")},
         )
         assert empty.status_code == 422 and 'class="error"' in empty.text
+        # The page has no API fields: its refusal names none (it said "Pass domain_column").
+        assert (
+            "domain_column" not in empty.text and "first_name, last_name and domain" in empty.text
+        )
