@@ -145,6 +145,9 @@ def bulk_command(
         f"column {job_input.info.email_column!r}; starting the flow (Prefect may take a few "
         "seconds to start)…"
     )
+    notice = job_input.info.column_notice("--column chooses another.")
+    if notice:
+        console.print(Text(notice, style="yellow"))
     current = _run_here(settings, store, "bulk", job.id, count)
     shutil.copyfile(current.result_path or "", target)
     Console().print(summary_table(status_counts(current)))

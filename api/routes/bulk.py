@@ -142,6 +142,7 @@ async def create_bulk(request: Request, account: AccountDep, store: StoreDep) ->
     )
     out = BulkJob.of(job)
     out.webhook_secret = hook.get("webhook_secret")
+    out.notice = info.column_notice("Pass email_column to verify another.")
     return out
 
 
