@@ -165,6 +165,7 @@ async def finder_upload(request: Request, account: CurrentAccount, store: StoreD
     _refuse_if_disabled(account)
     settings = app_settings(request)
     folder = uploads_dir(request) / uuid.uuid4().hex
+    received = ReceivedUpload()
     async with plan_limits(request, account):
         try:
             received = await receive_upload(
