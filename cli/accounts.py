@@ -29,7 +29,6 @@ from rich.table import Table
 from rich.text import Text
 
 from verimail.cli.output import print_table
-from verimail.config import get_settings
 from verimail.schemas.limits import MAX_EMAIL_LENGTH, MAX_INT
 from verimail.store.plans import PLAN_NAMES, UnknownPlan, get_plan
 
@@ -53,6 +52,7 @@ PlanHelp = f"Plan: {', '.join(PLAN_NAMES)}."
 
 @contextmanager
 def _store() -> Iterator[Store]:
+    from verimail.config import get_settings
     from verimail.store.db import init_store
 
     store = init_store(get_settings())

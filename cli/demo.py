@@ -27,12 +27,12 @@ import typer
 from rich.console import Console
 
 from verimail.cli.jobs import quiet_prefect
-from verimail.config import Settings
 from verimail.testbed.cli import DEFAULT_WORLD, DnsPortOption, SmtpPortOption, start_or_exit
 
 if TYPE_CHECKING:
     import httpx
 
+    from verimail.config import Settings
     from verimail.store.db import Store
 
 # The store, the runners, httpx and the testbed's servers are imported where the demo runs:
@@ -354,6 +354,8 @@ def demo_command(
             f"[bold]Testbed[/bold] {DEFAULT_WORLD.name}: DNS {ns_ip}:{ns_port}, "
             f"{len(world.hosts)} SMTP hosts on port {tb.smtp_port}"
         )
+        from verimail.config import Settings
+
         settings = Settings(
             data_dir=data_dir,
             database_url=f"sqlite:///{data_dir / 'verimail.db'}",

@@ -15,7 +15,6 @@ import typer
 from rich.console import Console
 
 from verimail.cli.output import OutputFormat, print_rows
-from verimail.config import get_settings
 
 history_app = typer.Typer(
     help="The verification history: an address, a job, a domain, or any SQL (DuckDB).",
@@ -41,6 +40,8 @@ def _print(
     from verimail.files.history import query_rows
 
     try:
+        from verimail.config import get_settings
+
         columns, rows, more = query_rows(get_settings().data_dir, sql, limit, params)
     except duckdb.Error as exc:
         raise typer.BadParameter(str(exc).splitlines()[0], param_hint=hint) from exc

@@ -12,8 +12,6 @@ from rich.console import Console
 from rich.text import Text
 
 from verimail.cli.progress import JobProgress, finder_counts, status_counts, summary_table
-from verimail.config import get_settings
-from verimail.store.billing.prices import price
 
 console = Console(stderr=True)
 
@@ -42,6 +40,7 @@ def _cli_patterns():  # type: ignore[no-untyped-def]
     quiet_prefect()  # (flows.finder imports Prefect)
     from sqlalchemy.exc import SQLAlchemyError
 
+    from verimail.config import get_settings
     from verimail.jobs.context import store_for
     from verimail.jobs.learned_patterns import StoredPatterns
 
@@ -117,6 +116,8 @@ def bulk_command(
     from verimail.store.billing.movements import grant
 
     target = _results_path(out, file.with_name(f"{file.stem}.results.csv"))
+    from verimail.config import get_settings
+
     settings = get_settings()
     try:
         job_input = read_job_input(file, column, settings.upload_max_rows)
@@ -130,6 +131,8 @@ def bulk_command(
     count = job_input.address_rows
     store = store_for(settings)
     account = _cli_account(store, settings)
+    from verimail.store.billing.prices import price
+
     grant(store.engine, account.id, price("verify", count), reason=f"verimail bulk {file.name}")
     job = create_verify_job(
         store,
@@ -193,6 +196,7 @@ def find_command(
     from verimail.jobs.context import store_for
     from verimail.jobs.create import create_finder_job
     from verimail.store.billing.movements import grant
+    from verimail.store.billing.prices import price
 
     if first_name or last_name or domain:
         raise typer.BadParameter("give FIRST LAST DOMAIN, or --file people.csv, not both")
@@ -201,6 +205,8 @@ def find_command(
             "--json prints one lookup; with --file the results are a CSV", param_hint="--json"
         )
     target = _results_path(out, file.with_name(f"{file.stem}.found.csv"))
+    from verimail.config import get_settings
+
     settings = get_settings()
     if max_probes is not None:  # (the job's flow reads the setting, as a worker's does)
         settings = settings.model_copy(update={"finder_max_probes": max_probes})
@@ -254,6 +260,8 @@ def deploy_command(
         )
         raise typer.Exit(2)
     try:
+        from verimail.config import get_settings
+
         names = register_deployments(pool or get_settings().prefect_work_pool)
     except (httpx.HTTPError, PrefectHTTPStatusError) as exc:
         console.print(

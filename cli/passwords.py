@@ -14,7 +14,6 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from verimail.config import get_settings
 from verimail.schemas.limits import MAX_INT
 
 console = Console()
@@ -39,6 +38,7 @@ def set_password_command(
     """Set the dashboard password of an account (it needs an email to log in with)."""
     # Imported here, not at the top: ``verimail --help`` loads this module too.
     from verimail.api.dashboard.security import hash_password_sync, password_problem
+    from verimail.config import get_settings
     from verimail.store import accounts as acc
     from verimail.store.db import init_store
 

@@ -19,8 +19,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from verimail.schemas.jobs import BulkJob
-
 # The API's status names (GET /api/bulk/{id}, the batch summary), in the order shown.
 STATUS_NAMES = ("valid", "likely_valid", "catchall", "risky", "disposable", "invalid", "unknown")
 PLAIN_EVERY = 2.0  # seconds between plain progress lines (not on a terminal)
@@ -145,6 +143,8 @@ class JobProgress:
             self._progress.__exit__(None, None, None)
 
     def update(self, job: Any, final: bool = False) -> None:
+        from verimail.schemas.jobs import BulkJob  # (not at the top: --help loads no pydantic)
+
         fields = BulkJob.of(job).model_dump()
         extra = ""
         if fields.get("shards_total"):  # (a big job spread over the workers)

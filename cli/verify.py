@@ -15,7 +15,6 @@ from rich.table import Table
 from rich.text import Text
 
 from verimail.cli.progress import STATUS_NAMES, JobProgress, summary_table
-from verimail.config import get_settings
 from verimail.schemas.limits import TIMEOUT_MAX, TIMEOUT_MIN
 from verimail.schemas.outcomes import SubStatus
 
@@ -98,6 +97,8 @@ def verify_command(
     if not todo:
         raise typer.BadParameter("give at least one address or --file")
     err = Console(stderr=True)
+    from verimail.config import get_settings
+
     settings = get_settings()
     engine = Engine(settings)
     if timeout is None and file is None:
