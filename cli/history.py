@@ -37,11 +37,10 @@ def _print(
 ) -> None:
     import duckdb
 
+    from verimail.config import get_settings
     from verimail.files.history import query_rows
 
     try:
-        from verimail.config import get_settings
-
         columns, rows, more = query_rows(get_settings().data_dir, sql, limit, params)
     except duckdb.Error as exc:
         raise typer.BadParameter(str(exc).splitlines()[0], param_hint=hint) from exc

@@ -109,15 +109,15 @@ def bulk_command(
     that is granted exactly the credits the file needs, so the ledger stays complete.
     """
     quiet_prefect()
+    from verimail.config import get_settings
     from verimail.files.bulk_io import read_job_input
     from verimail.files.upload_errors import UploadError
     from verimail.jobs.context import store_for
     from verimail.jobs.create import create_verify_job
     from verimail.store.billing.movements import grant
+    from verimail.store.billing.prices import price
 
     target = _results_path(out, file.with_name(f"{file.stem}.results.csv"))
-    from verimail.config import get_settings
-
     settings = get_settings()
     try:
         job_input = read_job_input(file, column, settings.upload_max_rows)
@@ -131,8 +131,6 @@ def bulk_command(
     count = job_input.address_rows
     store = store_for(settings)
     account = _cli_account(store, settings)
-    from verimail.store.billing.prices import price
-
     grant(store.engine, account.id, price("verify", count), reason=f"verimail bulk {file.name}")
     job = create_verify_job(
         store,
@@ -190,6 +188,7 @@ def find_command(
         )
         return
     quiet_prefect()
+    from verimail.config import get_settings
     from verimail.files.csv_columns import PERSON_HEADERS_ADVICE
     from verimail.files.csv_io import read_finder_upload
     from verimail.files.upload_errors import UploadError
@@ -205,8 +204,6 @@ def find_command(
             "--json prints one lookup; with --file the results are a CSV", param_hint="--json"
         )
     target = _results_path(out, file.with_name(f"{file.stem}.found.csv"))
-    from verimail.config import get_settings
-
     settings = get_settings()
     if max_probes is not None:  # (the job's flow reads the setting, as a worker's does)
         settings = settings.model_copy(update={"finder_max_probes": max_probes})
@@ -248,6 +245,7 @@ def deploy_command(
     from prefect.exceptions import PrefectHTTPStatusError
     from prefect.settings import PREFECT_API_URL
 
+    from verimail.config import get_settings
     from verimail.runners.deploy import register_deployments
 
     url = PREFECT_API_URL.value()
@@ -260,8 +258,6 @@ def deploy_command(
         )
         raise typer.Exit(2)
     try:
-        from verimail.config import get_settings
-
         names = register_deployments(pool or get_settings().prefect_work_pool)
     except (httpx.HTTPError, PrefectHTTPStatusError) as exc:
         console.print(

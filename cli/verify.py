@@ -73,6 +73,7 @@ def verify_command(
     ),
 ) -> None:
     """Verify addresses: syntax, DNS, SMTP, catch-all, lists, verdict."""
+    from verimail.config import get_settings
     from verimail.engine import Engine
     from verimail.files.csv_detect import looks_delimited
 
@@ -97,8 +98,6 @@ def verify_command(
     if not todo:
         raise typer.BadParameter("give at least one address or --file")
     err = Console(stderr=True)
-    from verimail.config import get_settings
-
     settings = get_settings()
     engine = Engine(settings)
     if timeout is None and file is None:
