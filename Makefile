@@ -31,7 +31,7 @@ test: $(STAMP) chromium
 	$(BIN)/ruff format --check .
 	@# pytest exits 5 when it collected nothing: that is a broken suite, say so and fail.
 	@# Two workers, a file each at a time: the suite mostly waits on sockets and child
-	@# processes, so two halve its time even on two cores (docs/testing.md).
+	@# processes, so two halve its time even on two cores (docs/development.md, "Testing").
 	$(BIN)/python -m pytest $(PYTEST_WORKERS) --durations=25; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: the suite is broken" >&2; fi; \
 	  exit $$rc

@@ -26,6 +26,7 @@ from fastapi_offline import FastAPIOffline
 from sqlalchemy.exc import OperationalError
 
 from verimail import API_VERSION
+from verimail.api import docs_pages
 from verimail.api.body_limit import BodyLimitMiddleware
 from verimail.api.dashboard import install_dashboard
 from verimail.api.errors import install_error_handlers
@@ -129,12 +130,13 @@ def create_app(settings: Settings | None = None, *, rate_limit_prefix: str = "ve
         description=DESCRIPTION,
         openapi_url="/openapi.json",
         docs_url="/docs",
-        redoc_url="/redoc",
+        redoc_url=None,  # (api/docs_pages.py serves /redoc, its logo from the app too)
         static_url=DOCS_ASSETS_URL,
         lifespan=lifespan,
     )
     install_error_handlers(app)
     install_openapi(app)
+    app.include_router(docs_pages.router)
     app.include_router(health.router)
     app.include_router(verify.router)
     app.include_router(finder.router)

@@ -2,13 +2,15 @@
 
 Every command lives in a module of this folder (``cli/verify.py``, ``cli/jobs.py``, ...;
 the testbed, a component of its own, keeps ``testbed/cli.py``) and is wired here, so this
-module stays a table of contents.
+module stays a table of contents. ``--help`` imports every command module, so they import
+the settings, the store, the engine, Prefect and Polars inside the commands, never at the
+top (``tests/test_cli_help.py`` checks ``sys.modules``; docs/cli.md has the figures).
 """
 
 from __future__ import annotations
 
 import typer
-from pydantic import ValidationError
+from pydantic_core import ValidationError  # (pydantic's own, without loading pydantic)
 from rich.console import Console
 
 from verimail import API_VERSION, __version__

@@ -20,26 +20,23 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
-from sqlalchemy.exc import IntegrityError
 
 from verimail.cli.output import print_table
-from verimail.config import get_settings
-from verimail.schemas.limits import MAX_EMAIL_LENGTH
-from verimail.store import accounts as acc
-from verimail.store.billing import pools
-from verimail.store.billing.ledger import ledger
-from verimail.store.billing.movements import grant
-from verimail.store.billing.pools import AccountNotFound
-from verimail.store.db import Store, init_store
+from verimail.schemas.limits import MAX_EMAIL_LENGTH, MAX_INT
 from verimail.store.plans import PLAN_NAMES, UnknownPlan, get_plan
-from verimail.store.tables import MAX_INT
+
+if TYPE_CHECKING:
+    from verimail.store.db import Store
+
+# The store (SQLAlchemy, Alembic) is imported by the commands that open it, not here:
+# ``verimail --help`` loads every command module (tests/test_cli_help.py).
 
 accounts_app = typer.Typer(help="Create, list and change accounts.", no_args_is_help=True)
 keys_app = typer.Typer(help="Issue, list and revoke API keys.", no_args_is_help=True)
@@ -55,6 +52,9 @@ PlanHelp = f"Plan: {', '.join(PLAN_NAMES)}."
 
 @contextmanager
 def _store() -> Iterator[Store]:
+    from verimail.config import get_settings
+    from verimail.store.db import init_store
+
     store = init_store(get_settings())
     try:
         yield store
@@ -65,6 +65,8 @@ def _store() -> Iterator[Store]:
 def _check_key_name(name: str) -> None:
     """Checked before anything is written: on PostgreSQL a name too long for its column
     failed only after the account had been created, leaving it without a key."""
+    from verimail.store import accounts as acc
+
     if problem := acc.key_name_problem(name):
         raise _fail(problem)
 
@@ -107,6 +109,11 @@ def accounts_create(
     key_name: Annotated[str, typer.Option(help="Name of the first API key.")] = "default",
 ) -> None:
     """Create an account (with signup credits) and its first API key."""
+    from sqlalchemy.exc import IntegrityError
+
+    from verimail.store import accounts as acc
+    from verimail.store.billing import pools
+
     _check_plan(plan)
     _check_key_name(key_name)
     email = (email or "").strip() or None
@@ -142,6 +149,9 @@ def accounts_list(
     offset: Annotated[int, typer.Option(min=0, max=MAX_INT, help="Accounts to skip.")] = 0,
 ) -> None:
     """List accounts with their plan and balance."""
+    from verimail.store import accounts as acc
+    from verimail.store.billing import pools
+
     with _store() as store:
         rows = [
             (a, pools.balance(store.engine, a.id))
@@ -183,6 +193,8 @@ def accounts_set(
     ] = None,
 ) -> None:
     """Change an account's plan and/or Email Finder access."""
+    from verimail.store import accounts as acc
+
     if plan is None and finder is None:
         raise _fail("nothing to change: give --plan and/or --finder/--no-finder")
     if plan is not None:
@@ -210,6 +222,9 @@ def keys_create(
     name: Annotated[str, typer.Option(help="A label for the key.")] = "default",
 ) -> None:
     """Issue a new API key (printed once)."""
+    from verimail.store import accounts as acc
+    from verimail.store.billing.pools import AccountNotFound
+
     _check_key_name(name)
     with _store() as store:
         try:
@@ -222,6 +237,8 @@ def keys_create(
 @keys_app.command("list")
 def keys_list(account: AccountOpt) -> None:
     """List an account's keys by prefix (the keys themselves are not stored)."""
+    from verimail.store import accounts as acc
+
     with _store() as store:
         if acc.get_account(store.engine, account) is None:
             raise _fail(f"no account {account}")
@@ -248,6 +265,8 @@ def keys_revoke(
     ],
 ) -> None:
     """Revoke a key; requests with it fail with 401 from now on."""
+    from verimail.store import accounts as acc
+
     with _store() as store:
         revoked = acc.revoke_key(store.engine, account, key_id)
     if not revoked:
@@ -267,6 +286,9 @@ def credits_grant(
     reason: Annotated[str, typer.Option(help="Why (kept in the ledger).")] = "operator grant",
 ) -> None:
     """Add prepaid credits (they never expire)."""
+    from verimail.store.billing.movements import grant
+    from verimail.store.billing.pools import AccountNotFound
+
     with _store() as store:
         try:
             bal = grant(store.engine, account, amount, reason=reason)
@@ -281,6 +303,10 @@ def credits_show(
     limit: Annotated[int, typer.Option(min=0, max=MAX_INT, help="Ledger rows to show.")] = 20,
 ) -> None:
     """Show an account's balance and its most recent ledger rows."""
+    from verimail.store.billing import pools
+    from verimail.store.billing.ledger import ledger
+    from verimail.store.billing.pools import AccountNotFound
+
     with _store() as store:
         try:
             bal = pools.balance(store.engine, account)

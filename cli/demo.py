@@ -21,26 +21,22 @@ import shlex
 import signal
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
-import httpx
 import typer
 from rich.console import Console
 
 from verimail.cli.jobs import quiet_prefect
-from verimail.config import Settings
-from verimail.runners.prefect_ui import port_free
-from verimail.store.accounts import (
-    authenticate,
-    create_account,
-    create_api_key,
-    get_account_by_email,
-)
-from verimail.store.billing.movements import grant
-from verimail.store.billing.pools import balance
-from verimail.store.db import Store, init_store
 from verimail.testbed.cli import DEFAULT_WORLD, DnsPortOption, SmtpPortOption, start_or_exit
-from verimail.testbed.server import Testbed
-from verimail.testbed.world import load_world
+
+if TYPE_CHECKING:
+    import httpx
+
+    from verimail.config import Settings
+    from verimail.store.db import Store
+
+# The store, the runners, httpx and the testbed's servers are imported where the demo runs:
+# ``verimail --help`` loads this module too (tests/test_cli_help.py).
 
 DEMO_EMAIL = "demo@verimail.localhost"
 DEMO_PLAN = "business"
@@ -72,6 +68,13 @@ DEMO_RETRIES = {"job_retry_delay": 20.0, "job_retry_max_wait": 60.0}
 
 def demo_key(store: Store, data_dir: Path) -> str:
     """The demo account's raw key: the saved one if it still works, else a new one."""
+    from verimail.store.accounts import (
+        authenticate,
+        create_account,
+        create_api_key,
+        get_account_by_email,
+    )
+
     key_path = data_dir / KEY_FILE
     if key_path.exists():
         saved = key_path.read_text().strip()
@@ -92,6 +95,10 @@ def demo_key(store: Store, data_dir: Path) -> str:
 
 def _top_up(store: Store, key: str) -> None:
     """Keep the demo account able to run the showcase however often the demo is run."""
+    from verimail.store.accounts import authenticate
+    from verimail.store.billing.movements import grant
+    from verimail.store.billing.pools import balance
+
     account = authenticate(store.engine, key)
     assert account is not None
     have = balance(store.engine, account.id).total
@@ -118,6 +125,20 @@ def curl_line(
     if upload is not None:
         words += ["-F", f"file=@{upload}"]
     return shlex.join(words)
+
+
+def metrics_line(settings: Settings, base_url: str) -> str:
+    """Where the Prometheus metrics are, or how to switch them on: ``/metrics`` answers 404
+    until ``VERIMAIL_METRICS_TOKEN`` is set, which surprised a first user. The token itself
+    is never printed (the one who set it knows it)."""
+    if settings.metrics_token is None:
+        return (
+            f"Metrics: off ({base_url}/metrics answers 404); start the demo with "
+            "VERIMAIL_METRICS_TOKEN=<a secret> set to serve them (docs/metrics.md)."
+        )
+    return (
+        f"Metrics: curl -H 'Authorization: Bearer <your VERIMAIL_METRICS_TOKEN>' {base_url}/metrics"
+    )
 
 
 DEMO_CSV = (
@@ -202,6 +223,7 @@ async def _serve_and_show(
     bulk: bool = True,
     prefect_url: str | None = None,
 ) -> int:
+    import httpx
     import uvicorn
 
     from verimail.api.app import create_app
@@ -254,6 +276,7 @@ async def _serve_and_show(
     console.rule()
     console.print("More addresses of the demo world to try: " + ", ".join(MORE), **plain)
     console.print(f"Dashboard: {base_url}/dashboard (sign up there, or use the key above)")
+    console.print(metrics_line(settings, base_url), **plain)
     if prefect_url is not None:
         console.print(f"Prefect UI: {prefect_url} (flow runs, job summaries, deployments)")
 
@@ -311,6 +334,11 @@ def demo_command(
     dns_port: DnsPortOption = None,
 ) -> None:
     """Start the mail testbed and the API, show three verifications, keep serving."""
+    from verimail.runners.prefect_ui import port_free
+    from verimail.store.db import init_store
+    from verimail.testbed.server import Testbed
+    from verimail.testbed.world import load_world
+
     quiet_prefect()
     console = Console()
     host = "127.0.0.1"
@@ -326,6 +354,8 @@ def demo_command(
             f"[bold]Testbed[/bold] {DEFAULT_WORLD.name}: DNS {ns_ip}:{ns_port}, "
             f"{len(world.hosts)} SMTP hosts on port {tb.smtp_port}"
         )
+        from verimail.config import Settings
+
         settings = Settings(
             data_dir=data_dir,
             database_url=f"sqlite:///{data_dir / 'verimail.db'}",

@@ -15,7 +15,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from verimail.config import get_settings
 from verimail.engine import Engine, FinderInputError, FinderResult, PatternMemory, find_email
 
 STATUS_STYLE = {"found": "green", "catch_all": "yellow", "not_found": "red"}
@@ -31,6 +30,8 @@ def find_one(
     patterns: PatternMemory | None = None,
 ) -> None:
     """Look one person up and print the answer (a table, or JSON)."""
+    from verimail.config import get_settings
+
     settings = get_settings()
     engine = Engine(settings)
     probes = max_probes or settings.finder_max_probes

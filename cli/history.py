@@ -15,7 +15,6 @@ import typer
 from rich.console import Console
 
 from verimail.cli.output import OutputFormat, print_rows
-from verimail.config import get_settings
 
 history_app = typer.Typer(
     help="The verification history: an address, a job, a domain, or any SQL (DuckDB).",
@@ -38,6 +37,7 @@ def _print(
 ) -> None:
     import duckdb
 
+    from verimail.config import get_settings
     from verimail.files.history import query_rows
 
     try:

@@ -12,8 +12,6 @@ from rich.console import Console
 from rich.text import Text
 
 from verimail.cli.progress import JobProgress, finder_counts, status_counts, summary_table
-from verimail.config import get_settings
-from verimail.store.billing.prices import price
 
 console = Console(stderr=True)
 
@@ -42,6 +40,7 @@ def _cli_patterns():  # type: ignore[no-untyped-def]
     quiet_prefect()  # (flows.finder imports Prefect)
     from sqlalchemy.exc import SQLAlchemyError
 
+    from verimail.config import get_settings
     from verimail.jobs.context import store_for
     from verimail.jobs.learned_patterns import StoredPatterns
 
@@ -110,11 +109,13 @@ def bulk_command(
     that is granted exactly the credits the file needs, so the ledger stays complete.
     """
     quiet_prefect()
+    from verimail.config import get_settings
     from verimail.files.bulk_io import read_job_input
     from verimail.files.upload_errors import UploadError
     from verimail.jobs.context import store_for
     from verimail.jobs.create import create_verify_job
     from verimail.store.billing.movements import grant
+    from verimail.store.billing.prices import price
 
     target = _results_path(out, file.with_name(f"{file.stem}.results.csv"))
     settings = get_settings()
@@ -122,7 +123,9 @@ def bulk_command(
         job_input = read_job_input(file, column, settings.upload_max_rows)
     except UploadError as exc:
         # The API's words name its form field; here the option is --column.
-        detail = exc.detail.replace("email_column", "--column")
+        detail = exc.reworded(
+            {"email_column": "--column"}, "Choose it with --column." if exc.advice else ""
+        )
         hint = "--column" if column is not None and "--column" in detail else "FILE"
         raise typer.BadParameter(detail, param_hint=hint) from exc
     count = job_input.address_rows
@@ -143,6 +146,9 @@ def bulk_command(
         f"column {job_input.info.email_column!r}; starting the flow (Prefect may take a few "
         "seconds to start)…"
     )
+    notice = job_input.info.column_notice("--column chooses another.")
+    if notice:
+        console.print(Text(notice, style="yellow"))
     current = _run_here(settings, store, "bulk", job.id, count)
     shutil.copyfile(current.result_path or "", target)
     Console().print(summary_table(status_counts(current)))
@@ -182,11 +188,14 @@ def find_command(
         )
         return
     quiet_prefect()
+    from verimail.config import get_settings
+    from verimail.files.csv_columns import PERSON_HEADERS_ADVICE
     from verimail.files.csv_io import read_finder_upload
     from verimail.files.upload_errors import UploadError
     from verimail.jobs.context import store_for
     from verimail.jobs.create import create_finder_job
     from verimail.store.billing.movements import grant
+    from verimail.store.billing.prices import price
 
     if first_name or last_name or domain:
         raise typer.BadParameter("give FIRST LAST DOMAIN, or --file people.csv, not both")
@@ -201,7 +210,9 @@ def find_command(
     try:
         info, rows = read_finder_upload(file, {}, settings.upload_max_rows)
     except UploadError as exc:
-        raise typer.BadParameter(exc.detail, param_hint="--file") from exc
+        # (the API's column fields have no options here: the headers name the columns)
+        detail = exc.reworded({}, PERSON_HEADERS_ADVICE if exc.advice else "")
+        raise typer.BadParameter(detail, param_hint="--file") from exc
     store = store_for(settings)
     account = _cli_account(store, settings)
     grant(
@@ -234,6 +245,7 @@ def deploy_command(
     from prefect.exceptions import PrefectHTTPStatusError
     from prefect.settings import PREFECT_API_URL
 
+    from verimail.config import get_settings
     from verimail.runners.deploy import register_deployments
 
     url = PREFECT_API_URL.value()

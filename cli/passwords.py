@@ -14,11 +14,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from verimail.api.dashboard.security import hash_password_sync, password_problem
-from verimail.config import get_settings
-from verimail.store import accounts as acc
-from verimail.store.db import init_store
-from verimail.store.tables import MAX_INT
+from verimail.schemas.limits import MAX_INT
 
 console = Console()
 err_console = Console(stderr=True)
@@ -40,6 +36,12 @@ def set_password_command(
     ] = None,
 ) -> None:
     """Set the dashboard password of an account (it needs an email to log in with)."""
+    # Imported here, not at the top: ``verimail --help`` loads this module too.
+    from verimail.api.dashboard.security import hash_password_sync, password_problem
+    from verimail.config import get_settings
+    from verimail.store import accounts as acc
+    from verimail.store.db import init_store
+
     store = init_store(get_settings())
     try:
         # The account first: asking for a password twice, then saying there is no such

@@ -19,8 +19,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from verimail.schemas.jobs import BulkJob
-
 # The API's status names (GET /api/bulk/{id}, the batch summary), in the order shown.
 STATUS_NAMES = ("valid", "likely_valid", "catchall", "risky", "disposable", "invalid", "unknown")
 PLAIN_EVERY = 2.0  # seconds between plain progress lines (not on a terminal)
@@ -145,13 +143,30 @@ class JobProgress:
             self._progress.__exit__(None, None, None)
 
     def update(self, job: Any, final: bool = False) -> None:
-        done = job.processed_emails
-        self.rate.update(done)
+        from verimail.schemas.jobs import BulkJob  # (not at the top: --help loads no pydantic)
+
         fields = BulkJob.of(job).model_dump()
-        phase = retry_phase(fields)
-        pace, counts = progress_text(done, self.total, self.counts_of(job), self.rate, phase)
+        extra = ""
         if fields.get("shards_total"):  # (a big job spread over the workers)
-            pace += f", shards {fields['shards_done']}/{fields['shards_total']}"
+            extra = f", shards {fields['shards_done']}/{fields['shards_total']}"
+        self.show(job.processed_emails, self.counts_of(job), retry_phase(fields), extra, final)
+
+    def show(
+        self,
+        done: int,
+        counts: dict[str, int],
+        phase: str | None = None,
+        extra: str = "",
+        final: bool = False,
+    ) -> None:
+        """Draw ``done`` of the total with the pace, ETA and ``counts`` (what ``update`` reads
+        from a job row; ``verimail verify --file`` counts its results itself)."""
+        self.rate.update(done)
+        pace, counts_text = progress_text(done, self.total, counts, self.rate, phase)
+        pace += extra
+        self._draw(done, pace, counts_text, final)
+
+    def _draw(self, done: int, pace: str, counts: str, final: bool) -> None:
         if self._progress is not None:
             self._progress.update(self._bar, completed=done, pace=pace, counts=counts)
             return

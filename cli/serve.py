@@ -8,10 +8,12 @@ import signal
 from collections.abc import Iterator
 from enum import StrEnum
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import typer
 
-from verimail.config import Settings, get_settings
+if TYPE_CHECKING:
+    from verimail.config import Settings
 
 
 class LogLevel(StrEnum):
@@ -60,6 +62,7 @@ def serve_command(
 
     from verimail.api.app import create_app
     from verimail.api.http_edge import server_options
+    from verimail.config import get_settings
 
     settings = get_settings()
     if settings.runner == "deployment":

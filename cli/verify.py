@@ -6,25 +6,23 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
-from verimail.config import get_settings
-from verimail.engine import BatchResult, Engine
-from verimail.files.csv_detect import looks_delimited
+from verimail.cli.progress import STATUS_NAMES, JobProgress, summary_table
 from verimail.schemas.limits import TIMEOUT_MAX, TIMEOUT_MIN
 from verimail.schemas.outcomes import SubStatus
+
+if TYPE_CHECKING:
+    from verimail.engine import BatchResult, Engine
+
+# The engine and the file reader (Polars) are imported when the command runs:
+# ``verimail --help`` loads this module too (tests/test_cli_help.py).
 
 STATUS_STYLE = {
     "valid": "green",
@@ -37,10 +35,17 @@ STATUS_STYLE = {
 }
 
 
-def read_address_file(path: Path) -> list[str]:
-    """One address a line; blank lines and ``#`` comments skipped."""
+def read_address_file(path: Path) -> tuple[list[str], str | None]:
+    """One address a line; blank lines and ``#`` comments skipped. A first line that is an
+    email header (``email``, ``E-mail Address`` …: a one-column CSV) is no address: it is
+    left out and returned apart, so the caller can say so (it came back "invalid")."""
+    from verimail.files.csv_columns import EMAIL_HEADERS, header_key
+
     lines = path.read_text(encoding="utf-8-sig", errors="replace").splitlines()
-    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    listed = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    if listed and "@" not in listed[0] and header_key(listed[0]) in EMAIL_HEADERS:
+        return listed[1:], listed[0]
+    return listed, None
 
 
 def verify_command(
@@ -68,11 +73,19 @@ def verify_command(
     ),
 ) -> None:
     """Verify addresses: syntax, DNS, SMTP, catch-all, lists, verdict."""
+    from verimail.config import get_settings
+    from verimail.engine import Engine
+    from verimail.files.csv_detect import looks_delimited
+
     todo = list(addresses or [])
     if file is not None:
         if not file.is_file():
             raise typer.BadParameter(f"{file} is not a file", param_hint="--file")
-        listed = read_address_file(file)
+        listed, header = read_address_file(file)
+        if header is not None:
+            Console(stderr=True).print(
+                Text(f"(the first line, {header!r}, is a header: not verified)", style="dim")
+            )
         if not listed:
             raise typer.BadParameter(f"{file} holds no addresses", param_hint="--file")
         if looks_delimited(listed):
@@ -108,18 +121,29 @@ async def _run(
     show_progress: bool,
     timeout: float | None,
 ) -> BatchResult:
-    """One pass; greylisting is answered at once (``--retry-greylisted`` waits apart)."""
+    """One pass; greylisting is answered at once (``--retry-greylisted`` waits apart).
+
+    With a file, the progress of ``verimail bulk``: the pace, an ETA and the counts by
+    status so far (the results come from :meth:`Engine.stream` as they settle), then the
+    summary table of the counts."""
     if not show_progress:
         return await engine.verify_many(todo, timeout=timeout, greylist_retries=0)
-    columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err, transient=True) as progress:
-        task = progress.add_task("verifying", total=len(set(todo)))
-        return await engine.verify_many(
-            todo,
-            on_progress=lambda done: progress.update(task, completed=done),
-            timeout=timeout,
-            greylist_retries=0,
-        )
+    from verimail.engine import BatchResult, EngineStats
+
+    inputs = list(dict.fromkeys(todo))
+    counts = dict.fromkeys(STATUS_NAMES, 0)
+    results = {}
+    stats = EngineStats()
+    with JobProgress(err, len(inputs)) as progress:
+        progress.show(0, counts)
+        async for raw, result in engine.stream(
+            inputs, stats=stats, timeout=timeout, greylist_retries=0
+        ):
+            results[raw] = result
+            counts[result.status.value] = counts.get(result.status.value, 0) + 1
+            progress.show(len(results), counts, final=len(results) == len(inputs))
+    err.print(summary_table(counts))
+    return BatchResult([results[raw] for raw in todo], stats)
 
 
 async def _retry_greylisted(

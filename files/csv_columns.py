@@ -29,6 +29,12 @@ EMAIL_HEADERS: tuple[str, ...] = (
     "primaryemail",
     "emailid",
 )
+PERSON_HEADERS_ADVICE = (
+    "Head the columns first_name, last_name and domain (First Name, surname, company_domain "
+    "and website work too)."
+)
+"""How a surface without the API's column fields (the CLI, the dashboard) says to name a
+finder upload's columns: by the headers below."""
 FIRST_NAME_HEADERS: tuple[str, ...] = ("firstname", "first", "givenname", "fname", "forename")
 LAST_NAME_HEADERS: tuple[str, ...] = ("lastname", "last", "surname", "familyname", "lname")
 DOMAIN_HEADERS: tuple[str, ...] = (
@@ -109,7 +115,8 @@ def resolve_column(columns: Sequence[str], wanted: str, param: str) -> int:
         return int(match.group(1)) - 1
     raise UploadError(
         f"{param} '{wanted}' is not a column of the file; columns are: {column_listing(columns)}."
-        + (" A number counts columns from 1." if match else "")
+        + (" A number counts columns from 1." if match else ""),
+        fields=(param,),
     )
 
 
@@ -126,14 +133,32 @@ def column_by_content(columns: Sequence[str], data: Sequence[Sequence[str]]) -> 
     """The column where most sampled non-blank values look like addresses (at least half)."""
     best: tuple[float, int, int] | None = None
     for i in range(len(columns)):
-        values = [r[i] for r in data if i < len(r) and r[i].strip()]
-        hits = sum(1 for v in values if looks_like_email(v))
-        if not hits:
-            continue
-        share = hits / len(values)
+        share, hits = _address_share(data, i)
         if share >= 0.5 and (best is None or (share, hits) > best[:2]):
             best = (share, hits, i)
     return best[2] if best else None
+
+
+def _address_share(data: Sequence[Sequence[str]], index: int) -> tuple[float, int]:
+    """(share of the column's non-blank sampled values that are addresses, how many are)."""
+    values = [r[index] for r in data if index < len(r) and r[index].strip()]
+    hits = sum(1 for v in values if looks_like_email(v))
+    return (hits / len(values) if hits else 0.0), hits
+
+
+def email_like_columns(
+    columns: Sequence[str], data: Sequence[Sequence[str]], has_header: bool
+) -> list[int]:
+    """Every column that would be taken for the email column on its own: a recognised
+    header, or at least half of its sampled values addresses (as :func:`column_by_content`)."""
+    found = []
+    for i, name in enumerate(columns):
+        if has_header and header_key(name) in EMAIL_HEADERS:
+            found.append(i)
+            continue
+        if _address_share(data, i)[0] >= 0.5:
+            found.append(i)
+    return found
 
 
 def find_person_columns(
@@ -164,8 +189,9 @@ def find_person_columns(
         labels = " or ".join(label for label, _ in missing)
         params = ", ".join(param for _, param in missing)
         raise UploadError(
-            f"No {labels} column found; columns are: {column_listing(info.columns)}. "
-            f"Pass {params} to choose {'it' if len(missing) == 1 else 'them'}."
+            f"No {labels} column found; columns are: {column_listing(info.columns)}.",
+            advice=f"Pass {params} to choose {'it' if len(missing) == 1 else 'them'}.",
+            fields=tuple(param for _, param in missing),
         )
     return PersonColumns(
         first_name=info.columns[found["first_name"]],

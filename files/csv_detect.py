@@ -37,12 +37,14 @@ from verimail.files.csv_columns import (
     column_by_content,
     column_by_header,
     column_listing,
+    email_like_columns,
     resolve_column,
 )
 from verimail.files.csv_encoding import detect_encoding, open_text
 from verimail.files.csv_fast_path import fast_data_cells, read_whole
 from verimail.files.csv_records import (
     QUOTE,
+    UnclosedQuote,
     is_blank,
     iter_data_bodies,
     iter_data_cell,
@@ -87,6 +89,10 @@ class CsvInfo:
     email_index: int | None = None
     email_count: int = 0
     quote_char: str = QUOTE
+    other_email_columns: tuple[str, ...] = ()
+    """Columns that look like email columns too (by header or content) but were not chosen:
+    a file with ``email`` and ``work_email`` is verified on the first, and each surface says
+    so (:meth:`column_notice`). Empty when the caller named the column."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, e.g. for a job row or a Prefect flow parameter."""
@@ -95,7 +101,19 @@ class CsvInfo:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CsvInfo:
         """Inverse of :meth:`to_dict`."""
-        return cls(**{**data, "columns": tuple(data["columns"])})
+        others = tuple(data.get("other_email_columns", ()))
+        return cls(**{**data, "columns": tuple(data["columns"]), "other_email_columns": others})
+
+    def column_notice(self, advice: str) -> str | None:
+        """The sentence telling which of several address columns is verified (None when
+        there is one), ``advice`` (how this surface chooses another) after it."""
+        if not self.other_email_columns or self.email_column is None:
+            return None
+        listed = ", ".join(repr(c) for c in (self.email_column, *self.other_email_columns))
+        return (
+            f"More than one column holds addresses ({listed}): {self.email_column!r} is "
+            f"verified. {advice}"
+        ).strip()
 
     @property
     def email_reference(self) -> str | None:
@@ -148,6 +166,10 @@ def _sample_rows(text: str, delimiter: str, complete: bool) -> list[list[str]]:
             if len(rows) > _SAMPLE_RECORDS:
                 cut = True
                 break
+    except UnclosedQuote:
+        if complete:  # (the whole file: the quote is never closed, not cut by the sample)
+            raise
+        cut = True
     except UploadError:
         cut = True
     if not complete and not cut and len(rows) > 1:
@@ -267,6 +289,7 @@ def inspect_csv_cells(
         )
 
     email_index: int | None = None
+    others: tuple[str, ...] = ()
     if email_column is not None and email_column.strip():
         try:
             email_index = resolve_column(columns, email_column, "email_column")
@@ -274,16 +297,24 @@ def inspect_csv_cells(
             if has_header:
                 raise
             raise UploadError(
-                exc.detail + " The first row holds an address, so the file has no header row."
+                exc.base + " The first row holds an address, so the file has no header row.",
+                fields=exc.fields,
             ) from None
     elif need_email:
         email_index = column_by_header(columns, EMAIL_HEADERS) if has_header else None
         if email_index is None:
             email_index = column_by_content(columns, data)
+        if email_index is not None:
+            others = tuple(
+                columns[i]
+                for i in email_like_columns(columns, data, has_header)
+                if i != email_index
+            )
         if email_index is None:
             raise UploadError(
-                f"No email column found; columns are: {column_listing(columns)}. "
-                "Pass email_column to choose one."
+                f"No email column found; columns are: {column_listing(columns)}.",
+                advice="Pass email_column to choose one.",
+                fields=("email_column",),
             )
 
     cells = None
@@ -322,6 +353,7 @@ def inspect_csv_cells(
         email_column=email_name,
         email_index=email_index,
         email_count=email_count,
+        other_email_columns=others,
     )
     return info, cells
 

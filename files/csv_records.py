@@ -39,9 +39,11 @@ def iter_records(stream: TextIO, delimiter: str) -> Iterator[tuple[str, str, lis
     C ``csv`` reader, which pulls its continuation lines itself and never reads ahead, so the
     lines taken meanwhile are exactly this record's.
 
-    One repair: a quoted field still open at the end of the file (a stray ``"``) gets its
-    closing quote added to ``body``, so a value appended after it is a cell of its own rather
-    than more text of that field. It is the only way the text can differ from the file.
+    A quoted field still open at the end of the file (a stray ``"``) that took in the lines
+    after its own is refused (:func:`unclosed_quote`): those lines would silently have become
+    one cell of one row. On the last line alone it is repaired: its closing quote is added to
+    ``body``, so a value appended after it is a cell of its own rather than more text of that
+    field. It is the only way the text can differ from the file.
     """
     lines = iter(stream)
     queue: list[str] = []  # the line the reader is to parse next (at most one)
@@ -76,6 +78,8 @@ def iter_records(stream: TextIO, delimiter: str) -> Iterator[tuple[str, str, lis
             fields = next(reader, [])
         except csv.Error as exc:
             raise _csv_error(exc, first_line) from None
+        if at_eof and pending:
+            raise unclosed_quote(first_line, len(pending))
         if pending or at_eof:  # the record went on over more lines
             pending.insert(0, line)
             body, terminator = split_terminator("".join(pending))
@@ -147,6 +151,21 @@ def iter_data_bodies(
             header_pending = False
             continue
         yield body, fields
+
+
+class UnclosedQuote(UploadError):
+    """A quoted field open at the end of the file, which took in the lines after its own."""
+
+
+def unclosed_quote(line: int, swallowed: int) -> UnclosedQuote:
+    """A ``"`` on ``line`` opens a field never closed: the ``swallowed`` lines after it, to the
+    end of the file, would be read as text of that one cell (issue 36: a row vanished so)."""
+    after = "the next line" if swallowed == 1 else f"all {swallowed:,} lines after it"
+    return UnclosedQuote(
+        f'Line {line} could not be read: a " there opens a quoted field that is never closed, '
+        f"so {after} would be read as part of one cell. Close the quote (or remove the stray "
+        f'"; a " inside a quoted field is written "").'
+    )
 
 
 def _csv_error(exc: csv.Error, line: int) -> UploadError:

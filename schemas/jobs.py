@@ -105,6 +105,12 @@ class BulkJob(BaseModel):
         "its `X-Verimail-Signature` (HMAC-SHA256 of `<timestamp>.<body>`).",
     )
     webhook_error: WebhookError = None
+    notice: str | None = Field(
+        None,
+        description="Only in the creation response of an upload with more than one column of "
+        "addresses (e.g. `email` and `work_email`): which one is verified (the first found) "
+        "and how to choose another (`email_column`).",
+    )
     reverify_of: int | None = Field(
         None,
         description="A re-verification: the job whose results it compares with (null for "

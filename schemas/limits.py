@@ -25,3 +25,6 @@ MAX_FORM_FIELD_LENGTH = 2048
 characters."""
 MAX_URL_LENGTH = 2048
 """Longest webhook URL."""
+MAX_INT = 2**31 - 1
+"""The largest value of an ``Integer`` column (32 bits on PostgreSQL): ids, credits, counts;
+the bound of every id and count a surface accepts (``store.tables`` sizes its columns by it)."""

@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from sqlalchemy import Engine, Row, case, func, insert, select, update
 
+from verimail.schemas.limits import MAX_INT
 from verimail.store.billing.job_charges import (
     refund_finds_in,
     refund_reservation_in,
@@ -43,7 +44,7 @@ from verimail.store.job_lock import (
     options_of,
     run_owns,
 )
-from verimail.store.tables import JOB_KINDS, MAX_INT, jobs
+from verimail.store.tables import JOB_KINDS, jobs
 
 JobKind = Literal["bulk_csv", "bulk_json", "finder_csv", "reverify"]
 JobStatus = Literal["pending", "processing", "completed", "failed"]

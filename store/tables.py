@@ -47,8 +47,6 @@ NAMING_CONVENTION = {
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 LEDGER_KINDS = ("signup", "grant", "charge", "reserve", "refund", "allowance")
-MAX_INT = 2**31 - 1
-"""The largest value of an ``Integer`` column (32 bits on PostgreSQL): ids, credits, counts."""
 LEDGER_SOURCES = ("prepaid", "allowance")
 JOB_KINDS = ("bulk_csv", "bulk_json", "finder_csv", "reverify")
 JOB_STATUSES = ("pending", "processing", "completed", "failed")

@@ -12,16 +12,20 @@ import signal
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-import yaml
 from rich.console import Console
 from rich.table import Table
 
 import verimail
-from verimail.testbed.server import Testbed, TestbedError
-from verimail.testbed.world import HostBehaviour, HostSpec, World, load_world
+
+if TYPE_CHECKING:
+    from verimail.testbed.server import Testbed
+    from verimail.testbed.world import HostSpec, World
+
+# The servers (aiosmtpd, dnspython) and the world's YAML are imported by the commands that
+# use them: ``verimail --help`` loads this module too.
 
 app = typer.Typer(
     help="The simulated mail world (DNS + SMTP on loopback) that tests and the demo use.",
@@ -54,6 +58,8 @@ DnsPortOption = Annotated[
 def start_or_exit(testbed: Testbed, console: Console, what: str) -> Testbed:
     """``testbed`` started; if it cannot be (its ports held on every loopback address), one
     line naming the ports and the options that choose others, and exit status 1."""
+    from verimail.testbed.server import TestbedError
+
     try:
         return testbed.start()
     except TestbedError as exc:
@@ -79,6 +85,8 @@ def _shipped() -> list[str]:
 
 def describe_behaviour(host: HostSpec) -> str:
     """A one-line summary of what differs from a plain MTA, for the hosts table."""
+    from verimail.testbed.world import HostBehaviour
+
     if host.address is not None:
         return "DNS only (no server)"
     b, plain = host.behaviour, HostBehaviour()
@@ -159,6 +167,11 @@ def up(
     dns_port: DnsPortOption = None,
 ) -> None:
     """Start the testbed and serve until Ctrl-C."""
+    import yaml
+
+    from verimail.testbed.server import Testbed
+    from verimail.testbed.world import load_world
+
     path = resolve_world_path(world)
     try:
         loaded = load_world(path)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -210,7 +211,8 @@ def serve_processes(
     """Start ``count`` ``verimail serve`` processes and wait until each says it is healthy.
 
     Readiness is polled on ``/api/health``; a process that exits early fails the test with
-    its log. All are terminated (then killed if need be) at the end.
+    its log. All are terminated (then killed if need be) at the end, and what each started
+    (its process group) with it.
     """
     servers: list[ServerProcess] = []
     try:
@@ -224,6 +226,7 @@ def serve_processes(
                     cwd=workdir,
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
+                    start_new_session=True,  # (its group: what it started, stopped with it)
                 )
             servers.append(ServerProcess(process, f"http://127.0.0.1:{port}", log_path))
         for server in servers:
@@ -239,6 +242,11 @@ def serve_processes(
             except subprocess.TimeoutExpired:
                 server.process.kill()
                 server.process.wait()
+            # A server killed (or ended on a signal) while it started Prefect's embedded
+            # server left that server running, re-parented to init (issue 36): the rest of
+            # its process group goes with it.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server.process.pid, signal.SIGKILL)
 
 
 def _wait_healthy(server: ServerProcess, timeout: float) -> None:

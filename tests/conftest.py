@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import process_leaks
 import pytest
 from cli_helpers import WIDTH_ENV
 
@@ -23,6 +24,10 @@ from api_helpers import TEST_RETRY_WINDOW, RunningApp, api_world, running_app
 from verimail.config import Settings
 from verimail.testbed.server import Testbed
 from verimail.testbed.world import World
+
+# Everything this pytest process starts carries its mark, so the session's end can find a
+# server that survived (tests/process_leaks.py). Set before any fixture starts one.
+SUITE_MARK = process_leaks.mark_this_process()
 
 
 def make_testbed_settings(tb: Testbed, tmp_path: Path, **overrides: Any) -> Settings:
@@ -60,6 +65,25 @@ def testbed_factory() -> Iterator[Callable[..., Testbed]]:
 def testbed_settings() -> Callable[..., Settings]:
     """The ``make_testbed_settings(tb, tmp_path, **overrides)`` helper, as a fixture."""
     return make_testbed_settings
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_process_left_behind() -> Iterator[None]:
+    """The suite leaves no process behind: at the end of this pytest process's session (a
+    worker's, under xdist), a process it started that still runs fails the run, named with
+    its command line, and is killed. Set up first, so torn down last (after the Prefect
+    harness and every other fixture have stopped theirs)."""
+    yield
+    if not process_leaks.can_look():
+        return
+    left = process_leaks.survivors(SUITE_MARK)
+    if left:
+        process_leaks.kill(left)
+        listed = "\n  ".join(str(p) for p in left)
+        pytest.fail(
+            f"{len(left)} process(es) started by the suite outlived it (now killed):\n  {listed}",
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="session")

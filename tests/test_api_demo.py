@@ -46,18 +46,23 @@ def test_demo_once_shows_valid_invalid_and_catch_all(tmp_path: Path) -> None:
     assert re.search(r"^BULK job=\d+ status=completed ", run.stdout, re.MULTILINE), output
     assert "alice,alice@acme.test,Yes" in run.stdout
     assert "nobody,nobody@acme.test,No" in run.stdout
+    # /metrics is off without a token, and the demo says how to switch it on (issue 36).
+    assert "Metrics: off" in run.stdout and "VERIMAIL_METRICS_TOKEN=" in run.stdout, output
 
-    # A second run reuses the account and prints the same key.
+    # A second run reuses the account and prints the same key; with a metrics token it says
+    # where the metrics are, never printing the token.
     again = subprocess.run(
         [*command, "--no-bulk"],
         cwd=tmp_path,
-        env=clean_env({}),
+        env=clean_env({"VERIMAIL_METRICS_TOKEN": "token-the-demo-must-not-print"}),
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert again.returncode == 0, again.stdout + again.stderr
     assert key.group(0) in again.stdout
+    assert f"{base}/metrics" in again.stdout and "Metrics: off" not in again.stdout
+    assert "token-the-demo-must-not-print" not in again.stdout + again.stderr
 
 
 def test_demo_stopped_by_sigterm_ends_as_on_ctrl_c(tmp_path: Path) -> None:

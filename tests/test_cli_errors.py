@@ -140,3 +140,18 @@ def test_bulk_names_its_own_option_not_the_apis_field(tmp_path):
         text = _refused(args, env)
         assert "email_column" not in text, text
         assert "--column" in text and f"Invalid value for {hint}" in text, text
+
+
+def test_find_file_names_no_api_field_and_a_stray_quote_names_its_line(tmp_path):
+    """`find --file` said "Pass domain_column", an API field it has no option for; a quote
+    never closed merged every later row into one cell without a word (issue 36)."""
+    env = clean_env({"VERIMAIL_DATA_DIR": str(tmp_path)})
+    people = tmp_path / "people.csv"
+    people.write_text("first_name,last_name,company\nAlice,Smith,acme.test\n")
+    text = _refused(["find", "--file", str(people)], env)
+    assert "_column" not in text, text
+    assert "No company-domain column found" in text and "last_name and domain" in text, text
+    stray = tmp_path / "stray.csv"
+    stray.write_text('name,email\nann,"ann@x.test\nbob,bob@x.test\ncy,cy@x.test\n')
+    text = _refused(["bulk", str(stray)], env)
+    assert "Line 2 could not be read" in text and "never closed" in text, text

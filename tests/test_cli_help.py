@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import click
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -71,3 +73,46 @@ def test_make_demo_takes_a_port():
     )
     assert run.returncode == 0, run.stderr
     assert "verimail demo --port 8123" in run.stdout
+
+
+# What `verimail --help` must not load: each of these took 0.1-0.9 s to import, and together
+# they made the CLI take 2-3.5 s to say how it is used (issue 36). A command imports them
+# when it runs. (pydantic itself is not listed: typer loads it for some kinds of option.)
+HEAVY_MODULES = (
+    "prefect", "polars", "duckdb", "sqlalchemy", "alembic", "fastapi", "starlette", "uvicorn",
+    "httpx", "pyarrow", "aiosmtplib", "aiosmtpd", "dns", "email_validator", "redis", "jinja2",
+    "pydantic_settings",
+)  # fmt: skip
+
+_LOADED_AFTER_HELP = """
+import sys
+heavy, words = sys.argv[1].split(","), sys.argv[2:]
+sys.argv = ["verimail", *words, "--help"]
+from verimail.cli import main
+try:
+    main()
+except SystemExit:
+    pass
+loaded = sorted({name.split(".")[0] for name in sys.modules} & set(heavy))
+sys.stderr.write("LOADED=" + ",".join(loaded) + "\\n")
+"""
+
+
+@pytest.mark.parametrize(
+    "words",
+    [[], ["verify"], ["bulk"], ["find"], ["demo"], ["serve"], ["accounts"], ["testbed", "up"]],
+    ids=lambda words: " ".join(words) or "verimail",
+)
+def test_help_imports_no_heavy_module(words: list[str]) -> None:
+    """``verimail [COMMAND] --help`` in a fresh interpreter loads none of HEAVY_MODULES: the
+    check is what was imported (``sys.modules``), not a time, so a busy machine cannot fail it."""
+    done = subprocess.run(
+        [sys.executable, "-c", _LOADED_AFTER_HELP, ",".join(HEAVY_MODULES), *words],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "Usage" in done.stdout
+    line = done.stderr.strip().splitlines()[-1]
+    assert line == "LOADED=", f"verimail {' '.join(words)} --help imported {line[7:]}"

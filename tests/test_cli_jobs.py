@@ -42,9 +42,16 @@ def test_bulk_find_and_history_commands(testbed_factory, tmp_path):
         }
     )
     people = tmp_path / "list.csv"
-    people.write_text("Name,E-mail\nAlice,alice@acme.test\nNo,nobody@acme.test\n")
+    people.write_text(
+        "Name,E-mail,Work email\nAlice,alice@acme.test,a@w.test\nNo,nobody@acme.test,n@w.test\n"
+    )
     bulk = _run(["bulk", str(people), "--out", str(tmp_path / "out.csv")], env)
     assert bulk.returncode == 0, bulk.stderr
+    # Two columns of addresses: the first is verified, and the run says which (issue 36).
+    assert (
+        "More than one column holds addresses ('E-mail', 'Work email'): 'E-mail' is verified."
+        in folded(bulk.stderr)
+    ), bulk.stderr
     # Not on a terminal, progress is plain lines: done/total, pace, counts by API status.
     progress = [line for line in bulk.stderr.splitlines() if line.startswith("progress ")]
     assert progress, bulk.stderr
@@ -63,9 +70,9 @@ def test_bulk_find_and_history_commands(testbed_factory, tmp_path):
     with open(tmp_path / "out.csv", newline="") as fh:
         rows = list(csv.reader(fh))
     assert rows == [
-        ["Name", "E-mail", "Safe to Send"],
-        ["Alice", "alice@acme.test", "Yes"],
-        ["No", "nobody@acme.test", "No"],
+        ["Name", "E-mail", "Work email", "Safe to Send"],
+        ["Alice", "alice@acme.test", "a@w.test", "Yes"],
+        ["No", "nobody@acme.test", "n@w.test", "No"],
     ]
     finder = tmp_path / "people.csv"
     finder.write_text("first_name,last_name,domain\nJohn,Smith,acme.test\n")

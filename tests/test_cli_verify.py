@@ -34,3 +34,23 @@ def test_verify_json_table_file_and_stats(testbed_factory, tmp_path):
     assert "catchall" in table.stdout or "likely_valid" in table.stdout
     nothing = _run([], env)
     assert nothing.returncode == 2 and "at least one address" in folded(nothing.stderr)
+
+
+def test_verify_file_skips_an_email_header_and_shows_pace_eta_and_counts(testbed_factory, tmp_path):
+    """`verify --file` on a one-column CSV verified its header "email" as an address (and
+    found it invalid), and showed no ETA or counts where `bulk` does (issue 36)."""
+    tb = testbed_factory(api_world())
+    env = clean_env({**env_for_testbed(tb), "VERIMAIL_DATA_DIR": str(tmp_path)})
+    column = tmp_path / "column.csv"
+    column.write_text("Email\nalice@acme.test\nnobody@acme.test\n")
+    out = _run(["--file", str(column), "--json"], env)
+    assert out.returncode == 0, out.stderr
+    emails = [json.loads(line)["email"] for line in out.stdout.splitlines()]
+    assert emails == ["alice@acme.test", "nobody@acme.test"]
+    said = folded(out.stderr)
+    assert "the first line, 'Email', is a header: not verified" in said, said
+    # Not on a terminal: the plain progress lines of `bulk`, then the counts by status.
+    progress = [line for line in out.stderr.splitlines() if line.startswith("progress ")]
+    assert progress and progress[-1].startswith("progress 2/2: "), out.stderr
+    assert "ETA" in progress[-1] and progress[-1].endswith("; valid 1, invalid 1"), progress
+    assert "total 2" in said and "valid 1 50.0%" in said, said

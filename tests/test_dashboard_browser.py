@@ -275,6 +275,43 @@ def _journey(page: Any, server: str, tmp_path: Path) -> None:
     rows = download_rows(page, "[data-testid=download]", "found.csv")
     assert [r[3] for r in rows[1:]] == ["alice@acme.test", "bob@acme.test"]
 
+    # A CSV of people whose headers the finder does not know: choose its columns, as the
+    # verify upload's picker does; the page names no API field (issue 36).
+    crew = tmp_path / "crew.csv"
+    crew.write_text("given,family,site\nAlice,Smith,acme.test\nZed,Nobody,acme.test\n")
+    page.click("nav >> text=Email Finder")
+    page.set_input_files("input[name=file]", str(crew))
+    submit(page, "form[action='/dashboard/finder/upload']")
+    picker = page.locator("[data-testid=finder-picker]")
+    assert "domain_column" not in picker.inner_text() and "_column" not in picker.inner_text()
+    assert page.locator("select[name=domain_column] option").all_inner_texts()[1:] == [
+        "given", "family", "site",
+    ]  # fmt: skip
+    shot(page, "11e-finder-column-picker")
+    page.select_option("select[name=first_name_column]", "given")
+    page.select_option("select[name=last_name_column]", "family")
+    page.select_option("select[name=domain_column]", "site")
+    submit(page, "form[action='/dashboard/finder/upload/columns']")
+    assert re.search(r"/dashboard/jobs/\d+$", page.url), page.url
+    page.wait_for_selector("[data-testid=download]", timeout=JOB_TIMEOUT_MS)
+    assert page.inner_text("[data-field=found_count]") == "1"
+
+    # The jobs list on a phone: no wider than the screen (it overflowed at 390 px).
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto("/dashboard/jobs")
+    widths = page.evaluate(
+        """() => {
+            const table = document.querySelector('[data-testid=jobs-table]');
+            const card = table.closest('.card');
+            return {page: document.documentElement.scrollWidth,
+                    table: table.getBoundingClientRect().right,
+                    card: card.scrollWidth - card.clientWidth};
+        }"""
+    )
+    assert widths["page"] <= 390 and widths["table"] <= 390 and widths["card"] <= 0, widths
+    shot(page, "11f-jobs-at-390px")
+    page.set_viewport_size({"width": 1280, "height": 900})
+
     page.click("nav >> text=Overview")
     assert page.locator("figure.breakdown rect[data-status=valid]").count() == 1
     assert page.locator("figure.daily rect").count() == 30

@@ -10,7 +10,7 @@ import re
 from datetime import timedelta
 
 import pytest
-from api_helpers import api_world, running_app
+from api_helpers import api_world, poll_job, running_app
 from test_dashboard import (
     browser,
     csrf_of,
@@ -272,3 +272,42 @@ async def test_finder_csv_upload_makes_a_job_with_a_page_like_a_bulk_one(setting
             files={"file": ("x.csv", b"name\nAlice\n", "text/csv")},
         )
         assert empty.status_code == 422 and 'class="error"' in empty.text
+        # The page has no API fields: its refusal names none (it said "Pass domain_column").
+        assert (
+            "domain_column" not in empty.text and "first_name, last_name and domain" in empty.text
+        )
+
+
+@pytest.mark.usefixtures("prefect_harness")
+async def test_two_address_columns_the_first_is_verified_and_each_surface_says_so(settings):
+    """A file with ``email`` and ``work_email`` was verified on the first without a word
+    (issue 36): the API's creation answer and the dashboard's job page name the verified one."""
+    two = "name,email,work_email\nAlice,alice@acme.test,a@w.test\nNo,nobody@acme.test,n@w.test\n"
+    async with running_app(settings) as app:
+        customer = app.customer(credits=10)
+        created = await app.client.post(
+            "/api/bulk",
+            headers=customer.headers,
+            files={"file": ("two.csv", two.encode(), "text/csv")},
+        )
+        assert created.status_code == 200, created.text
+        notice = created.json()["notice"]
+        assert "('email', 'work_email'): 'email' is verified" in notice, notice
+        assert "email_column" in notice  # the API's own field
+        one = await app.client.post(
+            "/api/bulk",
+            headers=customer.headers,
+            files={"file": ("two.csv", two.encode(), "text/csv")},
+            data={"email_column": "work_email"},
+        )
+        assert one.json()["notice"] is None  # named: nothing to tell
+        for job in (created.json(), one.json()):  # (ended before the app stops)
+            await poll_job(app.client, f"/api/bulk/{job['job_id']}", customer.headers)
+
+        make_user(app, "two@example.com", credits=10)
+        await logged_in(app.client, "two@example.com")
+        job_id = job_id_of(await upload(app.client, two))
+        page = (await app.client.get(f"/dashboard/jobs/{job_id}")).text
+        assert 'data-testid="column-notice"' in page
+        assert "&#39;email&#39; is verified" in page and "email_column" not in page
+        await wait_finished(app.client, job_id)

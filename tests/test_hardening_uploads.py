@@ -182,8 +182,13 @@ HOSTILE_FILES: dict[str, tuple[Callable[[], bytes], int, int | str]] = {
         200,
         3,
     ),
-    # A quote that never closes before the end: the rest of the file is one cell.
-    "quote-never-closed": (lambda: b'email\n"alice@acme.test\n' + b"x" * 5000, 200, 1),
+    # A quote that never closes before the end: the rest of the file would be one cell, the
+    # rows after it lost without a word; refused, naming the line (issue 36).
+    "quote-never-closed": (
+        lambda: b'email\n"alice@acme.test\nbob@acme.test\n' + b"x" * 5000,
+        422,
+        "Line 2 could not be read",
+    ),
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import uuid
+from pathlib import Path
 from typing import Any
 
 from anyio import to_thread
@@ -18,6 +19,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 
+from verimail.api.dashboard.uploads import (
+    GONE,
+    claim_pending,
+    keep_pending,
+    out_of_pending,
+    release_claim,
+    upload_preview,
+)
 from verimail.api.dashboard.web import (
     PREFIX,
     CheckedForm,
@@ -32,7 +41,7 @@ from verimail.api.dashboard.web import (
 )
 from verimail.api.deps import EngineDep
 from verimail.api.errors import ApiError
-from verimail.api.jobs import dropped_on_failure, start_run, uploads_dir
+from verimail.api.jobs import start_run, uploads_dir
 from verimail.api.routes.finder import (
     FINDER_DISABLED,
     FindEmailRequest,
@@ -41,7 +50,15 @@ from verimail.api.routes.finder import (
     find_email_route,
 )
 from verimail.api.routes.finder_csv import create_from_upload
-from verimail.api.uploads import receive_upload
+from verimail.api.uploads import ReceivedUpload, receive_upload
+from verimail.files.csv_columns import (
+    DOMAIN_HEADERS,
+    FIRST_NAME_HEADERS,
+    LAST_NAME_HEADERS,
+    PERSON_HEADERS_ADVICE,
+    column_by_header,
+)
+from verimail.files.upload_errors import UploadError
 from verimail.store.accounts import Account
 from verimail.store.billing.pools import balance
 from verimail.store.billing.prices import price
@@ -124,24 +141,127 @@ async def finder_lookup(
     return await _page(request, account, store, person=person, result=result, learned=learned)
 
 
+FINDER_FIELDS = {
+    "first_name_column": "first-name column",
+    "last_name_column": "last-name column",
+    "domain_column": "domain column",
+}
+
+
+def _words(exc: ApiError, advice: str | None = None) -> str:
+    """The API's refusal without its form fields (``domain_column`` …), which this page has
+    not: the picker, or the headers the finder knows, name a column instead."""
+    cause = exc.__cause__
+    if not isinstance(cause, UploadError):
+        return exc.detail
+    advice = advice or f"{PERSON_HEADERS_ADVICE[:-1]}, and upload the file again."
+    return cause.reworded(FINDER_FIELDS, advice if cause.advice else "")
+
+
 @router.post("/finder/upload")
 async def finder_upload(request: Request, account: CurrentAccount, store: StoreDep) -> Response:
-    """A CSV of people: streamed to disk with the API's size cap, then a finder job."""
+    """A CSV of people: streamed to disk with the API's size cap, then a finder job; a file
+    whose columns are not all recognised waits while the column picker asks for them."""
     _refuse_if_disabled(account)
     settings = app_settings(request)
     folder = uploads_dir(request) / uuid.uuid4().hex
+    received = ReceivedUpload()
     async with plan_limits(request, account):
         try:
-            with dropped_on_failure(folder):
-                received = await receive_upload(
-                    request, folder / "upload.csv", max_bytes=settings.upload_max_bytes
-                )
-                check_csrf(request, received.fields.get("csrf_token"))
-                if received.size == 0 and not received.filename:
-                    raise ApiError(422, "Choose a CSV file of people.")
-                job, _hook = await create_from_upload(request, account, store, settings, received)
-        except ApiError as exc:  # nothing was stored (dropped_on_failure removed it)
+            received = await receive_upload(
+                request, folder / "upload.csv", max_bytes=settings.upload_max_bytes
+            )
+            check_csrf(request, received.fields.get("csrf_token"))
+            if received.size == 0 and not received.filename:
+                raise ApiError(422, "Choose a CSV file of people.")
+            job, _hook = await create_from_upload(request, account, store, settings, received)
+        except ApiError as exc:
+            if _columns_missing(exc):
+                return await _picker(request, account, store, folder, received.filename, exc)
+            shutil.rmtree(folder, ignore_errors=True)  # nothing was stored
+            return await _page(request, account, store, exc.status_code, error=_words(exc))
+        except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
-            return await _page(request, account, store, exc.status_code, error=exc.detail)
+            raise
+    await start_run(request, store, job)
+    return redirect(f"{PREFIX}/jobs/{job.id}")
+
+
+def _columns_missing(exc: ApiError) -> bool:
+    """A refusal the picker answers: columns not found by their headers (not a bad file)."""
+    cause = exc.__cause__
+    return isinstance(cause, UploadError) and bool(cause.advice) and bool(cause.fields)
+
+
+PERSON_FIELDS = (
+    ("first_name_column", "First name", FIRST_NAME_HEADERS),
+    ("last_name_column", "Last name", LAST_NAME_HEADERS),
+    ("domain_column", "Company domain", DOMAIN_HEADERS),
+)
+
+
+async def _picker(
+    request: Request,
+    account: Account,
+    store: StoreDep,
+    folder: Path,
+    filename: str | None,
+    exc: ApiError,
+) -> Response:
+    """Keep the file and ask which columns hold the first names, last names and domains
+    (each preselected where a header was recognised), like the verify upload's picker."""
+    settings = app_settings(request)
+    path = folder / "upload.csv"
+    try:
+        max_rows = settings.upload_max_rows
+        columns, rows, width = await to_thread.run_sync(upload_preview, path, max_rows)
+    except UploadError as refused:
+        shutil.rmtree(folder, ignore_errors=True)
+        return await _page(request, account, store, 422, error=refused.detail)
+    if len(columns) < 2:  # (nothing to choose: first and last names need two columns)
+        shutil.rmtree(folder, ignore_errors=True)
+        return await _page(request, account, store, 422, error=_words(exc))
+    token = await keep_pending(request, account.id, folder, filename)
+    chosen = {name: column_by_header(columns, headers) for name, _label, headers in PERSON_FIELDS}
+    picker = {
+        "token": token,
+        "columns": columns,
+        "rows": rows,
+        "width": width,
+        "filename": filename,
+        "fields": [(name, label, chosen[name]) for name, label, _ in PERSON_FIELDS],
+        "why": _words(exc, advice="Choose the columns below."),
+    }
+    return await _page(request, account, store, picker=picker)
+
+
+@router.post("/finder/upload/columns")
+async def finder_upload_columns(
+    request: Request, account: CurrentAccount, store: StoreDep, form: CheckedForm
+) -> Response:
+    """The picker's answer: the pending upload and its three columns; then the finder job."""
+    _refuse_if_disabled(account)
+    claimed = claim_pending(request, account.id, text_field(form, "upload", 4096))
+    if claimed is None:
+        return await _page(request, account, store, 410, error=GONE)
+    folder, data = claimed
+    fields = {name: text_field(form, name, 300).strip() for name, _, _ in PERSON_FIELDS}
+    try:
+        async with plan_limits(request, account):
+            folder = out_of_pending(request, folder)
+            received = ReceivedUpload(
+                path=folder / "upload.csv",
+                filename=data.get("filename"),
+                size=(folder / "upload.csv").stat().st_size,
+                fields={name: value for name, value in fields.items() if value},
+            )
+            try:
+                settings = app_settings(request)
+                job, _hook = await create_from_upload(request, account, store, settings, received)
+            except ApiError as exc:
+                shutil.rmtree(folder, ignore_errors=True)
+                return await _page(request, account, store, exc.status_code, error=_words(exc))
+    finally:
+        release_claim(request, folder)
     await start_run(request, store, job)
     return redirect(f"{PREFIX}/jobs/{job.id}")

@@ -29,6 +29,7 @@ from verimail.api.dashboard.web import (
 )
 from verimail.api.deps import JobId
 from verimail.api.routes import bulk, finder_csv
+from verimail.jobs.create import stored_info
 from verimail.schemas.jobs import BulkJob, FinderJob
 from verimail.store import jobs as job_store
 
@@ -86,11 +87,21 @@ async def job_page(
         {
             "row": row,
             "filename": filename,
+            "column_notice": await _column_notice(request, job),
             **results_pages.job_extras(job, row["view"]),
             **await reverify_pages.reverify_panel(store, job),
         },
         account=account,
     )
+
+
+async def _column_notice(request: Request, job: job_store.Job) -> str | None:
+    """Which column was verified, when more than one holds addresses (the upload's kept
+    inspection says): the first one is, and the page says so (issue 36)."""
+    if job.kind != "bulk_csv":
+        return None
+    info = await to_thread.run_sync(stored_info, request.app.state.settings, job)
+    return info.column_notice("") if info is not None else None
 
 
 @router.get("/jobs/{job_id}/progress")

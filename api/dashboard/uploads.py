@@ -53,6 +53,12 @@ PICKER_MAX_COLUMNS = 200
 and took 2 GB of memory to build it."""
 
 
+def dashboard_words(exc: UploadError) -> str:
+    """A refusal worded for the dashboard: no API field names (``email_column``), and the
+    picker, not a field to pass, is how a column is chosen."""
+    return exc.reworded({"email_column": "The email column"}, "")
+
+
 def _pending_root(request: Request) -> Path:
     return uploads_dir(request) / PENDING_DIR
 
@@ -68,7 +74,7 @@ def _sweep_pending(root: Path) -> None:
                 shutil.rmtree(folder, ignore_errors=True)
 
 
-def _preview(path: Path, max_rows: int) -> tuple[tuple[str, ...], list[list[str]], int]:
+def upload_preview(path: Path, max_rows: int) -> tuple[tuple[str, ...], list[list[str]], int]:
     """The first columns (at most PICKER_MAX_COLUMNS), the first rows' cells under them, and
     how many columns the file has, to help choose the email column."""
     info = inspect_csv(path, max_rows=max_rows, need_email=False)
@@ -145,12 +151,12 @@ async def _start_job(
         )
     except UploadError as exc:
         try:
-            preview = await to_thread.run_sync(_preview, path, settings.upload_max_rows)
+            preview = await to_thread.run_sync(upload_preview, path, settings.upload_max_rows)
         except UploadError:
             shutil.rmtree(folder, ignore_errors=True)
-            return await _upload_refused(request, account, store, 422, exc.detail)
+            return await _upload_refused(request, account, store, 422, dashboard_words(exc))
         return await _column_picker(
-            request, account, store, folder, filename, preview, exc.detail, column
+            request, account, store, folder, filename, preview, dashboard_words(exc), column
         )
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
@@ -160,10 +166,8 @@ async def _start_job(
         return await _upload_refused(
             request, account, store, 422, f"The column {info.email_column!r} holds no addresses."
         )
-    if folder.parent.name == PENDING_DIR:  # out of the sweeper's reach before the job exists
-        ready = uploads_dir(request) / folder.name
-        os.replace(folder, ready)
-        folder, path = ready, ready / "upload.csv"
+    folder = out_of_pending(request, folder)
+    path = folder / "upload.csv"
     try:
         job = await create_and_start(
             request,
@@ -199,16 +203,7 @@ async def _column_picker(
     beyond the question); a column the person chose and that does not work is a 422.
     """
     columns, rows, width = preview
-    if folder.parent.name != PENDING_DIR:
-        root = _pending_root(request)
-        await to_thread.run_sync(_forget_pending, root, account.id)
-        pending = root / (_pending_prefix(account.id) + folder.name)
-        pending.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(folder, pending)
-        folder = pending
-    token = dashboard_state(request).signer.dump_token(
-        {"upload": folder.name, "account": account.id, "filename": filename}
-    )
+    token = await keep_pending(request, account.id, folder, filename)
     undetected = chosen is None and why.startswith("No email column found")
     return await _upload_refused(
         request,
@@ -224,6 +219,61 @@ async def _column_picker(
             "width": width,
         },
     )
+
+
+async def keep_pending(
+    request: Request, account_id: int, folder: Path, filename: str | None
+) -> str:
+    """Keep an upload whose columns are to be chosen in ``pending/`` (replacing the account's
+    earlier waiting upload, of either picker); the signed token its picker form carries."""
+    if folder.parent.name != PENDING_DIR:
+        root = _pending_root(request)
+        await to_thread.run_sync(_forget_pending, root, account_id)
+        pending = root / (_pending_prefix(account_id) + folder.name)
+        pending.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(folder, pending)
+        folder = pending
+    return dashboard_state(request).signer.dump_token(
+        {"upload": folder.name, "account": account_id, "filename": filename}
+    )
+
+
+def claim_pending(request: Request, account_id: int, token: str) -> tuple[Path, dict] | None:
+    """The pending upload a picker's token names, claimed (``.claimed`` in its folder) so a
+    second submit of the same picker (a double click, two tabs) is told it is taken instead
+    of racing this one for the folder; None when it is gone, used or not this account's."""
+    data = dashboard_state(request).signer.load_token(token, max_age=PENDING_MAX_AGE)
+    folder = None
+    if data is not None and data.get("account") == account_id:
+        name = str(data.get("upload", ""))
+        if name and name.isalnum():
+            folder = _pending_root(request) / name
+    if folder is None or not (folder / "upload.csv").is_file():
+        return None
+    try:
+        os.close(os.open(folder / ".claimed", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except (FileExistsError, FileNotFoundError):
+        return None
+    return folder, data
+
+
+def release_claim(request: Request, folder: Path) -> None:
+    """Drop the claim, wherever the folder went (a started job's moved it out of pending)."""
+    for place in (folder / ".claimed", uploads_dir(request) / folder.name / ".claimed"):
+        with contextlib.suppress(FileNotFoundError):
+            place.unlink()
+
+
+def out_of_pending(request: Request, folder: Path) -> Path:
+    """Move a claimed upload out of the sweeper's reach before its job exists."""
+    if folder.parent.name != PENDING_DIR:
+        return folder
+    ready = uploads_dir(request) / folder.name
+    os.replace(folder, ready)
+    return ready
+
+
+GONE = "That upload is no longer waiting (it expired or was used); upload the file again."
 
 
 @router.post("/upload")
@@ -257,35 +307,13 @@ async def upload_column(
     request: Request, account: CurrentAccount, store: StoreDep, form: CheckedForm
 ) -> Response:
     """The picker's answer: the pending upload and the chosen column."""
-    data = dashboard_state(request).signer.load_token(
-        text_field(form, "upload", 4096), max_age=PENDING_MAX_AGE
-    )
-    folder = None
-    if data is not None and data.get("account") == account.id:
-        name = str(data.get("upload", ""))
-        if name and name.isalnum():
-            folder = _pending_root(request) / name
-    # Claimed before the work starts: a second submit of the same picker (a double click,
-    # two tabs) is told the upload is taken instead of racing this one for the folder.
-    claim = folder / ".claimed" if folder is not None else None
-    try:
-        if claim is None or not (claim.parent / "upload.csv").is_file():
-            raise FileNotFoundError
-        os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except (FileExistsError, FileNotFoundError):
-        return await _upload_refused(
-            request,
-            account,
-            store,
-            410,
-            "That upload is no longer waiting (it expired or was used); upload the file again.",
-        )
-    assert folder is not None
+    claimed = claim_pending(request, account.id, text_field(form, "upload", 4096))
+    if claimed is None:
+        return await _upload_refused(request, account, store, 410, GONE)
+    folder, data = claimed
     column = text_field(form, "email_column", 300).strip() or None
     try:
         async with plan_limits(request, account):
             return await _start_job(request, account, store, folder, column, data.get("filename"))
     finally:
-        for place in (claim, uploads_dir(request) / folder.name / claim.name):
-            with contextlib.suppress(FileNotFoundError):
-                place.unlink()
+        release_claim(request, folder)

@@ -46,11 +46,11 @@ from verimail.api.dashboard.security import (
 )
 from verimail.api.deps import get_store, limited_account
 from verimail.api.errors import DATABASE_UNAVAILABLE, ApiError, validation_detail
+from verimail.schemas.limits import MAX_INT
 from verimail.store.accounts import Account, get_account
 from verimail.store.db import Store
 from verimail.store.jobs import Job, get_job
 from verimail.store.sessions import session_ended
-from verimail.store.tables import MAX_INT
 
 log = logging.getLogger("verimail.dashboard")
 

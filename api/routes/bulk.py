@@ -42,8 +42,8 @@ from verimail.files.csv_detect import inspect_csv
 from verimail.schemas.bulk import JsonBulkRequest
 from verimail.schemas.errors import ValidationErrorBody
 from verimail.schemas.jobs import BulkJob, JsonBulkCreated, JsonBulkJob
+from verimail.schemas.limits import MAX_INT
 from verimail.store import jobs as job_store
-from verimail.store.tables import MAX_INT
 
 router = APIRouter(tags=["bulk jobs"])
 
@@ -142,6 +142,7 @@ async def create_bulk(request: Request, account: AccountDep, store: StoreDep) ->
     )
     out = BulkJob.of(job)
     out.webhook_secret = hook.get("webhook_secret")
+    out.notice = info.column_notice("Pass email_column to verify another.")
     return out
 
 

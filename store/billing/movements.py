@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection, Engine, func, insert, select, update
 
+from verimail.schemas.limits import MAX_INT
 from verimail.store.billing.ledger import net_charged_in
 from verimail.store.billing.pools import (
     Allowance,
@@ -38,7 +39,7 @@ from verimail.store.billing.pools import (
     lock_account,
 )
 from verimail.store.db import utcnow, write_tx
-from verimail.store.tables import MAX_INT, accounts, credit_ledger
+from verimail.store.tables import accounts, credit_ledger
 
 ChargeKind = Literal["charge", "reserve"]
 
