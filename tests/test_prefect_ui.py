@@ -109,3 +109,45 @@ def test_building_the_api_imports_no_prefect() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.strip() == "[]", done.stdout[:2000]
+
+
+def _time_wait_on(port: int) -> None:
+    """Leave a connection of a server on ``127.0.0.1:port`` in TIME_WAIT (the server closes
+    first, as a stopped server does) and its listener closed."""
+    import socket
+
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen()
+    client = socket.create_connection(("127.0.0.1", port))
+    served, _ = listener.accept()
+    served.close()  # (the side that closes first keeps the TIME_WAIT)
+    assert client.recv(1) == b""  # its FIN arrived
+    client.close()
+    listener.close()
+
+
+def test_port_check_ignores_time_wait_but_not_a_listener() -> None:
+    """Issue 36: a demo restarted within a minute was told "port 4200 is in use" while only
+    TIME_WAIT sockets of the stopped server were left."""
+    import errno
+    import socket
+
+    from verimail.runners.prefect_ui import port_free
+
+    port = free_port()
+    _time_wait_on(port)
+    with socket.socket() as plain:  # the old check: a bind without SO_REUSEADDR fails here
+        try:
+            plain.bind(("127.0.0.1", port))
+        except OSError as exc:
+            assert exc.errno == errno.EADDRINUSE
+        else:
+            raise AssertionError("no TIME_WAIT socket was left to test with")
+    assert port_free(port)
+    with socket.socket() as listening:
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listening.bind(("127.0.0.1", port))
+        listening.listen()
+        assert not port_free(port)
