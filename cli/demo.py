@@ -29,6 +29,7 @@ from rich.console import Console
 from verimail.cli.jobs import quiet_prefect
 from verimail.config import Settings
 from verimail.runners.prefect_ui import port_free
+from verimail.schemas.status_groups import groups
 from verimail.store.accounts import (
     authenticate,
     create_account,
@@ -173,17 +174,9 @@ async def _show_bulk(
     if job["status"] != "completed":
         console.print(f"job {job_id} did not complete: {job.get('failed_reason')}", **plain)
         return True
-    counts = {
-        k: job[k]
-        for k in (
-            "valid_count",
-            "invalid_count",
-            "catch_all_count",
-            "disposable_count",
-            "unknown_count",
-            "risky_count",
-        )
-    }
+    # One count per status group, as the dashboard's chart and list and `verimail bulk`
+    # show them (schemas/status_groups.py); the API's fields are sums of these.
+    counts = groups(job)
     console.print(f"BULK job={job_id} status=completed {json.dumps(counts)}", **plain)
     console.print("$ " + curl_line(base_url, key, f"/api/bulk/{job_id}/download"), **plain)
     download = await client.get(f"/api/bulk/{job_id}/download", headers=headers)
