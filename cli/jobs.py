@@ -56,11 +56,26 @@ def _cli_patterns():  # type: ignore[no-untyped-def]
         return None
 
 
+QUIET_PREFECT = {
+    "PREFECT_LOGGING_LEVEL": "WARNING",
+    # ...but a run's own lines still reach its Logs tab in the Prefect UI: they were dropped
+    # with the rest, and every run page showed an empty Logs tab.
+    "PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL": "INFO",
+    "PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL": "INFO",
+    "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "WARNING",
+}
+
+
 def quiet_prefect() -> None:
     """Prefect's INFO lines (each task started, finished) would bury the progress bar and
-    the results (or the demo's own output); its warnings still show. Called before Prefect
-    is imported: it reads this then. A ``PREFECT_LOGGING_LEVEL`` the user set is kept."""
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    the results (or the demo's own output) on the terminal; its warnings still show there,
+    and the runs' INFO lines go to the Prefect server (the run's Logs tab). Called before
+    Prefect is imported: it reads this then. A ``PREFECT_LOGGING_LEVEL`` the user set is
+    kept, and with it Prefect's own console output."""
+    if "PREFECT_LOGGING_LEVEL" in os.environ:
+        return
+    for name, value in QUIET_PREFECT.items():
+        os.environ.setdefault(name, value)
 
 
 RETRY_OPTION = typer.Option(

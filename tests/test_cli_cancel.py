@@ -7,9 +7,11 @@ subprocess, against the testbed, on the session's Prefect."""
 from __future__ import annotations
 
 import csv
+import re
 import signal
 import subprocess
 
+import httpx
 import pytest
 from api_helpers import clean_env, env_for_testbed
 from cli_helpers import VERIMAIL_BIN, WIDTH_ENV, folded, run_verimail
@@ -62,14 +64,23 @@ def _env(tb, tmp_path) -> dict[str, str]:  # type: ignore[no-untyped-def]
 
 def test_no_retry_unknowns_ends_after_one_pass_and_says_so(testbed_factory, tmp_path):
     env = _env(testbed_factory(_world()), tmp_path)
+    env.pop("PREFECT_LOGGING_LEVEL", None)  # (as a user runs it: the command's own quiet)
     people = tmp_path / "list.csv"
     people.write_text(LIST)
     done = run_verimail(["bulk", str(people), "--no-retry-unknowns"], env, timeout=180)
     assert done.returncode == 0, done.stderr
     assert "retries: off" in folded(done.stderr)
+    assert "| INFO" not in done.stderr  # (Prefect's INFO lines stay off the terminal...)
     with open(tmp_path / "list.results.csv", newline="") as fh:
         rows = list(csv.reader(fh))
     assert [row[-1] for row in rows] == ["Safe to Send", "Yes", "No", "No"]
+    # ...but reach the run's Logs tab (issue 36.2: it was empty).
+    job_id = re.search(r"^job (\d+):", done.stderr, re.MULTILINE).group(1)  # type: ignore[union-attr]
+    newest = {"limit": 200, "sort": "TIMESTAMP_DESC"}
+    logs = httpx.post(f"{env['PREFECT_API_URL']}/logs/filter", json=newest).json()
+    messages = [entry["message"] for entry in logs]
+    assert f"job {job_id}: 3 address rows, 3 unique" in messages, messages
+    assert any(m.startswith(f"job {job_id} completed: valid 1") for m in messages), messages
 
 
 def test_ctrl_c_keeps_the_settled_rows_refunds_the_rest_and_exits_130(testbed_factory, tmp_path):

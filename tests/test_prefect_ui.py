@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -45,6 +46,24 @@ def test_demo_prints_the_prefect_ui_and_it_answers(tmp_path: Path) -> None:
             assert "<html" in page.text.lower() and "prefect" in page.text.lower()
             settings = client.get(f"{url}/api/admin/settings").json()
             assert settings["server"]["analytics_enabled"] is False
+            # The deployments the demo promises, and a worker on their pool (issue 36.2):
+            # not "Not Ready", so a run started from a form runs.
+            deadline = time.monotonic() + 60  # (ready once the worker polls their queue)
+            while True:
+                deployments = client.post(f"{url}/api/deployments/filter", json={}).json()
+                if {d["status"] for d in deployments} == {"READY"} or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+            assert {d["name"] for d in deployments} >= {
+                "bulk-verify",
+                "find-emails",
+                "verify-shard",
+                "reverify-stored",
+            }, deployments
+            assert {d["work_pool_name"] for d in deployments} == {"verimail"}
+            assert {d["status"] for d in deployments} == {"READY"}, deployments
+            workers = client.post(f"{url}/api/work_pools/verimail/workers/filter", json={})
+            assert [w["status"] for w in workers.json()] == ["ONLINE"], workers.text
         demo.send_signal(signal.SIGTERM)
         rest = demo.stdout.read()
         assert demo.wait(timeout=60) == 0, rest
@@ -52,6 +71,21 @@ def test_demo_prints_the_prefect_ui_and_it_answers(tmp_path: Path) -> None:
         if demo.poll() is None:
             demo.kill()
     _assert_gone(url)  # (no server left running per demo started)
+    assert not _processes_naming(f"verimail-{demo.pid}"), "the demo's worker outlived it"
+
+
+def _processes_naming(word: str) -> list[int]:
+    """Processes whose command line holds ``word`` (a worker's ``--name``)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if word in command.split():
+                found.append(int(entry.name))
+    return found
 
 
 def _assert_gone(url: str) -> None:
