@@ -64,6 +64,23 @@ def test_demo_prints_the_prefect_ui_and_it_answers(tmp_path: Path) -> None:
             assert {d["status"] for d in deployments} == {"READY"}, deployments
             workers = client.post(f"{url}/api/work_pools/verimail/workers/filter", json={})
             assert [w["status"] for w in workers.json()] == ["ONLINE"], workers.text
+            # A run made from bulk-verify's form (what Run → Custom run posts) is run.
+            inbox = tmp_path / ".verimail" / "demo" / "inbox"
+            inbox.mkdir(parents=True, exist_ok=True)
+            (inbox / "leads.csv").write_text("email\nalice@acme.test\nnobody@acme.test\n")
+            bulk = next(d for d in deployments if d["name"] == "bulk-verify")
+            form = {"verify": {"account": "demo@verimail.localhost", "file": "inbox/leads.csv"}}
+            run = client.post(
+                f"{url}/api/deployments/{bulk['id']}/create_flow_run", json={"parameters": form}
+            ).json()
+            deadline = time.monotonic() + 240  # (the worker polls every 10 s, then starts it)
+            while True:
+                state = client.get(f"{url}/api/flow_runs/{run['id']}").json()["state"]
+                if state["type"] in ("COMPLETED", "FAILED", "CRASHED"):
+                    break
+                assert time.monotonic() < deadline, state
+                time.sleep(0.5)
+            assert state["type"] == "COMPLETED", state
         demo.send_signal(signal.SIGTERM)
         rest = demo.stdout.read()
         assert demo.wait(timeout=60) == 0, rest
