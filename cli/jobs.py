@@ -148,6 +148,7 @@ def _cancel(settings, store, runner, kind: str, job_id: int, partial: Path | Non
     the interpreter would wait for at exit (minutes, for a job parked on a slow server);
     everything it could write is settled by then, and the job is no longer its to finish."""
     from verimail.jobs.cancel import cancel_bulk_job
+    from verimail.schemas.jobs import BulkJob
     from verimail.store import jobs as job_store
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a second Ctrl-C must not cut this short)
@@ -155,17 +156,18 @@ def _cancel(settings, store, runner, kind: str, job_id: int, partial: Path | Non
     if kind == "bulk" and partial is not None:
         done = cancel_bulk_job(settings, store, job_id, partial)
         settled, total, written = done.settled_rows, done.total_rows, done.partial_csv
-    else:  # (a finder job's finds are refunded with it: nothing is charged for it)
+        refunded = "the rest was refunded"
+    else:  # (a failed finder job refunds every find: a cancelled one charges nothing)
         job = job_store.get_job_any(store.engine, job_id)
-        settled, total, written = (
-            (job.processed_emails, job.total_emails, None) if job else (0, 0, None)
-        )
+        assert job is not None
+        waiting = BulkJob.of(job).retry_waiting or 0  # (parked rows: not settled)
+        settled, total, written = job.processed_emails - waiting, job.total_emails, None
         job_store.mark_failed(
             store.engine, job_id, f"cancelled by its owner after {settled} of {total} rows"
         )
+        refunded = "its finds were refunded"
     console.print(
-        f"job {job_id} cancelled after {settled} of {total} rows; the rest was refunded.",
-        highlight=False,
+        f"job {job_id} cancelled after {settled} of {total} rows; {refunded}.", highlight=False
     )
     if written is not None:
         console.print(Text(f"partial results ({settled} rows): {written}"))

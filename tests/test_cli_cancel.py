@@ -142,3 +142,46 @@ def test_ctrl_c_keeps_the_settled_rows_refunds_the_rest_and_exits_130(testbed_fa
     assert history.returncode == 0, history.stderr
     assert "alice@acme.test" in history.stdout and "nobody@acme.test" in history.stdout
     assert "busy.test" not in history.stdout
+
+
+def test_ctrl_c_in_find_file_records_the_job_cancelled_and_exits_130(testbed_factory, tmp_path):
+    """`verimail find --file` stopped while it waits on the 421 server: the finder job is
+    recorded as cancelled by its owner (a failed finder job refunds its finds), not left
+    for the reaper, and the command exits 130."""
+    env = _env(testbed_factory(_world()), tmp_path)
+    people = tmp_path / "people.csv"
+    people.write_text("first_name,last_name,domain\nAlice,Smith,acme.test\nAnn,Lee,busy.test\n")
+    process = subprocess.Popen(
+        [str(VERIMAIL_BIN), "find", "--file", str(people)],
+        env={**env, **WIDTH_ENV},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        lines = []
+        assert process.stderr is not None
+        for line in process.stderr:
+            lines.append(line)
+            if "waiting to retry 1 put off" in line:
+                break
+        else:
+            raise AssertionError("".join(lines))
+        assert "up to 2 later pass(es)" in folded("".join(lines))
+        process.send_signal(signal.SIGINT)
+        _, rest = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    said = folded("".join(lines) + rest)
+    assert process.returncode == 130, said
+    assert "job 1 cancelled after 1 of 2 rows; its finds were refunded" in said, said
+    store = init_store(Settings(data_dir=tmp_path / "data"))
+    try:
+        job = job_store.get_job_any(store.engine, 1)
+        assert job is not None and job.status == "failed", job
+        assert job.failed_reason == "cancelled by its owner after 1 of 2 rows"
+        assert job.credits_used == 0  # (its finds refunded)
+    finally:
+        store.close()
