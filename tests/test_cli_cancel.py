@@ -62,6 +62,35 @@ def _env(tb, tmp_path) -> dict[str, str]:  # type: ignore[no-untyped-def]
     )
 
 
+def _ctrl_c_once_parked(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    """Run ``verimail *args``, send SIGINT once its progress shows the job waiting for a
+    retry pass (read from its output, no sleeps); (exit status, output before, all)."""
+    process = subprocess.Popen(
+        [str(VERIMAIL_BIN), *args],
+        env={**env, **WIDTH_ENV},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        lines = []
+        assert process.stderr is not None
+        for line in process.stderr:  # (plain progress lines: stderr is no terminal here)
+            lines.append(line)
+            if "waiting to retry 1 put off" in line:
+                break
+        else:
+            raise AssertionError("".join(lines))
+        process.send_signal(signal.SIGINT)
+        _, rest = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    before = folded("".join(lines))
+    return process.returncode, before, folded("".join(lines) + rest)
+
+
 def test_no_retry_unknowns_ends_after_one_pass_and_says_so(testbed_factory, tmp_path):
     env = _env(testbed_factory(_world()), tmp_path)
     env.pop("PREFECT_LOGGING_LEVEL", None)  # (as a user runs it: the command's own quiet)
@@ -88,33 +117,10 @@ def test_ctrl_c_keeps_the_settled_rows_refunds_the_rest_and_exits_130(testbed_fa
     people = tmp_path / "list.csv"
     people.write_text(LIST)
     out = tmp_path / "out.csv"
-    process = subprocess.Popen(
-        [str(VERIMAIL_BIN), "bulk", str(people), "--out", str(out)],
-        env={**env, **WIDTH_ENV},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        lines = []
-        assert process.stderr is not None
-        for line in process.stderr:  # (plain progress lines: stderr is no terminal here)
-            lines.append(line)
-            if "waiting to retry 1 put off" in line:
-                break
-        else:
-            raise AssertionError("".join(lines))
-        start = folded("".join(lines))
-        assert "up to 2 later pass(es), which may add up to 45 min" in start, start
-        assert "--no-retry-unknowns" in start and "greylisted" not in start
-        process.send_signal(signal.SIGINT)
-        _, rest = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    said = folded("".join(lines) + rest)
-    assert process.returncode == 130, said
+    code, start, said = _ctrl_c_once_parked(["bulk", str(people), "--out", str(out)], env)
+    assert "up to 2 later pass(es), which may add up to 45 min" in start, start
+    assert "--no-retry-unknowns" in start and "greylisted" not in start
+    assert code == 130, said
     partial = tmp_path / "out.partial.csv"
     assert f"partial results (2 rows): {partial}" in said, said
     assert "cancelled after 2 of 3 rows" in said and not out.exists()
@@ -151,31 +157,9 @@ def test_ctrl_c_in_find_file_records_the_job_cancelled_and_exits_130(testbed_fac
     env = _env(testbed_factory(_world()), tmp_path)
     people = tmp_path / "people.csv"
     people.write_text("first_name,last_name,domain\nAlice,Smith,acme.test\nAnn,Lee,busy.test\n")
-    process = subprocess.Popen(
-        [str(VERIMAIL_BIN), "find", "--file", str(people)],
-        env={**env, **WIDTH_ENV},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        lines = []
-        assert process.stderr is not None
-        for line in process.stderr:
-            lines.append(line)
-            if "waiting to retry 1 put off" in line:
-                break
-        else:
-            raise AssertionError("".join(lines))
-        assert "up to 2 later pass(es)" in folded("".join(lines))
-        process.send_signal(signal.SIGINT)
-        _, rest = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    said = folded("".join(lines) + rest)
-    assert process.returncode == 130, said
+    code, start, said = _ctrl_c_once_parked(["find", "--file", str(people)], env)
+    assert "up to 2 later pass(es)" in start
+    assert code == 130, said
     assert "job 1 cancelled after 1 of 2 rows; its finds were refunded" in said, said
     store = init_store(Settings(data_dir=tmp_path / "data"))
     try:
