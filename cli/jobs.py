@@ -84,6 +84,8 @@ RETRY_OPTION = typer.Option(
     help="Ask the addresses a server put off (greylisting, 421, other 4xx, timeouts) again "
     "in later passes, minutes apart; --no-retry-unknowns ends after the first pass.",
 )
+PLAIN: dict[str, bool] = {"markup": False, "highlight": False, "soft_wrap": True}
+"""Lines a person (or a script) reads whole: never wrapped at the terminal's width."""
 CANCELLED_EXIT = 130  # (128 + SIGINT, as a shell reports a command stopped by Ctrl-C)
 
 
@@ -166,11 +168,9 @@ def _cancel(settings, store, runner, kind: str, job_id: int, partial: Path | Non
             store.engine, job_id, f"cancelled by its owner after {settled} of {total} rows"
         )
         refunded = "its finds were refunded"
-    console.print(
-        f"job {job_id} cancelled after {settled} of {total} rows; {refunded}.", highlight=False
-    )
+    console.print(f"job {job_id} cancelled after {settled} of {total} rows; {refunded}.", **PLAIN)
     if written is not None:
-        console.print(Text(f"partial results ({settled} rows): {written}"))
+        console.print(f"partial results ({settled} rows): {written}", **PLAIN)
     runner.shutdown()  # (stops the parked job's timer and this process's Prefect server)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -239,7 +239,7 @@ def bulk_command(
         "seconds to start)…",
         highlight=False,
     )
-    console.print(retry_notice(settings, retry_unknowns), highlight=False)
+    console.print(retry_notice(settings, retry_unknowns), **PLAIN)
     partial = target.with_name(f"{target.stem}.partial.csv")
     current = _run_here(settings, store, "bulk", job.id, count, partial)
     shutil.copyfile(current.result_path or "", target)
@@ -315,7 +315,7 @@ def find_command(
         info=info,
         options={"source": "cli", **_retry_options(retry_unknowns)},
     )
-    console.print(retry_notice(settings, retry_unknowns), highlight=False)
+    console.print(retry_notice(settings, retry_unknowns), **PLAIN)
     current = _run_here(settings, store, "finder", job.id, rows.height)
     shutil.copyfile(current.result_path or "", target)
     console.print(
