@@ -159,6 +159,10 @@ def _cancel(settings, store, runner, kind: str, job_id: int, partial: Path | Non
         done = cancel_bulk_job(settings, store, job_id, partial)
         settled, total, written = done.settled_rows, done.total_rows, done.partial_csv
         refunded = "the rest was refunded"
+        if not done.recorded:  # (it ended as the key was pressed: its page says how)
+            console.print(f"job {job_id} had ended already: verimail history job {job_id}", **PLAIN)
+            runner.shutdown()
+            os._exit(CANCELLED_EXIT)
     else:  # (a failed finder job refunds every find: a cancelled one charges nothing)
         job = job_store.get_job_any(store.engine, job_id)
         assert job is not None
