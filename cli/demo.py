@@ -27,6 +27,7 @@ import typer
 from rich.console import Console
 
 from verimail.cli.jobs import quiet_prefect
+from verimail.schemas.status_groups import groups
 from verimail.testbed.cli import DEFAULT_WORLD, DnsPortOption, SmtpPortOption, start_or_exit
 
 if TYPE_CHECKING:
@@ -194,17 +195,9 @@ async def _show_bulk(
     if job["status"] != "completed":
         console.print(f"job {job_id} did not complete: {job.get('failed_reason')}", **plain)
         return True
-    counts = {
-        k: job[k]
-        for k in (
-            "valid_count",
-            "invalid_count",
-            "catch_all_count",
-            "disposable_count",
-            "unknown_count",
-            "risky_count",
-        )
-    }
+    # One count per status group, as the dashboard's chart and list and `verimail bulk`
+    # show them (schemas/status_groups.py); the API's fields are sums of these.
+    counts = groups(job)
     console.print(f"BULK job={job_id} status=completed {json.dumps(counts)}", **plain)
     console.print("$ " + curl_line(base_url, key, f"/api/bulk/{job_id}/download"), **plain)
     download = await client.get(f"/api/bulk/{job_id}/download", headers=headers)
@@ -278,7 +271,10 @@ async def _serve_and_show(
     console.print(f"Dashboard: {base_url}/dashboard (sign up there, or use the key above)")
     console.print(metrics_line(settings, base_url), **plain)
     if prefect_url is not None:
-        console.print(f"Prefect UI: {prefect_url} (flow runs, job summaries, deployments)")
+        console.print(
+            f"Prefect UI: {prefect_url} (flow runs, job summaries, and the deployments: "
+            "Run → Custom run on one, and the demo's worker runs it)"
+        )
 
     if once:
         server.should_exit = True
@@ -307,6 +303,45 @@ def _start_prefect_ui(
         return None
     console.print(f"[bold]Prefect UI[/bold] {server.url}")
     return server.url
+
+
+def _deployments_and_worker(
+    console: Console,
+    stack: contextlib.ExitStack,
+    api_url: str,
+    settings: Settings,
+    env: dict[str, str],
+) -> bool:
+    """Register the deployments on the demo's work pool and start one worker on it (stopped
+    with ``stack``), so a run started from a deployment's form in the UI runs; False (and
+    a line saying why) when that fails: the demo goes on, its own jobs need neither."""
+    import httpx
+
+    from verimail.runners.deploy import register_deployments
+    from verimail.runners.worker import WorkerError, process_worker
+
+    pool = settings.prefect_work_pool
+    try:
+        with console.status(f"registering the deployments and a worker on pool {pool!r}…"):
+            names = register_deployments(pool, schedule=False)
+            log = settings.data_dir / "prefect-worker.log"
+            stack.enter_context(process_worker(api_url, pool, env, log))
+    except (WorkerError, httpx.HTTPError, OSError) as exc:
+        console.print(f"[yellow]No deployments' worker: {exc}[/yellow]")
+        return False
+    console.print(f"[bold]Deployments[/bold] {', '.join(names)}; a worker on pool {pool!r}")
+    return True
+
+
+def _worker_environment(settings: Settings, testbed_env: dict[str, str]) -> dict[str, str]:
+    """The demo's settings as ``VERIMAIL_*`` variables, for the worker's flow runs."""
+    return {
+        **testbed_env,
+        "VERIMAIL_DATA_DIR": str(settings.data_dir),
+        "VERIMAIL_DATABASE_URL": str(settings.database_url),
+        "VERIMAIL_JOB_RETRY_DELAY": str(settings.job_retry_delay),
+        "VERIMAIL_JOB_RETRY_MAX_WAIT": str(settings.job_retry_max_wait),
+    }
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -373,6 +408,9 @@ def demo_command(
         prefect_url = None
         if prefect_ui:
             prefect_url = _start_prefect_ui(console, ui, prefect_ui_port, data_dir)
+        if prefect_url is not None:
+            env = _worker_environment(settings, tb.environment())
+            _deployments_and_worker(console, ui, f"{prefect_url}/api", settings, env)
         # SIGTERM ends the demo as Ctrl-C does. uvicorn captures it while serving and raises
         # it again once stopped, which killed the process there: "demo stopped" was never
         # printed and the testbed never closed.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import sys
 import time
 from pathlib import Path
 
@@ -53,35 +55,129 @@ def _cli_patterns():  # type: ignore[no-untyped-def]
         return None
 
 
+QUIET_PREFECT = {
+    "PREFECT_LOGGING_LEVEL": "WARNING",
+    # ...but a run's own lines still reach its Logs tab in the Prefect UI: they were dropped
+    # with the rest, and every run page showed an empty Logs tab.
+    "PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL": "INFO",
+    "PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL": "INFO",
+    "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "WARNING",
+}
+
+
 def quiet_prefect() -> None:
     """Prefect's INFO lines (each task started, finished) would bury the progress bar and
-    the results (or the demo's own output); its warnings still show. Called before Prefect
-    is imported: it reads this then. A ``PREFECT_LOGGING_LEVEL`` the user set is kept."""
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    the results (or the demo's own output) on the terminal; its warnings still show there,
+    and the runs' INFO lines go to the Prefect server (the run's Logs tab). Called before
+    Prefect is imported: it reads this then. A ``PREFECT_LOGGING_LEVEL`` the user set is
+    kept, and with it Prefect's own console output."""
+    if "PREFECT_LOGGING_LEVEL" in os.environ:
+        return
+    for name, value in QUIET_PREFECT.items():
+        os.environ.setdefault(name, value)
 
 
-def _run_here(settings, store, kind: str, job_id: int, total: int):  # type: ignore[no-untyped-def]
-    """Run a job's flow in this process with a progress bar; the finished job row."""
+RETRY_OPTION = typer.Option(
+    True,
+    "--retry-unknowns/--no-retry-unknowns",
+    help="Ask the addresses a server put off (greylisting, 421, other 4xx, timeouts) again "
+    "in later passes, minutes apart; --no-retry-unknowns ends after the first pass.",
+)
+PLAIN: dict[str, bool] = {"markup": False, "highlight": False, "soft_wrap": True}
+"""Lines a person (or a script) reads whole: never wrapped at the terminal's width."""
+CANCELLED_EXIT = 130  # (128 + SIGINT, as a shell reports a command stopped by Ctrl-C)
+
+
+def retry_notice(settings, retry_unknowns: bool) -> str:  # type: ignore[no-untyped-def]
+    """The start line on deferred retries: how long they may hold the run, or that they are
+    off. A run once sat 45 minutes in the foreground on one address without a word."""
+    from verimail.jobs import retries
+
+    if not retry_unknowns or settings.job_retry_passes <= 0:
+        return "retries: off (addresses a server puts off end as unknown after one pass)"
+    passes, waited, done = 0, 0.0, 0
+    while (step := retries.plan(settings, done, waited)) is not None:
+        done, _, waited = step
+        passes += 1
+    return (
+        f"retries: addresses a server puts off are asked again in up to {passes} later "
+        f"pass(es), which may add up to {waited / 60:.0f} min; --no-retry-unknowns skips them"
+    )
+
+
+def _retry_options(retry_unknowns: bool) -> dict[str, object]:
+    return {} if retry_unknowns else {"retry_unknowns": False}  # (as the API stores it)
+
+
+def _run_here(  # type: ignore[no-untyped-def]
+    settings, store, kind: str, job_id: int, total: int, partial: Path | None = None
+):
+    """Run a job's flow in this process with a progress bar; the finished job row.
+
+    Ctrl-C stops the job for its owner (``partial``: where a bulk job's verified rows go):
+    see :func:`_cancel`."""
     from verimail.runners.local import LocalRunner
     from verimail.store import jobs as job_store
 
     runner = LocalRunner(settings)
     runner.submit(kind, job_id)
     counts_of = finder_counts if kind == "finder" else status_counts
-    with JobProgress(console, total, counts_of) as progress:
-        while True:
-            current = job_store.get_job_any(store.engine, job_id)
-            assert current is not None
-            progress.update(current, final=current.finished)
-            if current.finished:
-                break
-            time.sleep(0.2)
+    try:
+        with JobProgress(console, total, counts_of) as progress:
+            while True:
+                current = job_store.get_job_any(store.engine, job_id)
+                assert current is not None
+                progress.update(current, final=current.finished)
+                if current.finished:
+                    break
+                time.sleep(0.2)
+    except KeyboardInterrupt:
+        _cancel(settings, store, runner, kind, job_id, partial)
     runner.wait()
     runner.shutdown()
     if current.status != "completed":
         console.print(Text.assemble((f"job {job_id} failed: ", "red"), current.failed_reason or ""))
         raise typer.Exit(1)
     return current
+
+
+def _cancel(settings, store, runner, kind: str, job_id: int, partial: Path | None) -> None:  # type: ignore[no-untyped-def]
+    """Ctrl-C: record the job as cancelled by its owner, its verified rows kept (history
+    and ``partial``) and the rest refunded (``jobs/cancel.py``), say so, and exit 130.
+
+    Ends with ``os._exit``: the flow still runs in a worker thread of this process, which
+    the interpreter would wait for at exit (minutes, for a job parked on a slow server);
+    everything it could write is settled by then, and the job is no longer its to finish."""
+    from verimail.jobs.cancel import cancel_bulk_job
+    from verimail.schemas.jobs import BulkJob
+    from verimail.store import jobs as job_store
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a second Ctrl-C must not cut this short)
+    console.print("stopping: keeping what was verified…", highlight=False)
+    if kind == "bulk" and partial is not None:
+        done = cancel_bulk_job(settings, store, job_id, partial)
+        settled, total, written = done.settled_rows, done.total_rows, done.partial_csv
+        refunded = "the rest was refunded"
+        if not done.recorded:  # (it ended as the key was pressed: its page says how)
+            console.print(f"job {job_id} had ended already: verimail history job {job_id}", **PLAIN)
+            runner.shutdown()
+            os._exit(CANCELLED_EXIT)
+    else:  # (a failed finder job refunds every find: a cancelled one charges nothing)
+        job = job_store.get_job_any(store.engine, job_id)
+        assert job is not None
+        waiting = BulkJob.of(job).retry_waiting or 0  # (parked rows: not settled)
+        settled, total, written = job.processed_emails - waiting, job.total_emails, None
+        job_store.mark_failed(
+            store.engine, job_id, f"cancelled by its owner after {settled} of {total} rows"
+        )
+        refunded = "its finds were refunded"
+    console.print(f"job {job_id} cancelled after {settled} of {total} rows; {refunded}.", **PLAIN)
+    if written is not None:
+        console.print(f"partial results ({settled} rows): {written}", **PLAIN)
+    runner.shutdown()  # (stops the parked job's timer and this process's Prefect server)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(CANCELLED_EXIT)
 
 
 def _results_path(out: Path | None, default: Path) -> Path:
@@ -102,11 +198,14 @@ def bulk_command(
     ),
     column: str | None = typer.Option(None, "--column", "-c", help="The email column."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Where to write results CSV."),
+    retry_unknowns: bool = RETRY_OPTION,
 ) -> None:
     """Verify a CSV with the bulk-verify flow, here and now, with a progress bar.
 
     The job is booked to an operator account (cli@verimail.localhost, enterprise plan)
     that is granted exactly the credits the file needs, so the ledger stays complete.
+    Ctrl-C cancels the job: the rows verified so far go to <results>.partial.csv and the
+    history, the rest is refunded, and the command exits 130.
     """
     quiet_prefect()
     from verimail.config import get_settings
@@ -139,17 +238,20 @@ def bulk_command(
         upload=file.resolve(),
         info=job_input.info,
         email_column=job_input.info.email_reference,
-        options={"source": "cli"},
+        options={"source": "cli", **_retry_options(retry_unknowns)},
     )
     console.print(
         f"job {job.id}: {count} addresses ({len(job_input.uniques)} unique) from "
         f"column {job_input.info.email_column!r}; starting the flow (Prefect may take a few "
-        "seconds to start)…"
+        "seconds to start)…",
+        highlight=False,
     )
     notice = job_input.info.column_notice("--column chooses another.")
     if notice:
         console.print(Text(notice, style="yellow"))
-    current = _run_here(settings, store, "bulk", job.id, count)
+    console.print(retry_notice(settings, retry_unknowns), **PLAIN)
+    partial = target.with_name(f"{target.stem}.partial.csv")
+    current = _run_here(settings, store, "bulk", job.id, count, partial)
     shutil.copyfile(current.result_path or "", target)
     Console().print(summary_table(status_counts(current)))
     console.print(Text(f"results: {target}"))
@@ -165,6 +267,7 @@ def find_command(
     out: Path | None = typer.Option(None, "--out", "-o", help="Results CSV (with --file)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
     max_probes: int | None = typer.Option(None, "--max-probes", min=1, help="Candidates to try."),
+    retry_unknowns: bool = RETRY_OPTION,
 ) -> None:
     """Find a person's email address at a company domain (never a role inbox).
 
@@ -225,8 +328,9 @@ def find_command(
         rows.height,
         upload=file.resolve(),
         info=info,
-        options={"source": "cli"},
+        options={"source": "cli", **_retry_options(retry_unknowns)},
     )
+    console.print(retry_notice(settings, retry_unknowns), **PLAIN)
     current = _run_here(settings, store, "finder", job.id, rows.height)
     shutil.copyfile(current.result_path or "", target)
     console.print(

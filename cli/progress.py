@@ -19,23 +19,17 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-# The API's status names (GET /api/bulk/{id}, the batch summary), in the order shown.
-STATUS_NAMES = ("valid", "likely_valid", "catchall", "risky", "disposable", "invalid", "unknown")
+from verimail.schemas.status_groups import STATUSES, groups
+
+STATUS_NAMES = STATUSES
+"""The API's status names in the order every surface shows them (one definition)."""
 PLAIN_EVERY = 2.0  # seconds between plain progress lines (not on a terminal)
 
 
 def status_counts(job: Any) -> dict[str, int]:
-    """A bulk job's counts under the API's status names. The job row keeps ``catch_all_count``
-    for both catch-all statuses and ``likely_valid_count`` for the confident part."""
-    return {
-        "valid": job.valid_count,
-        "likely_valid": job.likely_valid_count,
-        "catchall": job.catch_all_count - job.likely_valid_count,
-        "risky": job.risky_count,
-        "disposable": job.disposable_count,
-        "invalid": job.invalid_count,
-        "unknown": job.unknown_count,
-    }
+    """A bulk job's counts under the API's status names, one per status group
+    (``schemas/status_groups.py``: the same groups as the dashboard and the demo)."""
+    return groups(job)
 
 
 def finder_counts(job: Any) -> dict[str, int]:
@@ -55,19 +49,20 @@ def _duration(seconds: float) -> str:
 
 
 def retry_phase(fields: dict[str, Any], now: datetime | None = None) -> str | None:
-    """What a job waiting on greylisted hosts is doing, from its API fields (``phase``,
-    ``retry_waiting``, ``next_retry_at`` of GET /api/bulk/{id}); None while it simply
-    verifies, or when the job has no phase."""
+    """What a job waiting on servers that put it off is doing, from its API fields
+    (``phase``, ``retry_waiting``, ``next_retry_at`` of GET /api/bulk/{id}); None while it
+    simply verifies, or when the job has no phase. "Put off", not "greylisted": the parked
+    addresses include 421s, other 4xx and timeouts (``jobs/retries.RETRYABLE``)."""
     phase, waiting = fields.get("phase"), fields.get("retry_waiting") or 0
     if phase == "waiting_to_retry":
-        text = f"waiting to retry {waiting} greylisted"
+        text = f"waiting to retry {waiting} put off"
         next_at = fields.get("next_retry_at")
         if isinstance(next_at, datetime):
             left = (next_at - (now or datetime.now(UTC))).total_seconds()
             text += f" (next try in {_duration(max(left, 0))})"
         return text
     if phase == "retrying":
-        return f"retrying {waiting} greylisted"
+        return f"retrying {waiting} put off"
     return None
 
 

@@ -26,6 +26,7 @@ import contextlib
 import csv
 import json
 import shutil
+import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -57,6 +58,9 @@ RESULT_FIELDS = tuple(VerificationResult.model_fields)
 RESULT_COLUMNS = {name: "verified_email" if name == "email" else name for name in RESULT_FIELDS}
 RESULT_PARTS = "result-parts"
 PART_ROWS = 20_000  # results a run holds before writing them out
+PART_SECONDS = 5.0
+"""...or for at most this long: a run stopped by its owner (Ctrl-C in ``verimail bulk``)
+keeps all but its last seconds of results (``jobs/cancel.py`` reads the parts)."""
 
 
 def _dtype(annotation: Any) -> pl.DataType:
@@ -183,10 +187,13 @@ class ResultParts:
         self.part_rows = part_rows or PART_ROWS
         self.pending: dict[str, VerificationResult] = {}
         self.parts = len(list(directory.glob(f"{prefix}-*.parquet")))
+        self.flushed_at = time.monotonic()
 
     def add(self, results: Iterable[tuple[str, VerificationResult]]) -> None:
         self.pending.update(results)
-        if len(self.pending) >= self.part_rows:
+        if len(self.pending) >= self.part_rows or (
+            self.pending and time.monotonic() - self.flushed_at >= PART_SECONDS
+        ):
             self.flush()
 
     def flush(self) -> None:
@@ -197,6 +204,7 @@ class ResultParts:
             partial.replace(path)  # (a reader sees a whole part or none)
             self.parts += 1
             self.pending = {}
+        self.flushed_at = time.monotonic()
 
     def frame(self) -> pl.DataFrame:
         """Every result written to the folder, one row per address."""
@@ -434,6 +442,18 @@ def results_csv(
     )
     tmp.replace(out)
     return out
+
+
+def write_partial_results(
+    upload: Path, job_input: JobInput, by_address: pl.DataFrame, dest: Path
+) -> int:
+    """The rows of a stopped job that have a result, with ``Safe to Send`` and the details
+    columns, to ``dest`` (its owner keeps what was verified); the rows written."""
+    frame = _result_frame(job_input, by_address)
+    keep = frame.get_column("status").is_not_null().to_list()
+    safe = frame.get_column("safe_to_send").fill_null(False).to_list()
+    columns = {SAFE_COLUMN: ["Yes" if v else "No" for v in safe], **_details(frame)}
+    return write_results_csv(upload, job_input.info, dest, columns, keep=keep)
 
 
 def _read_results(directory: Path, columns: list[str]) -> pl.DataFrame:

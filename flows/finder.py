@@ -156,7 +156,13 @@ async def find_emails(
 ) -> dict[str, Any]:
     """Run an Email Finder CSV job (created by ``POST /api/find-email/csv``) as run
     ``attempt`` (the number it was submitted as); ``retry_pass``: its deferred pass of
-    that number, for the rows an earlier pass parked."""
+    that number, for the rows an earlier pass parked.
+
+    Args:
+        job_id: The finder job to run: its number (the `job_id` of the dashboard's job page
+            or of POST /api/find-email/csv). A job that is running or has ended is left
+            alone; an interrupted one is resumed.
+    """
     settings = current_settings()
     store = store_for(settings)
     started = await start_job(store, job_id, attempt, retry_pass=retry_pass)

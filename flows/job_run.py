@@ -29,6 +29,7 @@ from verimail.jobs import retries
 from verimail.jobs.context import no_such_job
 from verimail.jobs.heartbeat import Superseded, as_owner, started_late, superseded_outcome
 from verimail.jobs.notify import notify_job
+from verimail.schemas.status_groups import groups
 from verimail.store import jobs as job_store
 from verimail.store.db import Store
 from verimail.store.job_retries import claim_retry_pass, park_for_retry
@@ -112,10 +113,21 @@ async def run_as_owner(
         return await _park(store, job, summary, kind)
     if summary["status"] == "sharded":  # (its shards run on: the last one starts the merge)
         return summary
+    _log_end(job, summary)
     # (Outside the try: a run cancelled while it delivers must not deliver again as failed.)
     await notify_job(settings, job.id)
     await publish_job_summary(settings, store, job.id)
     return summary
+
+
+def _log_end(job: job_store.Job, summary: Outcome) -> None:
+    """The job's end in the run's Logs tab: its counts by status group (a bulk job's) or
+    its outcome's counts (a finder job's)."""
+    from prefect import get_run_logger
+
+    counts = groups(summary) if "valid_count" in summary else summary
+    shown = ", ".join(f"{k} {v}" for k, v in counts.items() if isinstance(v, int) and v)
+    get_run_logger().info("job %s %s: %s", job.id, summary.get("status"), shown or "no rows")
 
 
 def next_pass(

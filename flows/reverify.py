@@ -90,8 +90,8 @@ def _artifact_name(job_id: int | None, file_path: str | None, older_than_days: i
 
 @flow(name="reverify-stored", persist_result=False, log_prints=True)
 async def reverify_stored(
-    job_id: int | None = None,
-    file_path: str | None = None,
+    job_id: int | SkipJsonSchema[None] = None,
+    file_path: str | SkipJsonSchema[None] = None,
     older_than_days: int = 30,
     retry_unknowns: bool = True,
     account_id: SkipJsonSchema[int | None] = None,

@@ -41,7 +41,17 @@ PROGRESS_SECONDS = 1.0  # at most one progress write per this many seconds
 async def verify_shard(job_id: int, shard: int, attempt: int, merge: bool = True) -> dict[str, Any]:
     """Verify shard ``shard`` of bulk job ``job_id`` as its run ``attempt``; with
     ``merge``, the run that finishes the job's last shard starts the job's merge (a
-    subflow of the job's own run leaves that to the job)."""
+    subflow of the job's own run leaves that to the job).
+
+    Args:
+        job_id: The big bulk job the shard belongs to (its number). Shard runs are started
+            by the job's own run, not by hand.
+        shard: Which of the job's shards (from 0), as the job's run planned them.
+        attempt: The job's run this shard run works for; a shard run of an earlier run
+            stops at once.
+        merge: Whether the run that finishes the job's last shard starts the job's merge
+            (off for a shard run inside the job's own run).
+    """
     settings = current_settings()
     store = store_for(settings)
     outcome: dict[str, Any] = {"job_id": job_id, "shard": shard, "attempt": attempt}

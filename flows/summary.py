@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from verimail.config import Settings
+from verimail.schemas.status_groups import groups
 from verimail.store import jobs as job_store
 from verimail.store.db import Store
 
@@ -33,17 +34,6 @@ PREFECT_CALL_TIMEOUT = 5.0
 """Seconds a Prefect API call of this module may take (the client itself waits up to 60 s)."""
 INSTALLATION_FILE = "installation-id"
 
-# Statuses counted in a bulk job's summary, as the job row counts them (catchall holds both
-# catch-all statuses; likely_valid is its confident part).
-_STATUS_ROWS = (
-    ("valid", "valid_count"),
-    ("invalid", "invalid_count"),
-    ("catch-all (incl. likely valid)", "catch_all_count"),
-    ("likely valid", "likely_valid_count"),
-    ("disposable", "disposable_count"),
-    ("unknown", "unknown_count"),
-    ("risky", "risky_count"),
-)
 _FINDER_ROWS = (
     ("found", "found_count"),
     ("catch-all", "catch_all_count"),
@@ -114,8 +104,10 @@ def summary_rows(settings: Settings, job: job_store.Job) -> list[dict[str, str]]
     if job.unique_emails is not None:
         rows.append(("unique addresses", str(job.unique_emails)))
     rows.append(("processed", str(job.processed_emails)))
-    counted = _FINDER_ROWS if job.kind == "finder_csv" else _STATUS_ROWS
-    rows += [(label, str(getattr(job, column))) for label, column in counted]
+    if job.kind == "finder_csv":
+        rows += [(label, str(getattr(job, column))) for label, column in _FINDER_ROWS]
+    else:  # one row per status group (schemas/status_groups.py), as every surface shows them
+        rows += [(status, str(n)) for status, n in groups(job).items()]
     if job.kind != "finder_csv":
         rate = job.unknown_count / job.processed_emails if job.processed_emails else 0.0
         rows.append(("unknown rate", f"{rate:.1%}"))

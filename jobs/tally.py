@@ -10,18 +10,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from verimail.schemas.results import VerificationResult
-
-# Job columns counted by status. catch_all_count holds both catch-all statuses (SPEC:
-# "addresses on detected catch-all domains"); likely_valid_count is the confident part.
-STATUS_COUNTS = {
-    "valid": ("valid_count",),
-    "invalid": ("invalid_count",),
-    "catchall": ("catch_all_count",),
-    "likely_valid": ("catch_all_count", "likely_valid_count"),
-    "disposable": ("disposable_count",),
-    "unknown": ("unknown_count",),
-    "risky": ("risky_count",),
-}
+from verimail.schemas.status_groups import COUNT_FIELDS as STATUS_COUNTS
 
 
 class Tally:

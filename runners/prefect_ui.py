@@ -40,8 +40,14 @@ class PrefectUIError(RuntimeError):
 
 
 def port_free(port: int, host: str = HOST) -> bool:
-    """Nothing listens on ``host:port`` (so a server may bind it)."""
+    """Nothing listens on ``host:port`` (so a server may bind it).
+
+    Binds as the servers do, with ``SO_REUSEADDR``: connections of a server stopped a
+    moment ago linger in TIME_WAIT for a minute, and a plain bind counted them as "in use",
+    so a demo restarted at once lost its Prefect UI (uvicorn binds over them all the same).
+    A listening socket still makes the bind fail."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

@@ -41,8 +41,8 @@ def test_the_retry_phase_replaces_the_pace_while_a_job_waits():
         "retry_waiting": 3,
         "next_retry_at": now + timedelta(seconds=75),
     }
-    assert retry_phase(waiting, now) == "waiting to retry 3 greylisted (next try in 1:15)"
-    assert retry_phase({"phase": "retrying", "retry_waiting": 2}) == "retrying 2 greylisted"
+    assert retry_phase(waiting, now) == "waiting to retry 3 put off (next try in 1:15)"
+    assert retry_phase({"phase": "retrying", "retry_waiting": 2}) == "retrying 2 put off"
     assert retry_phase({"phase": "verifying", "retry_waiting": 0}) is None
     assert retry_phase({}) is None  # (a job of a version without phases)
     pace, _ = progress_text(5, 9, {}, Rate(clock=Clock()), retry_phase(waiting, now))

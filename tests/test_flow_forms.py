@@ -103,6 +103,39 @@ def test_the_form_shows_only_described_inputs(setup):
     assert form["properties"]["retry_unknowns"]["default"] is True
 
 
+def _null_types(node: Any, where: str = "") -> list[str]:
+    """Where a JSON schema allows null (the UI draws "Property is type None" for it)."""
+    found = []
+    if isinstance(node, dict):
+        if node.get("type") == "null":
+            found.append(where)
+        for key, value in node.items():
+            found += _null_types(value, f"{where}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found += _null_types(value, f"{where}/{i}")
+    return found
+
+
+def test_every_deployments_form_is_described_field_by_field_and_has_no_null_types():
+    """Issue 36.2: the find-emails form was one undescribed ``job_id``, and reverify-stored
+    showed "Property is type None" toggles. The schemas are the deployments' (what
+    ``register_deployments`` applies: ``Flow.parameters``)."""
+    from verimail.flows.finder import find_emails
+    from verimail.flows.reverify import reverify_stored
+    from verimail.flows.shard import verify_shard
+
+    for flow in (bulk_verify, find_emails, verify_shard, reverify_stored):
+        schema = flow.parameters.model_dump_for_openapi()
+        assert schema["properties"], flow.name
+        for name, field in schema["properties"].items():
+            assert field.get("description"), (flow.name, name)
+        for name, model in schema.get("definitions", {}).items():
+            for field_name, field in model["properties"].items():
+                assert field.get("description"), (flow.name, name, field_name)
+        assert _null_types(schema) == [], (flow.name, _null_types(schema))
+
+
 def test_the_form_can_opt_a_job_out_of_deferred_retries(setup):
     """ "Retry unknowns" off: the job is made as the API makes one with retry_unknowns=false."""
     from verimail.jobs.forms import create_job_for_form

@@ -393,6 +393,19 @@ def _record(email: str, **extra) -> VerificationResult:
     return VerificationResult(**{**base, **extra})
 
 
+def test_result_sink_writes_out_after_part_seconds_too(tmp_path, monkeypatch):
+    """A slow run's results reach its parts within seconds, not only every PART_ROWS
+    results: a run its owner stops (Ctrl-C in `verimail bulk`) keeps them."""
+    monkeypatch.setattr(bulk_io, "PART_SECONDS", 3600.0)  # (no clock in this test)
+    sink = bulk_io.ResultSink(tmp_path, part_rows=1000)
+    sink.add([("a@x.test", _record("a@x.test"))])
+    assert sink.parts == 0 and len(sink.pending) == 1  # (fewer than part_rows, in time)
+    monkeypatch.setattr(bulk_io, "PART_SECONDS", 0.0)  # (as if PART_SECONDS had passed)
+    sink.add([("b@x.test", _record("b@x.test"))])
+    assert sink.parts == 1 and not sink.pending
+    assert sorted(bulk_io.read_parts(sink.directory)["normalised"]) == ["a@x.test", "b@x.test"]
+
+
 def test_result_sink_parts_read_back_as_one_table(tmp_path):
     """Parts written apart share one schema (a part whose optional fields are all null is
     not a table of its own kind), and a new sink starts from nothing."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -45,6 +46,41 @@ def test_demo_prints_the_prefect_ui_and_it_answers(tmp_path: Path) -> None:
             assert "<html" in page.text.lower() and "prefect" in page.text.lower()
             settings = client.get(f"{url}/api/admin/settings").json()
             assert settings["server"]["analytics_enabled"] is False
+            # The deployments the demo promises, and a worker on their pool (issue 36.2):
+            # not "Not Ready", so a run started from a form runs.
+            deadline = time.monotonic() + 60  # (ready once the worker polls their queue)
+            while True:
+                deployments = client.post(f"{url}/api/deployments/filter", json={}).json()
+                if {d["status"] for d in deployments} == {"READY"} or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+            assert {d["name"] for d in deployments} >= {
+                "bulk-verify",
+                "find-emails",
+                "verify-shard",
+                "reverify-stored",
+            }, deployments
+            assert {d["work_pool_name"] for d in deployments} == {"verimail"}
+            assert {d["status"] for d in deployments} == {"READY"}, deployments
+            workers = client.post(f"{url}/api/work_pools/verimail/workers/filter", json={})
+            assert [w["status"] for w in workers.json()] == ["ONLINE"], workers.text
+            # A run made from bulk-verify's form (what Run → Custom run posts) is run.
+            inbox = tmp_path / ".verimail" / "demo" / "inbox"
+            inbox.mkdir(parents=True, exist_ok=True)
+            (inbox / "leads.csv").write_text("email\nalice@acme.test\nnobody@acme.test\n")
+            bulk = next(d for d in deployments if d["name"] == "bulk-verify")
+            form = {"verify": {"account": "demo@verimail.localhost", "file": "inbox/leads.csv"}}
+            run = client.post(
+                f"{url}/api/deployments/{bulk['id']}/create_flow_run", json={"parameters": form}
+            ).json()
+            deadline = time.monotonic() + 240  # (the worker polls every 10 s, then starts it)
+            while True:
+                state = client.get(f"{url}/api/flow_runs/{run['id']}").json()["state"]
+                if state["type"] in ("COMPLETED", "FAILED", "CRASHED"):
+                    break
+                assert time.monotonic() < deadline, state
+                time.sleep(0.5)
+            assert state["type"] == "COMPLETED", state
         demo.send_signal(signal.SIGTERM)
         rest = demo.stdout.read()
         assert demo.wait(timeout=60) == 0, rest
@@ -52,6 +88,21 @@ def test_demo_prints_the_prefect_ui_and_it_answers(tmp_path: Path) -> None:
         if demo.poll() is None:
             demo.kill()
     _assert_gone(url)  # (no server left running per demo started)
+    assert not _processes_naming(f"verimail-{demo.pid}"), "the demo's worker outlived it"
+
+
+def _processes_naming(word: str) -> list[int]:
+    """Processes whose command line holds ``word`` (a worker's ``--name``)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if word in command.split():
+                found.append(int(entry.name))
+    return found
 
 
 def _assert_gone(url: str) -> None:
@@ -109,3 +160,45 @@ def test_building_the_api_imports_no_prefect() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.strip() == "[]", done.stdout[:2000]
+
+
+def _time_wait_on(port: int) -> None:
+    """Leave a connection of a server on ``127.0.0.1:port`` in TIME_WAIT (the server closes
+    first, as a stopped server does) and its listener closed."""
+    import socket
+
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen()
+    client = socket.create_connection(("127.0.0.1", port))
+    served, _ = listener.accept()
+    served.close()  # (the side that closes first keeps the TIME_WAIT)
+    assert client.recv(1) == b""  # its FIN arrived
+    client.close()
+    listener.close()
+
+
+def test_port_check_ignores_time_wait_but_not_a_listener() -> None:
+    """Issue 36: a demo restarted within a minute was told "port 4200 is in use" while only
+    TIME_WAIT sockets of the stopped server were left."""
+    import errno
+    import socket
+
+    from verimail.runners.prefect_ui import port_free
+
+    port = free_port()
+    _time_wait_on(port)
+    with socket.socket() as plain:  # the old check: a bind without SO_REUSEADDR fails here
+        try:
+            plain.bind(("127.0.0.1", port))
+        except OSError as exc:
+            assert exc.errno == errno.EADDRINUSE
+        else:
+            raise AssertionError("no TIME_WAIT socket was left to test with")
+    assert port_free(port)
+    with socket.socket() as listening:
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listening.bind(("127.0.0.1", port))
+        listening.listen()
+        assert not port_free(port)

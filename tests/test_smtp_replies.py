@@ -46,7 +46,10 @@ REPLIES: list[tuple[int, str, SmtpOutcome]] = [
     (554, "5.7.1 <x@y>: Recipient address rejected: Access denied", SmtpOutcome.BLOCKED),
     (553, "5.3.0 Some other refusal", SmtpOutcome.REJECTED_OTHER),
     (450, "4.2.0 Greylisted, try again later", SmtpOutcome.GREYLISTED),
-    (451, "4.3.0 Temporary lookup failure", SmtpOutcome.GREYLISTED),
+    (451, "4.3.0 Temporary lookup failure", SmtpOutcome.TEMP_FAILURE),
+    (451, "4.7.1 Please try again later", SmtpOutcome.GREYLISTED),
+    (421, "4.7.0 Too many connections, try again later", SmtpOutcome.TEMP_FAILURE),
+    (450, "4.2.1 Mailbox temporarily unavailable", SmtpOutcome.TEMP_FAILURE),
     (452, "4.3.1 Insufficient system storage", SmtpOutcome.TEMP_FAILURE),
     (999, "5.1.1 mystery", SmtpOutcome.PROTOCOL_ERROR),
     # Postfix refuses our MAIL FROM at RCPT TO (smtpd_delay_reject): about us, not the box.

@@ -14,6 +14,7 @@ from datetime import date, timedelta
 from markupsafe import Markup
 
 from verimail.api.dashboard.labels import status_label
+from verimail.schemas.status_groups import STATUSES, groups
 
 COLOURS = {
     "valid": "#1a7f37",
@@ -29,7 +30,7 @@ COLOURS = {
     "not_found": "#8c959f",
     "invalid_input": "#cf222e",
 }
-ORDER = ("valid", "likely_valid", "catchall", "risky", "unknown", "disposable", "invalid")
+ORDER = STATUSES
 
 
 @dataclass(frozen=True)
@@ -42,18 +43,9 @@ class Slice:
 
 
 def job_slices(view: dict[str, int]) -> list[Slice]:
-    """A bulk job's counts (the API's fields) as one slice per status, in :data:`ORDER`.
-    ``catch_all_count`` holds both catch-all statuses, so the likely valid ones are taken out."""
-    counts = {
-        "valid": view.get("valid_count", 0),
-        "likely_valid": view.get("likely_valid_count", 0),
-        "catchall": view.get("catch_all_count", 0) - view.get("likely_valid_count", 0),
-        "risky": view.get("risky_count", 0),
-        "unknown": view.get("unknown_count", 0),
-        "disposable": view.get("disposable_count", 0),
-        "invalid": view.get("invalid_count", 0),
-    }
-    return [Slice(key, status_label(key), max(0, counts[key])) for key in ORDER]
+    """A bulk job's counts (the API's fields) as one slice per status group, in
+    :data:`ORDER` (``schemas/status_groups.py``: the page's list shows the same)."""
+    return [Slice(key, status_label(key), count) for key, count in groups(view).items()]
 
 
 def finder_slices(view: dict[str, int]) -> list[Slice]:

@@ -50,17 +50,18 @@ def _segment_counts(view: dict[str, Any]) -> dict[str, int]:
 
 
 def job_extras(job: Job, view: dict[str, Any]) -> dict[str, Any]:
-    """The job page's chart and segment downloads (``chart`` None before any result)."""
+    """The job page's chart, its list of counts by status group, and the segment
+    downloads (``chart`` None before any result)."""
     if job.kind == "finder_csv":
         slices = finder_slices(view)
         chart = breakdown(slices, title="Rows by result") if view["processed_emails"] else None
-        return {"chart": chart, "segments": []}
-    chart = None
-    if view["processed_emails"]:
-        chart = breakdown(job_slices(view), title="Results by status")
+        return {"chart": chart, "segments": [], "status_groups": []}
+    slices = job_slices(view)  # (the chart and the list under it: the same status groups)
+    chart = breakdown(slices, title="Results by status") if view["processed_emails"] else None
     counts = _segment_counts(view)
     segments = [(key, SEGMENT_LABELS[key], counts[key]) for key in SEGMENTS]
-    return {"chart": chart, "segments": segments}
+    groups = [(s.key, s.label, s.count) for s in slices]
+    return {"chart": chart, "segments": segments, "status_groups": groups}
 
 
 def _clean(value: str | None) -> str | None:

@@ -13,9 +13,12 @@ The table, first matching row wins:
 | 550/551/553/554, unknown-user text | no_mailbox | the text says so |
 | other 5xx | rejected_other | a refusal we cannot read |
 | 452 (not 4.2.2) | (too many recipients: the prober opens a new session, never a verdict) |
-| 450/451/4xx | greylisted / temp_failure: retried later in the run, then unknown |
-| 421 | the server is closing: retry the rest elsewhere, never a verdict |
+| 4xx (not 421) saying greylisting ("greylist", "try later", 4.7.1, 4.2.0) | greylisted |
+| 421, other 4xx | temp_failure (never called greylisted) |
 | anything else | protocol_error |
+
+Both 4xx outcomes are retried later in the run, then end as unknown; a 421 also ends the
+session (the prober asks the rest elsewhere).
 """
 
 from __future__ import annotations
@@ -106,7 +109,10 @@ def classify_rcpt(code: int, message: str) -> SmtpOutcome:
     if 400 <= code < 500:
         if enhanced == (4, 2, 2):  # over quota for now (Gmail: 452 4.2.2)
             return SmtpOutcome.MAILBOX_FULL
-        if code in (450, 451) or _GREYLIST_TEXT.search(message):
+        # Only a reply that says so is greylisting: a 421 "closing" or a 451 "local
+        # problem" is another temporary failure (retried all the same). Calling them
+        # greylisted told a user their list waited on greylisting when a server was down.
+        if code != 421 and _GREYLIST_TEXT.search(message):
             return SmtpOutcome.GREYLISTED
         return SmtpOutcome.TEMP_FAILURE
     return SmtpOutcome.PROTOCOL_ERROR
