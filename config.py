@@ -99,6 +99,12 @@ class Settings(BaseSettings):
         description="Recipients of several domains in one SMTP transaction (saves RSET + "
         "MAIL FROM per domain); false: one domain per transaction.",
     )
+    smtp_sessions_by_server: bool = Field(
+        True,
+        description="Domains whose MX hosts lead to the same server addresses share "
+        "sessions (a shared host that gives each domain its own MX name); false: sessions "
+        "per MX names, as before.",
+    )
     smtp_greylist_retries: int = Field(
         3, ge=0, description="Retries of a greylisted (4xx) recipient within one run."
     )

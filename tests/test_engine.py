@@ -585,7 +585,7 @@ async def test_a_recipient_asked_again_unmixed_keeps_to_the_session_cap(
     engine = Engine(settings)
     first = ["a1@a.test", "a2@a.test", "a3@a.test"] + [f"b{i}@b.test" for i in range(20)]
     assert {r.status for r in (await engine.verify_many(first)).results} == {Status.VALID}
-    assert engine.prober._rcpt_limit.get("mx.strict.test", 5) >= 4
+    assert engine.prober._rcpt_limit.get(tb.address_of("mx.strict.test"), 5) >= 4
     before = tb.host_stats("mx.strict.test").sessions
     again = [f"b{i}@b.test" for i in range(20)]
     assert {r.status for r in (await engine.verify_many(again)).results} == {Status.VALID}

@@ -1,12 +1,16 @@
 """The SMTP prober: many ``RCPT TO`` per session, grouped by mail host. Never ``DATA``.
 
-A *host group* is every domain served by the same MX hosts. For each group the prober
+A *host group* is every domain whose MX hosts lead to the same servers (IP addresses), whatever
+their names: a shared host that gives each customer domain an MX name of its own carries
+them all in one group's sessions (``smtp_sessions_by_server``). For each group the prober
 opens at most ``smtp_max_sessions_per_host`` sessions (and no more than the work needs;
 the cap holds per server IP address across every group and MX name that reach it),
 and each session walks a shared queue of recipients ordered by domain:
 
 - ``MAIL FROM`` once per session: recipients of all the group's domains share one
-  transaction (a host that refuses the mix gets ``RSET`` + ``MAIL FROM`` per domain);
+  transaction (a server that refuses the mix gets ``RSET`` + ``MAIL FROM`` per domain);
+- what is learnt of a server (its recipient and rejection limits, no mixing) is kept by
+  its IP address, as its session slots are: every MX name that leads there shares it;
 - first item of each domain is a random-address probe that decides catch-all;
 - a fresh session after ``smtp_rcpts_per_session`` recipients or
   ``smtp_max_rejections_per_session`` rejections (Postfix slows down after 10 errors and
@@ -209,17 +213,18 @@ class Prober:
             run.spawn()
 
     def _session_rcpt_limit(self, group: HostGroup) -> int:
-        learned = min((self._rcpt_limit.get(h.name, 10**9) for h in group.hosts), default=10**9)
+        addresses = [a for h in group.hosts for a in h.addresses]
+        learned = min((self._rcpt_limit.get(a, 10**9) for a in addresses), default=10**9)
         return max(1, min(self.settings.smtp_rcpts_per_session, learned))
 
     def session_full(self, session: Session) -> bool:
         """The session reached the recipients or rejections a session may have on its host
-        (the settings', or lower limits learnt of the host): the next goes in a fresh one."""
-        name = session.host.name
-        rcpt_limit = min(self.settings.smtp_rcpts_per_session, self._rcpt_limit.get(name, 10**9))
+        (the settings', or lower limits learnt of the server): the next goes in a fresh one."""
+        server = session.address
+        rcpt_limit = min(self.settings.smtp_rcpts_per_session, self._rcpt_limit.get(server, 10**9))
         rej_limit = min(
             self.settings.smtp_max_rejections_per_session,
-            self._rejection_limit.get(name, 10**9),
+            self._rejection_limit.get(server, 10**9),
         )
         return session.rcpts >= rcpt_limit or session.rejections >= rej_limit
 
@@ -342,9 +347,9 @@ class Prober:
         3-5 times the sessions needed.) The lowest reading stands: a session opened under a
         higher cap may report a higher one after a lower one was learnt, and a cap too
         high only costs another 452 and a fresh session."""
-        name = session.host.name
+        server = session.address
         learned = max(1, session.rcpts - 1)
-        self._rcpt_limit[name] = min(learned, self._rcpt_limit.get(name, learned))
+        self._rcpt_limit[server] = min(learned, self._rcpt_limit.get(server, learned))
 
     def hung_up(self, session: Session) -> bool:
         """The server ended the session (421 or a disconnect) or stopped answering within
@@ -361,9 +366,9 @@ class Prober:
         before the limit was learned keeps the lowest limit seen."""
         if not session.rejections:
             return False
-        name = session.host.name
+        server = session.address
         limit = max(1, session.rejections - 1)
-        self._rejection_limit[name] = min(limit, self._rejection_limit.get(name, limit))
+        self._rejection_limit[server] = min(limit, self._rejection_limit.get(server, limit))
         return True
 
     async def rcpt(self, session: Session, item: Recipient, stats: SmtpStats) -> tuple[int, str]:
@@ -388,7 +393,7 @@ class Prober:
             code, message = await session.rcpt_to(item, stats)
             suspect = code not in (421, 452) and classify_rcpt(code, message) in _MIX_SUSPECT
             if joins and suspect:
-                self._one_domain_hosts[session.host.name] = True
+                self._one_domain_hosts[session.address] = True
                 if self.session_full(session):  # (asking again here would pass the cap)
                     raise AskAgain(Finding(SmtpOutcome.NOT_ATTEMPTED, "", session.host.name))
                 await session.mail_from(self.settings.smtp_mail_from, stats)
@@ -396,7 +401,7 @@ class Prober:
             return code, message
 
     def _mixes(self, session: Session) -> bool:
-        return self.settings.smtp_mix_domains and session.host.name not in self._one_domain_hosts
+        return self.settings.smtp_mix_domains and session.address not in self._one_domain_hosts
 
     async def open_session(self, run: GroupRun) -> Session:
         """Connect to the best reachable MX host; raise ``NoSession`` when none answers.
