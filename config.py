@@ -54,8 +54,8 @@ class Settings(BaseSettings):
     )
     redis_url: str | None = Field(
         None,
-        description="Redis URL for shared rate limits and SMTP politeness slots; "
-        "default: in-process memory.",
+        description="Redis URL for shared rate limits, SMTP politeness slots and what the "
+        "prober learnt of servers; default: in-process memory.",
     )
 
     # --- DNS -----------------------------------------------------------------------

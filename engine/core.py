@@ -68,9 +68,10 @@ class Engine:
         self.prober = Prober(settings)
 
     def close(self) -> None:
-        """Stop what outlives a call: the SMTP slot leases' Redis client and renewer thread
-        (idempotent; the engine is not used afterwards)."""
+        """Stop what outlives a call: the SMTP slot leases' Redis client and renewer thread,
+        the shared lessons' client (idempotent; the engine is not used afterwards)."""
         self.prober.slots.close()
+        self.prober.learned.close()
 
     async def verify(
         self,

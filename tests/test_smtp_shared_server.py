@@ -117,7 +117,9 @@ async def test_the_per_session_limits_hold_for_sessions_of_several_domains(
     stats = tb.host_stats(SERVER)
     assert stats.hangups == 0
     assert stats.peak_session_rejections <= 3
-    assert engine.prober._rcpt_limit == {} and engine.prober._rejection_limit == {}
+    server = tb.address_of(SERVER)
+    assert engine.prober.learned.rcpt_limit(server) is None
+    assert engine.prober.learned.rejection_limit(server) is None
     # 60 RCPTs, 36 rejections (24 unknown users, 12 probes): at least 12 sessions of 3
     assert 12 <= stats.sessions < 24
 
@@ -139,4 +141,4 @@ async def test_a_shared_server_that_will_not_mix_domains_gets_a_transaction_each
     stats = tb.host_stats(SERVER)
     assert stats.sessions == 1
     assert stats.mail_from >= 5
-    assert engine.prober._one_domain_hosts == {tb.address_of(SERVER): True}
+    assert engine.prober.learned.one_domain(tb.address_of(SERVER))
