@@ -54,8 +54,8 @@ class Settings(BaseSettings):
     )
     redis_url: str | None = Field(
         None,
-        description="Redis URL for shared rate limits and SMTP politeness slots; "
-        "default: in-process memory.",
+        description="Redis URL for shared rate limits, SMTP politeness slots and what the "
+        "prober learnt of servers; default: in-process memory.",
     )
 
     # --- DNS -----------------------------------------------------------------------
@@ -98,6 +98,12 @@ class Settings(BaseSettings):
         True,
         description="Recipients of several domains in one SMTP transaction (saves RSET + "
         "MAIL FROM per domain); false: one domain per transaction.",
+    )
+    smtp_sessions_by_server: bool = Field(
+        True,
+        description="Domains whose MX hosts lead to the same server addresses share "
+        "sessions (a shared host that gives each domain its own MX name); false: sessions "
+        "per MX names, as before.",
     )
     smtp_greylist_retries: int = Field(
         3, ge=0, description="Retries of a greylisted (4xx) recipient within one run."

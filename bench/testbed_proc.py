@@ -26,7 +26,8 @@ def _stats(tb: Testbed) -> dict:
     for (_name, rdtype), n in tb.dns_queries.items():
         dns[rdtype] += n
     total = tb.total_stats()
-    peaks = {name: tb.host_stats(name).peak_concurrent for name in tb.world.hosts}
+    hosts = {name: tb.host_stats(name) for name in tb.world.hosts}
+    peaks = {name: stats.peak_concurrent for name, stats in hosts.items()}
     busiest = max(peaks, key=lambda n: peaks[n]) if peaks else ""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return {
@@ -40,6 +41,8 @@ def _stats(tb: Testbed) -> dict:
         "peak_concurrent": total.peak_concurrent,
         "max_host_peak": peaks.get(busiest, 0),
         "max_host_peak_host": busiest,
+        "host_sessions": {name: stats.sessions for name, stats in hosts.items()},
+        "host_peaks": peaks,
     }
 
 

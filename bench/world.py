@@ -23,7 +23,15 @@ from typing import Any
 
 from bench.common import REPO
 from verimail.config import Settings
-from verimail.testbed.world import GeneratedAddress, World, generate_world
+from verimail.testbed.world import (
+    DomainSpec,
+    Expected,
+    GeneratedAddress,
+    HostBehaviour,
+    HostSpec,
+    World,
+    generate_world,
+)
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,12 @@ class WorldSpec:
     skew: float = 1.1
     reply_delay: float = 0.020  # every SMTP reply, banner included
     dns_delay: float = 0.002  # every DNS answer
+    # The shared-host shape (issue 33): ``shared_names`` more domains, each with an MX name
+    # of its own, all resolving to one server (``SHARED_SERVER``) that greets after
+    # ``greeting_delay`` more seconds; ``shared_per_domain`` addresses each.
+    shared_names: int = 0
+    shared_per_domain: int = 15
+    greeting_delay: float = 0.0
 
     @property
     def n_domains(self) -> int:
@@ -54,11 +68,21 @@ class WorldSpec:
         return ["--spec", json.dumps(asdict(self))]
 
     def describe(self) -> str:
-        return (
+        text = (
             f"{self.n_domains * self.per_domain:,} addresses over {self.n_domains:,} domains on "
             f"{self.n_hosts:,} hosts (skew {self.skew}), {self.reply_delay * 1000:g} ms per SMTP "
             f"reply, {self.dns_delay * 1000:g} ms per DNS answer"
         )
+        if self.shared_names:
+            text += (
+                f"; plus a shared host: {self.shared_names} domains × "
+                f"{self.shared_per_domain} addresses, an MX name each, one server IP that "
+                f"greets after {self.greeting_delay:g} s"
+            )
+        return text
+
+
+SHARED_SERVER = "server.shared-host.test"
 
 
 def build_world(spec: WorldSpec) -> tuple[World, list[GeneratedAddress]]:
@@ -66,11 +90,37 @@ def build_world(spec: WorldSpec) -> tuple[World, list[GeneratedAddress]]:
     world, addresses = generate_world(
         spec.n_domains, spec.n_hosts, spec.per_domain, seed=spec.seed, skew=spec.skew
     )
+    if spec.shared_names:
+        addresses += _add_shared_host(world, spec)
     for host in world.hosts.values():
         host.behaviour.reply_delay = spec.reply_delay
     world.dns_delay = spec.dns_delay
     random.Random(spec.seed).shuffle(addresses)
     return world, addresses
+
+
+def _add_shared_host(world: World, spec: WorldSpec) -> list[GeneratedAddress]:
+    """The shared-host shape into ``world``: ``cust<N>.shared.test`` with the MX name
+    ``mx.cust<N>.shared.test``, whose A record is :data:`SHARED_SERVER`'s address (the
+    testbed answers a domain's ``a`` entry naming a host with that host's address); 70% of
+    the addresses are mailboxes, the server is no catch-all."""
+    rng = random.Random(spec.seed + 1)
+    server = HostBehaviour(greeting_delay=spec.greeting_delay)
+    addresses = []
+    for d in range(spec.shared_names):
+        domain = f"cust{d:04d}.shared.test"
+        mx = f"mx.{domain}"
+        world.domains[domain] = DomainSpec(domain, mx=[(10, mx)])
+        world.domains[mx] = DomainSpec(mx, a=[SHARED_SERVER])
+        for k in range(spec.shared_per_domain):
+            address = f"user{k}@{domain}"
+            valid = rng.random() < 0.7
+            if valid:
+                server.mailboxes.add(address)
+            expected: Expected = "valid" if valid else "invalid"
+            addresses.append(GeneratedAddress(address, domain, SHARED_SERVER, expected))
+    world.hosts[SHARED_SERVER] = HostSpec(SHARED_SERVER, server)
+    return addresses
 
 
 # --- the testbed in its own process -------------------------------------------------------
@@ -183,6 +233,7 @@ class HostBound:
 class LowerBound:
     seconds: float
     slowest: HostBound
+    by_host: dict[str, HostBound]  # per server IP (a host of the world is one IP)
     total_round_trips: int
     aggregate_seconds: float  # all round trips over the process-wide session cap
     dns_seconds: float
@@ -192,12 +243,19 @@ class LowerBound:
         return (
             f"slowest host {s.host}: {s.domains} domains, {s.addresses:,} addresses → "
             f"{s.rcpts:,} RCPTs (a catch-all probe per domain), {s.rejections:,} rejections → "
-            f"≥ {s.sessions} sessions; {s.round_trips:,} round trips × "
-            f"{self.delay * 1000:g} ms ÷ {s.concurrency} sessions = {s.seconds:.2f} s, "
-            f"plus {self.dns_seconds * 1000:g} ms of DNS (one MX and one A answer)"
+            f"≥ {s.sessions} sessions; ({s.round_trips:,} round trips × "
+            f"{self.delay * 1000:g} ms{self._greetings(s)}) ÷ {s.concurrency} sessions = "
+            f"{s.seconds:.2f} s, plus {self.dns_seconds * 1000:g} ms of DNS (one MX and one "
+            "A answer)"
         )
 
+    def _greetings(self, s: HostBound) -> str:
+        if s.host != SHARED_SERVER or not self.greeting_delay:
+            return ""
+        return f" + {s.sessions} greetings × {self.greeting_delay:g} s"
+
     delay: float = 0.0
+    greeting_delay: float = 0.0
 
 
 def lower_bound(
@@ -211,10 +269,11 @@ def lower_bound(
     are not catch-all), so the host needs at least ``max(ceil(rcpts / R), ceil(rejections / J))``
     sessions. Each session costs greeting + EHLO + one ``MAIL FROM`` + ``QUIT`` on top of its
     RCPTs (a single transaction may carry recipients of several domains). Those round trips,
-    times the reply delay, shared by ``min(sessions, smtp_max_sessions_per_host)`` parallel
-    sessions, give the host's time; the job's bound is the slowest host, plus one MX and one A
-    answer. (Free of CPU cost, of RSET between domains and of any ordering constraint, so no
-    real run can beat it.)
+    times the reply delay, plus the server's ``greeting_delay`` once per session, shared by
+    ``min(sessions, smtp_max_sessions_per_host)`` parallel sessions, give the host's time
+    (per server IP: the shared host's MX names all count as its one server); the job's
+    bound is the slowest host, plus one MX and one A answer. (Free of CPU cost, of RSET
+    between domains and of any ordering constraint, so no real run can beat it.)
     """
     by_host: dict[str, list[GeneratedAddress]] = defaultdict(list)
     for a in addresses:
@@ -234,6 +293,7 @@ def lower_bound(
         )
         round_trips = sessions * 4 + rcpts
         concurrency = min(sessions, settings.smtp_max_sessions_per_host)
+        greetings = sessions * (spec.greeting_delay if host == SHARED_SERVER else 0.0)
         bounds.append(
             HostBound(
                 host,
@@ -244,7 +304,7 @@ def lower_bound(
                 sessions,
                 round_trips,
                 concurrency,
-                round_trips * spec.reply_delay / concurrency,
+                (round_trips * spec.reply_delay + greetings) / concurrency,
             )
         )
     slowest = max(bounds, key=lambda b: b.seconds)
@@ -254,10 +314,12 @@ def lower_bound(
     return LowerBound(
         seconds=max(slowest.seconds, aggregate) + dns,
         slowest=slowest,
+        by_host={b.host: b for b in bounds},
         total_round_trips=total,
         aggregate_seconds=aggregate,
         dns_seconds=dns,
         delay=spec.reply_delay,
+        greeting_delay=spec.greeting_delay,
     )
 
 

@@ -3,7 +3,8 @@
 Three steps, so that flows can spread the middle one over Prefect tasks:
 
 1. ``prepare`` — syntax, reference lists, DNS once per unique domain (concurrently,
-   cached), and grouping of the domains that need SMTP by the mail hosts serving them;
+   cached), and grouping of the domains that need SMTP by the mail servers (IP addresses)
+   their MX hosts lead to;
 2. ``run_groups`` — the SMTP prober over any subset of those groups (a share of the work);
 3. ``as_settled`` — the shares run at once, and as each ends its findings are absorbed and
    its addresses settled (``verdict`` per submitted string), then forgotten.
@@ -31,7 +32,7 @@ from verimail.engine import metrics
 from verimail.engine.dns_facts import DnsStats, DomainFacts, DomainResolver, MailHost
 from verimail.engine.lists import ReferenceLists
 from verimail.engine.prepared import EngineStats, Prepared, SmtpShare
-from verimail.engine.smtp.findings import Finding, GroupResult, HostGroup
+from verimail.engine.smtp.findings import Finding, GroupResult, HostGroup, group_key
 from verimail.engine.smtp.prober import Prober
 from verimail.engine.smtp.replies import retry_after_hint
 from verimail.engine.syntax import ParsedAddress, SyntaxProblem, parse_address
@@ -67,9 +68,10 @@ class Engine:
         self.prober = Prober(settings)
 
     def close(self) -> None:
-        """Stop what outlives a call: the SMTP slot leases' Redis client and renewer thread
-        (idempotent; the engine is not used afterwards)."""
+        """Stop what outlives a call: the SMTP slot leases' Redis client and renewer thread,
+        the shared lessons' client (idempotent; the engine is not used afterwards)."""
         self.prober.slots.close()
+        self.prober.learned.close()
 
     async def verify(
         self,
@@ -258,7 +260,7 @@ class Engine:
         stats.mx_queries = dns_stats.by_type.get("MX", 0)
 
         decided: dict[str, Finding] = {}
-        groups: dict[tuple[str, ...], HostGroup] = {}
+        groups: dict[tuple[object, ...], HostGroup] = {}
         allowed: dict[str, tuple[MailHost, ...] | None] = {}  # by domain: work out once
         for email, item in by_email.items():
             if item.domain not in allowed:
@@ -273,7 +275,7 @@ class Engine:
                     f"{names} resolves only to private or reserved addresses; not contacted",
                 )
                 continue
-            key = _group_key(hosts)
+            key = group_key(hosts, self.settings.smtp_sessions_by_server)
             group = groups.get(key)
             if group is None:
                 group = groups[key] = HostGroup(hosts=hosts, domains={})
@@ -284,14 +286,15 @@ class Engine:
 
     async def mail_groups(self, domains: Sequence[str]) -> list[list[str]]:
         """``domains`` grouped as the prober would share sessions among them: the domains
-        served by the same mail hosts together; a domain that needs no SMTP (no mail
+        served by the same mail servers together; a domain that needs no SMTP (no mail
         host, a disposable or typo domain, only private addresses) alone. What a big job's
         shards are packed from (DNS once per domain, no address parsed)."""
         facts, _ = await self._resolve(sorted(set(domains)), DnsStats(), None)
-        groups: dict[tuple[str, ...], list[str]] = {}
+        groups: dict[tuple[object, ...], list[str]] = {}
         for domain in domains:
             hosts = self._smtp_hosts(facts[domain], domain)
-            key = _group_key(hosts) if hosts else ("", domain)
+            by_server = self.settings.smtp_sessions_by_server
+            key = group_key(hosts, by_server) if hosts else ("", domain)
             groups.setdefault(key, []).append(domain)
         return list(groups.values())
 
@@ -440,11 +443,6 @@ class Engine:
                 else None
             ),
         )
-
-
-def _group_key(hosts: tuple[MailHost, ...]) -> tuple[str, ...]:
-    """What the domains of one host group share: their mail hosts."""
-    return tuple(h.name for h in hosts)
 
 
 async def stop_tasks(tasks: set[asyncio.Future[Any]]) -> None:

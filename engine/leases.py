@@ -5,10 +5,15 @@ Taking a lease sweeps the expired members and adds one only under the cap, in on
 script, so check-and-add is atomic across processes; a holder renews its lease while it
 runs, and a process that dies stops renewing, so its leases lapse instead of leaking.
 Used for the API's per-account concurrency (:mod:`verimail.api.ratelimit`) and for SMTP
-politeness per mail host (:mod:`verimail.engine.smtp.host_slots`).
+politeness per mail host (:mod:`verimail.engine.smtp.host_slots`). :class:`FailOpen` is
+how the engine's Redis users (those slots, and the lessons of
+:mod:`verimail.engine.smtp.learned`) ride out an outage.
 """
 
 from __future__ import annotations
+
+import logging
+import time
 
 LEASE_SECONDS = 60
 """A lease lives this long without renewal (the holders of a process that died)."""
@@ -36,3 +41,26 @@ redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[1])) + 1)
 return 1
 """
 """Push a held lease's expiry out (``XX``: a lease that already expired is not revived)."""
+
+RETRY_SECONDS = 30
+"""After Redis fails, its users go on without it (each process on its own) for this long,
+then try it again, rather than each call waiting out a timeout."""
+
+
+class FailOpen:
+    """A Redis user's outage: for :data:`RETRY_SECONDS` after a failure it is ``down`` and
+    its caller goes on without Redis; the warning is logged once per outage, not per call."""
+
+    def __init__(self, log: logging.Logger, warning: str) -> None:
+        self._log = log
+        self._warning = warning  # (%d: the seconds; %s: the error)
+        self._until = 0.0  # monotonic: Redis is not asked until then
+
+    @property
+    def down(self) -> bool:
+        return time.monotonic() < self._until
+
+    def failed(self, exc: Exception) -> None:
+        if not self.down:
+            self._log.warning(self._warning, RETRY_SECONDS, exc)
+        self._until = time.monotonic() + RETRY_SECONDS

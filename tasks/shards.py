@@ -3,7 +3,7 @@ verifies.
 
 By domain: every address of a domain is in the same shard, so a domain's catch-all probe
 is sent once and its recipients share sessions; and domains the prober would serve over
-the same sessions (the same mail hosts: ``Engine.mail_groups``) stay together where they
+the same sessions (the same mail servers: ``Engine.mail_groups``) stay together where they
 fit, so shards do not compete for one server's session slots. Groups are dealt largest
 first into the emptiest shard that has room (first fit decreasing, at most ``limit``
 addresses a shard); a group larger than a shard is dealt domain by domain, and a single

@@ -30,7 +30,8 @@ cannot make the testbed spin for ever; sessions are counted like any other.
 
 A *rejection* is any 450/550/552/554 reply to ``RCPT TO`` (Postfix counts 4xx and 5xx alike);
 the 452 recipient-limit reply is not one. Once a session has ``tarpit_after_rejections``
-rejections (1 by default) every reply waits ``tarpit_delay`` more, on top of ``reply_delay``.
+rejections (1 by default) every reply waits ``tarpit_delay`` more, on top of ``reply_delay``;
+the banner waits ``greeting_delay`` more.
 """
 
 from __future__ import annotations
@@ -254,6 +255,7 @@ class TestbedSMTP(SMTP):
         self.rejections = 0
         self.pending_rejection = False
         self._in_multiline = False
+        self._banner_sent = False  # (greeting_delay: before the first reply only)
         self._tb_opened = False
         self._tb_closed = False
         self._over_cap = False  # refused with REPLY_TOO_MANY_CONNECTIONS (max_connections)
@@ -296,6 +298,9 @@ class TestbedSMTP(SMTP):
             behaviour = self.runtime.behaviour
             tarpit = self.rejections >= max(1, behaviour.tarpit_after_rejections)
             delay = behaviour.reply_delay + (behaviour.tarpit_delay if tarpit else 0.0)
+            if not self._banner_sent:
+                self._banner_sent = True
+                delay += behaviour.greeting_delay
             if delay > 0:
                 await asyncio.sleep(delay)
         self._in_multiline = text[3:4] == "-"

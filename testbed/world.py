@@ -72,6 +72,8 @@ class HostBehaviour:
     - ``reply_delay``: seconds before every reply, banner included; ``tarpit_delay``: more
       seconds before every reply once a session has ``tarpit_after_rejections`` rejections
       (1: from the first; Postfix's soft error limit is 10, see :func:`postfix_limits`).
+    - ``greeting_delay``: more seconds before the banner, on top of ``reply_delay`` (a
+      server that greets slowly, as busy shared hosts and anti-spam front ends do).
     - ``disconnect_after_rejections``: after the Nth rejection in a session, 421 and close.
     - ``max_rcpts_per_session``: RCPTs beyond N in one connection get 452 4.5.3.
     - ``one_domain_per_transaction``: a RCPT for another domain than the transaction's
@@ -112,6 +114,7 @@ class HostBehaviour:
     reply_delay: float = 0.0
     tarpit_delay: float = 0.0
     tarpit_after_rejections: int = 1
+    greeting_delay: float = 0.0
     disconnect_after_rejections: int | None = None
     max_rcpts_per_session: int | None = None
     one_domain_per_transaction: bool = False

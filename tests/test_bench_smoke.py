@@ -90,6 +90,28 @@ def test_throughput_smoke(tmp_path):
         pytest.skip("py3-validate-email could not be installed (no package index?)")
 
 
+def test_throughput_shared_host_smoke(tmp_path):
+    """The shared-host shape (issue 33): a server with an MX name per domain, its greeting
+    slowed, run both ways in one run; the table compares the two on that server."""
+    args = ["--size", "100", "--no-flow", "--peer-threads", ""]
+    args += ["--shared-names", "4", "--shared-per-domain", "5", "--greeting-delay", "0.05"]
+    result = _run(tmp_path, "throughput", *args, "--by-name")
+    rows = _first_cells(result)
+    assert rows[:2] == [
+        "verimail engine (verify_many)",
+        "verimail engine, sessions per MX name (before issue 33)",
+    ]
+    shared = result["tables"][-1]
+    assert [row[0] for row in shared["rows"]] == [
+        "sessions per MX name (before)",
+        "sessions per server IP (now)",
+    ]
+    before, now = (int(row[1]) for row in shared["rows"])
+    assert now < before  # (4 domains: 4 sessions per name, 1 per server)
+    runs = result["extra"]["runs"]
+    assert runs["engine"]["agreement"] == runs["engine-by-name"]["agreement"] == 1.0
+
+
 @pytest.mark.prefect
 @pytest.mark.usefixtures("prefect_harness")
 def test_greylisting_smoke(tmp_path):

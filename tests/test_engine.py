@@ -547,10 +547,10 @@ async def test_a_host_that_hangs_up_after_n_rejections_is_not_made_to_again(
 def test_what_the_prober_learns_of_hosts_is_bounded(monkeypatch):
     """Recipient and rejection limits and "no mixing" are kept for the hosts learnt of
     last, not for every host a long-lived process ever met (they were never pruned)."""
-    from verimail.engine.smtp import prober as smtp_probe
+    from verimail.engine.smtp import learned as smtp_learned
 
-    monkeypatch.setattr(smtp_probe, "LEARNED_HOSTS", 3)
-    learned = smtp_probe._Learned()
+    monkeypatch.setattr(smtp_learned, "LEARNED_HOSTS", 3)
+    learned = smtp_learned._Bounded()
     for name in ("a", "b", "c", "d"):
         learned[name] = 1
     assert list(learned) == ["b", "c", "d"]
@@ -585,7 +585,7 @@ async def test_a_recipient_asked_again_unmixed_keeps_to_the_session_cap(
     engine = Engine(settings)
     first = ["a1@a.test", "a2@a.test", "a3@a.test"] + [f"b{i}@b.test" for i in range(20)]
     assert {r.status for r in (await engine.verify_many(first)).results} == {Status.VALID}
-    assert engine.prober._rcpt_limit.get("mx.strict.test", 5) >= 4
+    assert (engine.prober.learned.rcpt_limit(tb.address_of("mx.strict.test")) or 5) >= 4
     before = tb.host_stats("mx.strict.test").sessions
     again = [f"b{i}@b.test" for i in range(20)]
     assert {r.status for r in (await engine.verify_many(again)).results} == {Status.VALID}

@@ -17,6 +17,7 @@ from sqlalchemy import update
 from verimail.api.dashboard.progress import progress_fields
 from verimail.cli.progress import JobProgress
 from verimail.config import using_settings
+from verimail.engine.smtp.findings import probe_address
 from verimail.files.bulk_io import job_dir
 from verimail.files.shards import SHARDS_DIR, read_shard_input
 from verimail.flows.bulk import bulk_verify
@@ -47,7 +48,8 @@ def test_pack_keeps_domains_whole_and_groups_together_where_they_fit():
 
 
 def _world() -> World:
-    """Five domains on four hosts; ``two.test`` and ``deux.test`` share one mail host."""
+    """Five domains on four servers; ``two.test`` and ``deux.test`` share one server under
+    two MX names (``mx.deux.test`` resolves to ``mx.shared.test``'s address)."""
     return World.of(
         [
             HostSpec("mx.acme.test", HostBehaviour(mailboxes={"alice", "bob", "carol"})),
@@ -59,7 +61,8 @@ def _world() -> World:
             DomainSpec("acme.test", mx=[(10, "mx.acme.test")]),
             DomainSpec("catchall.test", mx=[(10, "mx.catchall.test")]),
             DomainSpec("two.test", mx=[(10, "mx.shared.test")]),
-            DomainSpec("deux.test", mx=[(10, "mx.shared.test")]),
+            DomainSpec("deux.test", mx=[(10, "mx.deux.test")]),
+            DomainSpec("mx.deux.test", a=["mx.shared.test"]),
             DomainSpec("beta.test", mx=[(10, "mx.beta.test")]),
         ],
     )
@@ -137,7 +140,7 @@ def test_a_sharded_job_answers_as_one_piece(testbed_factory, testbed_settings, t
     domains = [{a.rpartition("@")[2] for a in shard} for shard in seen]
     for domain in ("acme.test", "two.test", "beta.test"):
         assert sum(domain in d for d in domains) == 1, (domain, seen)
-    assert any({"two.test", "deux.test"} <= d for d in domains), seen  # one mail host
+    assert any({"two.test", "deux.test"} <= d for d in domains), seen  # one mail server
     results = pl.read_parquet(job_dir(whole.data_dir, one.id) / "results.parquet")
     addresses = set(results.get_column("normalised").drop_nulls())
     assert sorted(a for shard in seen for a in shard) == sorted(addresses)  # each once
@@ -153,6 +156,8 @@ def test_a_sharded_job_answers_as_one_piece(testbed_factory, testbed_settings, t
     assert history == sorted([f"bulk-{one.id}.parquet", f"bulk-{many.id}.parquet"])
     rcpts = tb.host_stats("mx.acme.test").rcpts
     assert rcpts.count("alice@acme.test") == 2  # once per job, whatever its duplicates
+    probe = probe_address("acme.test", whole.smtp_mail_from)
+    assert rcpts.count(probe) == 2  # the catch-all probe: once per job, shards or not
 
 
 GREY_EMAILS = [

@@ -87,7 +87,7 @@ async def test_the_recipient_limit_learnt_from_a_452_is_the_servers(
     assert [r.status for r in batch.results] == [
         Status.INVALID if a.startswith("nobody") else Status.VALID for a in mixed
     ]
-    assert engine.prober._rcpt_limit["mx.five.test"] == 5
+    assert engine.prober.learned.rcpt_limit(tb.address_of("mx.five.test")) == 5
     assert tb.host_stats("mx.five.test").sessions == 7
 
 

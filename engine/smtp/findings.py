@@ -1,5 +1,5 @@
 """What the SMTP prober hands out: a finding per recipient, the result and traffic of a
-host group's run, and the host groups it is given (domains that share their MX hosts)."""
+host group's run, and the host groups it is given (domains that share their mail servers)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ class Finding:
 
 @dataclass
 class HostGroup:
-    """Domains that share MX hosts, with the recipients to check on each."""
+    """Domains whose MX hosts lead to the same servers, with the recipients to check on
+    each; ``hosts`` are the first domain's (the names dialled)."""
 
     hosts: tuple[MailHost, ...]
     domains: dict[str, list[str]]  # domain -> recipient addresses (normalised, unique)
@@ -55,6 +56,18 @@ class HostGroup:
         return sum(len(v) for v in self.domains.values()) + (
             len(self.domains) if self.probe_catch_all else 0
         )
+
+
+def group_key(hosts: tuple[MailHost, ...], by_server: bool = True) -> tuple[object, ...]:
+    """What the domains of one host group share: the servers their mail hosts lead to, in
+    preference order (each host's addresses, as a set), so a shared host that gives every
+    customer domain an MX name of its own, all resolving to one IP, carries them all in
+    the same sessions (issue 33: one session per domain there, each paying the greeting).
+    The group dials the first domain's host names; the servers are the same. ``by_server``
+    false (``smtp_sessions_by_server``): the host names, as before."""
+    if not by_server:
+        return tuple(h.name for h in hosts)
+    return tuple(tuple(sorted(set(h.addresses))) for h in hosts)
 
 
 @dataclass

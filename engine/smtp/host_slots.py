@@ -13,8 +13,9 @@ In Redis a host's slots are leases (:mod:`verimail.engine.leases`, as the API's 
 slots are). A thread renews the leases of a process's open sessions (not the sessions' event
 loop, which CPU work can hold for longer than a lease lives); a process that dies stops
 renewing, and its leases lapse after :data:`~verimail.engine.leases.LEASE_SECONDS`. Redis
-failures fail *open* to the process's own slots for :data:`RETRY_SECONDS` (a warning is
-logged): an outage of the counter store must not stop verification.
+failures fail *open* to the process's own slots for
+:data:`~verimail.engine.leases.RETRY_SECONDS` (a warning is logged): an outage of the
+counter store must not stop verification.
 
 The Redis client is the synchronous one, called from worker threads: it is safe to share
 between threads and event loops, which an asyncio client is not.
@@ -27,7 +28,6 @@ import contextlib
 import logging
 import random
 import threading
-import time
 import uuid
 import weakref
 from collections import deque
@@ -36,15 +36,18 @@ from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from typing import Any
 
-from verimail.engine.leases import ACQUIRE_SCRIPT, LEASE_SECONDS, RENEW_SCRIPT, RENEW_SECONDS
+from verimail.engine.leases import (
+    ACQUIRE_SCRIPT,
+    LEASE_SECONDS,
+    RENEW_SCRIPT,
+    RENEW_SECONDS,
+    FailOpen,
+)
 
 log = logging.getLogger("verimail.engine.smtp.host_slots")
 
 POLL_FIRST, POLL_MAX = 0.02, 0.5
 """Waiting for a Redis slot: the first pause between tries, doubling up to the last."""
-RETRY_SECONDS = 30
-"""After Redis fails, sessions use only the process's slots for this long, then try again
-(rather than each waiting out a timeout)."""
 
 _Waiters = deque[tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]]
 
@@ -168,7 +171,9 @@ class _RedisLeases:
         self._acquire = self._client.register_script(ACQUIRE_SCRIPT)
         self._renew = self._client.register_script(RENEW_SCRIPT)
         self._prefix = prefix
-        self._down_until = 0.0  # monotonic: after a failure, Redis is not asked until then
+        self._outage = FailOpen(
+            log, "SMTP host slots in Redis failed; each process uses its own for %d s: %s"
+        )
         self._held: dict[str, str] = {}  # lease id -> key, renewed by the thread below
         self._held_lock = threading.Lock()
         self._stop = threading.Event()
@@ -179,8 +184,9 @@ class _RedisLeases:
 
     @property
     def down(self) -> bool:
-        """Redis failed less than :data:`RETRY_SECONDS` ago: sessions do not wait on it."""
-        return time.monotonic() < self._down_until
+        """Redis failed less than :data:`~verimail.engine.leases.RETRY_SECONDS` ago:
+        sessions do not wait on it."""
+        return self._outage.down
 
     async def take(self, host: str, cap: int, urgent: bool = False) -> str | None:
         """Wait for one of the host's ``cap`` slots; its lease id, or None when Redis is
@@ -252,13 +258,7 @@ class _RedisLeases:
         _GIVE_BACK.submit(drop)
 
     def _failed(self, exc: Exception) -> None:
-        if not self.down:
-            log.warning(
-                "SMTP host slots in Redis failed; each process uses its own for %d s: %s",
-                RETRY_SECONDS,
-                exc,
-            )
-        self._down_until = time.monotonic() + RETRY_SECONDS
+        self._outage.failed(exc)
 
     def close(self) -> None:
         """Stop renewing (the renewer thread ends at its next wake-up, at once) and close

@@ -1,12 +1,16 @@
 """The SMTP prober: many ``RCPT TO`` per session, grouped by mail host. Never ``DATA``.
 
-A *host group* is every domain served by the same MX hosts. For each group the prober
+A *host group* is every domain whose MX hosts lead to the same servers (IP addresses), whatever
+their names: a shared host that gives each customer domain an MX name of its own carries
+them all in one group's sessions (``smtp_sessions_by_server``). For each group the prober
 opens at most ``smtp_max_sessions_per_host`` sessions (and no more than the work needs;
 the cap holds per server IP address across every group and MX name that reach it),
 and each session walks a shared queue of recipients ordered by domain:
 
 - ``MAIL FROM`` once per session: recipients of all the group's domains share one
-  transaction (a host that refuses the mix gets ``RSET`` + ``MAIL FROM`` per domain);
+  transaction (a server that refuses the mix gets ``RSET`` + ``MAIL FROM`` per domain);
+- what is learnt of a server (its recipient and rejection limits, no mixing) is kept by
+  its IP address, as its session slots are: every MX name that leads there shares it;
 - first item of each domain is a random-address probe that decides catch-all;
 - a fresh session after ``smtp_rcpts_per_session`` recipients or
   ``smtp_max_rejections_per_session`` rejections (Postfix slows down after 10 errors and
@@ -48,6 +52,7 @@ from verimail.engine.netguard import connect_allowed
 from verimail.engine.smtp.findings import Finding, GroupResult, HostGroup, SmtpStats, probe_address
 from verimail.engine.smtp.group_run import GroupRun, Recipient
 from verimail.engine.smtp.host_slots import HostSlots
+from verimail.engine.smtp.learned import LearnedLimits
 from verimail.engine.smtp.replies import classify_rcpt, one_line
 from verimail.engine.smtp.session import (
     SERVER_ENDED,
@@ -72,21 +77,6 @@ now while no session of this process is there but it gave this run one before: a
 count of connections may lag our QUIT, and other machines' sessions end. (While this
 process has sessions there, the worker queues for their slots instead:
 :meth:`~verimail.engine.smtp.host_slots.HostSlots.learn_cap`.)"""
-
-
-class _Learned(dict):  # type: ignore[type-arg]
-    """What the prober learnt of hosts (recipient and rejection limits, no mixing), kept
-    for the :data:`LEARNED_HOSTS` hosts learnt of last: a process that meets millions of
-    hosts over time must not keep an entry for each of them."""
-
-    def __setitem__(self, key: object, value: object) -> None:
-        self.pop(key, None)  # (re-learnt: now the newest)
-        super().__setitem__(key, value)
-        if len(self) > LEARNED_HOSTS:
-            del self[next(iter(self))]
-
-
-LEARNED_HOSTS = 50_000
 
 
 # How a server at its limit of connections at once turns one more away: a 421 banner, or
@@ -114,9 +104,8 @@ class Prober:
             settings.smtp_max_sessions_total,
             settings.redis_url,
         )
-        self._rcpt_limit: dict[str, int] = _Learned()  # learned from 452
-        self._rejection_limit: dict[str, int] = _Learned()  # learned from disconnects
-        self._one_domain_hosts: dict[str, bool] = _Learned()  # will not mix domains per message
+        # learnt of servers (by IP): recipient and rejection limits, no mixing
+        self.learned = LearnedLimits(settings.redis_url)
 
     def allowed_hosts(self, hosts: tuple[MailHost, ...]) -> tuple[MailHost, ...]:
         """The hosts with at least one address we may connect to (addresses filtered)."""
@@ -169,6 +158,7 @@ class Prober:
         """Work the queue with as many sessions as it needs, up to the per-host cap: as
         many as full sessions would take to begin with, more as sessions end early
         (:meth:`_more_workers`)."""
+        await self.learned.refresh(_servers(run.group))  # (other workers' lessons)
         limit = self._session_rcpt_limit(run.group)
         workers = max(
             1, min(self.settings.smtp_max_sessions_per_host, math.ceil(len(run.queue) / limit))
@@ -209,17 +199,20 @@ class Prober:
             run.spawn()
 
     def _session_rcpt_limit(self, group: HostGroup) -> int:
-        learned = min((self._rcpt_limit.get(h.name, 10**9) for h in group.hosts), default=10**9)
+        limits = (self.learned.rcpt_limit(a) for a in _servers(group))
+        learned = min((limit for limit in limits if limit is not None), default=10**9)
         return max(1, min(self.settings.smtp_rcpts_per_session, learned))
 
     def session_full(self, session: Session) -> bool:
         """The session reached the recipients or rejections a session may have on its host
-        (the settings', or lower limits learnt of the host): the next goes in a fresh one."""
-        name = session.host.name
-        rcpt_limit = min(self.settings.smtp_rcpts_per_session, self._rcpt_limit.get(name, 10**9))
+        (the settings', or lower limits learnt of the server): the next goes in a fresh one."""
+        server = session.address
+        rcpt_limit = min(
+            self.settings.smtp_rcpts_per_session, self.learned.rcpt_limit(server) or 10**9
+        )
         rej_limit = min(
             self.settings.smtp_max_rejections_per_session,
-            self._rejection_limit.get(name, 10**9),
+            self.learned.rejection_limit(server) or 10**9,
         )
         return session.rcpts >= rcpt_limit or session.rejections >= rej_limit
 
@@ -342,9 +335,7 @@ class Prober:
         3-5 times the sessions needed.) The lowest reading stands: a session opened under a
         higher cap may report a higher one after a lower one was learnt, and a cap too
         high only costs another 452 and a fresh session."""
-        name = session.host.name
-        learned = max(1, session.rcpts - 1)
-        self._rcpt_limit[name] = min(learned, self._rcpt_limit.get(name, learned))
+        self.learned.lower_rcpt_limit(session.address, max(1, session.rcpts - 1))
 
     def hung_up(self, session: Session) -> bool:
         """The server ended the session (421 or a disconnect) or stopped answering within
@@ -361,9 +352,7 @@ class Prober:
         before the limit was learned keeps the lowest limit seen."""
         if not session.rejections:
             return False
-        name = session.host.name
-        limit = max(1, session.rejections - 1)
-        self._rejection_limit[name] = min(limit, self._rejection_limit.get(name, limit))
+        self.learned.lower_rejection_limit(session.address, max(1, session.rejections - 1))
         return True
 
     async def rcpt(self, session: Session, item: Recipient, stats: SmtpStats) -> tuple[int, str]:
@@ -388,7 +377,7 @@ class Prober:
             code, message = await session.rcpt_to(item, stats)
             suspect = code not in (421, 452) and classify_rcpt(code, message) in _MIX_SUSPECT
             if joins and suspect:
-                self._one_domain_hosts[session.host.name] = True
+                self.learned.mark_one_domain(session.address)
                 if self.session_full(session):  # (asking again here would pass the cap)
                     raise AskAgain(Finding(SmtpOutcome.NOT_ATTEMPTED, "", session.host.name))
                 await session.mail_from(self.settings.smtp_mail_from, stats)
@@ -396,7 +385,7 @@ class Prober:
             return code, message
 
     def _mixes(self, session: Session) -> bool:
-        return self.settings.smtp_mix_domains and session.host.name not in self._one_domain_hosts
+        return self.settings.smtp_mix_domains and not self.learned.one_domain(session.address)
 
     async def open_session(self, run: GroupRun) -> Session:
         """Connect to the best reachable MX host; raise ``NoSession`` when none answers.
@@ -436,6 +425,7 @@ class Prober:
         before."""
         waits = iter(CROWDED_WAITS)
         while True:
+            await self.learned.refresh([address])  # (what others learnt meanwhile)
             held = await self.slots.take(address)  # (per server: names may share one)
             try:
                 smtp = await connect(self.settings, host, address, run.result.stats)
@@ -470,3 +460,8 @@ class Prober:
             run.greeted.add(host.name)
             held.opened()
             return Session(smtp, host, held)
+
+
+def _servers(group: HostGroup) -> list[str]:
+    """The server addresses of ``group``'s hosts: what lessons are kept by."""
+    return [address for host in group.hosts for address in host.addresses]

@@ -92,6 +92,7 @@ class Session:
     def __init__(self, smtp: aiosmtplib.SMTP, host: MailHost, slots: HeldSlots) -> None:
         self.smtp = smtp
         self.host = host
+        self.address = slots.host  # the server's IP: what its limits are learnt under
         self._slots = slots
         self.in_tx = False  # a MAIL FROM was accepted and not yet reset
         self.tx_domains: set[str] = set()  # recipients' domains in the open transaction
