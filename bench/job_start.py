@@ -45,6 +45,11 @@ domains:
   fast.test:
     mx: [[10, mx.fast.test]]
 """
+KINDS = (
+    ("first", "first JSON job, as soon as the API answers"),
+    ("csv", "CSV upload"),
+    ("json", "JSON list"),
+)
 POLL = 0.02  # seconds between the bench's polls of the job
 
 
@@ -119,11 +124,12 @@ def _serve(env: dict[str, str], cwd: Path) -> Iterator[str]:
 
 
 def _measure(base: str, key: str, jobs: int) -> list[dict[str, Any]]:
-    """One warm-up job, then ``jobs`` CSV and ``jobs`` JSON jobs, alternating."""
+    """A first JSON job as soon as the API answers (kind ``first``: a row of its own), then
+    ``jobs`` CSV and ``jobs`` JSON jobs, alternating."""
     headers = {"Authorization": f"Bearer {key}"}
     with httpx.Client(base_url=base, headers=headers, timeout=120) as client:
-        _time_job(client, "json")  # (warm-up: not counted)
-        return [_time_job(client, kind) for _ in range(jobs) for kind in ("csv", "json")]
+        first = {**_time_job(client, "json"), "kind": "first"}
+        return [first, *(_time_job(client, kind) for _ in range(jobs) for kind in ("csv", "json"))]
 
 
 def _local(tb: RemoteTestbed, work: Path, jobs: int) -> list[dict[str, Any]]:
@@ -212,6 +218,8 @@ def _cells(runs: list[dict[str, Any]], kind: str, key: str) -> str:
     values = [r[key] for r in runs if r["kind"] == kind and r.get(key) is not None]
     if not values:
         return "–"
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
     return f"{statistics.median(values):.2f} / {max(values):.2f}"
 
 
@@ -245,7 +253,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     for mode, runs in results.items():
         target = "< 1 s" if mode == "local" else f"< {args.poll + 1:g} s (poll {args.poll:g} s + 1)"
-        for kind, label in (("csv", "CSV upload"), ("json", "JSON list")):
+        for kind, label in KINDS:
             table.add(
                 mode,
                 label,
@@ -258,7 +266,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ["job", "submit request (run_deployment)", "created → Pending (worker's poll)",
          "Pending → Running (flow-run process start)", "submit → processing"],
     )  # fmt: skip
-    for kind, label in (("csv", "CSV upload"), ("json", "JSON list")):
+    for kind, label in KINDS:
         runs = results.get("deployment", [])
         if runs:
             split.add(
@@ -271,9 +279,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     reading = [
         f"`verimail serve` (uvicorn, SQLite store) against a testbed process with one fast "
         f"mail host; each job {ROWS} addresses, half of them real mailboxes. Times from just "
-        f"before the submitting request; the job polled every {POLL * 1000:g} ms. A first "
-        "job (not counted) warms the runner: the local runner's Prefect server is started "
-        "at the API's start-up, a worker's first flow-run process is as slow as any other.",
+        f"before the submitting request; the job polled every {POLL * 1000:g} ms. The "
+        "first job is submitted as soon as `GET /api/health` answers (the local runner's "
+        "Prefect server is still starting then: it is warmed at the API's start-up, in the "
+        f"background); the CSV and JSON rows are the {args.jobs} jobs of each kind after it, "
+        "one at a time.",
     ]
     publish(
         args,
