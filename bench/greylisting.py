@@ -15,7 +15,14 @@ deferred retries do for a job on postgrey-style hosts.
    from the API's job phases and Prefect's flow-run times, shows whether B completed before
    A's retry pass started.
 
+4. ``--in-pass`` (alone: parts 1 and 2 are skipped): the job of part 2 with deferred
+   retries and the in-run back-off at its default (3 retries, 5/10/20 s), once with the old
+   behaviour (``job_greylist_retries`` 3: the first pass waits the back-off out before it
+   parks) and once with the new default (0: it parks at once) — when the first pass ended
+   and the job's total (issue 33.3).
+
 ``python -m bench.greylisting [--timeouts 1,2,5] [--size 1000] [--grey-delay 30]``
+``python -m bench.greylisting --in-pass [--size 1000] [--grey-delay 60]``
 ``python -m bench.greylisting --one-worker [--size 1000] [--second-size 100] [--grey-delay 30]
 [--database auto|postgres|sqlite]``
 """
