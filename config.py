@@ -190,6 +190,13 @@ class Settings(BaseSettings):
         description="Seconds from the end of a job's pass to its first deferred retry pass; "
         "each later pass waits twice the one before.",
     )
+    job_greylist_retries: int = Field(
+        0,
+        ge=0,
+        description="In-pass retries of a greylisted recipient in a job pass that a deferred "
+        "retry pass follows (0: parked at once, the deferred pass asks again); a job's last "
+        "pass, and a job that opted out, use `smtp_greylist_retries`.",
+    )
     job_retry_max_wait: float = Field(
         3600.0,
         ge=0,

@@ -15,7 +15,14 @@ deferred retries do for a job on postgrey-style hosts.
    from the API's job phases and Prefect's flow-run times, shows whether B completed before
    A's retry pass started.
 
+4. ``--in-pass`` (alone: parts 1 and 2 are skipped): the job of part 2 with deferred
+   retries and the in-run back-off at its default (3 retries, 5/10/20 s), once with the old
+   behaviour (``job_greylist_retries`` 3: the first pass waits the back-off out before it
+   parks) and once with the new default (0: it parks at once) — when the first pass ended
+   and the job's total (issue 33.3).
+
 ``python -m bench.greylisting [--timeouts 1,2,5] [--size 1000] [--grey-delay 30]``
+``python -m bench.greylisting --in-pass [--size 1000] [--grey-delay 60]``
 ``python -m bench.greylisting --one-worker [--size 1000] [--second-size 100] [--grey-delay 30]
 [--database auto|postgres|sqlite]``
 """
@@ -76,13 +83,8 @@ job's figures are of the deferred retries alone)."""
 
 
 def _settings(tb: Testbed, data_dir: Path, **extra: Any) -> Settings:
-    return Settings(
-        data_dir=data_dir,
-        prefect_warm_up=False,
-        **PATIENT_SERVERS,
-        **tb.settings_overrides(),
-        **extra,
-    )
+    values = {"data_dir": data_dir, "prefect_warm_up": False, **PATIENT_SERVERS}
+    return Settings(**{**values, **tb.settings_overrides(), **extra})
 
 
 def _retry_settings(grey_delay: float) -> dict[str, Any]:
@@ -173,11 +175,18 @@ async def _outcome(
 
 
 async def _job(
-    tb: Testbed, data_dir: Path, emails: list[str], grey_delay: float, retry: bool
+    tb: Testbed,
+    data_dir: Path,
+    emails: list[str],
+    grey_delay: float,
+    retry: bool,
+    **extra: Any,
 ) -> dict[str, Any]:
-    settings = _settings(
-        tb, data_dir / ("job-retry" if retry else "job-plain"), **_retry_settings(grey_delay)
-    )
+    """One job of ``emails`` to its end (``extra``: settings beside the deferred retries')."""
+    name = "job-retry" if retry else "job-plain"
+    if extra:
+        name += "-" + "-".join(f"{k}{v}" for k, v in sorted(extra.items()))
+    settings = _settings(tb, data_dir / name, **_retry_settings(grey_delay), **extra)
 
     async def work(client: httpx.AsyncClient, key: str, app: Any) -> dict[str, Any]:
         headers = {"Authorization": f"Bearer {key}"}
@@ -523,6 +532,75 @@ def _main_one_worker(
     return {"one_worker": run}
 
 
+# --- 4. in-pass greylist retries: the old default against the new (issue 33.3) -------------
+
+IN_PASS = {
+    "old: in-pass back-off, then park": {"job_greylist_retries": 3},
+    "new: park at once": {"job_greylist_retries": 0},
+}
+"""Both with the in-run back-off at its default (3 retries, 5/10/20 s), which a job's pass
+followed by a deferred pass used before ``job_greylist_retries`` (default 0)."""
+
+
+def _main_in_pass(
+    args: argparse.Namespace,
+    argv: list[str] | None,
+    emails: list[str],
+    per_plain: int,
+    per_grey: int,
+) -> dict[str, Any]:
+    """Part 4: the same job with the old and the new default of in-pass greylist retries."""
+    back_off = {"smtp_greylist_retries": 3, "smtp_greylist_delay": 5.0}
+    runs: dict[str, dict[str, Any]] = {}
+    grey = per_grey * GREY_DOMAINS
+    tb = Testbed(_world(args.grey_delay, per_plain, per_grey)).start()
+    try:
+        with tempfile.TemporaryDirectory() as tmp, _prefect():  # (untimed set-up)
+            asyncio.run(_job(tb, Path(tmp) / "warm", emails[:1], args.grey_delay, False))
+            for label, setting in IN_PASS.items():
+                tb.reset_greylist()
+                runs[label] = asyncio.run(
+                    _job(tb, Path(tmp), emails, args.grey_delay, True, **back_off, **setting)
+                )
+    finally:
+        tb.stop()
+    retry = _retry_settings(args.grey_delay)
+    table = Table(
+        f"A job of {len(emails)} addresses, {grey} on postgrey hosts (delay "
+        f"{args.grey_delay:g} s), deferred retries {retry['job_retry_delay']:g} s after a "
+        "pass, local runner",
+        ["first pass", "first pass ended (s)", "parked", "retry pass from (s)", "job total (s)",
+         "grey: valid / invalid / unknown"],
+    )  # fmt: skip
+    for label, run in runs.items():
+        ended = run["first_pass"] if run["first_pass"] is not None else run["wall"]
+        table.add(
+            label,
+            f"{ended:.1f}",
+            "yes" if run["first_pass"] is not None else "no",
+            "–" if run["retry_started"] is None else f"{run['retry_started']:.1f}",
+            f"{run['wall']:.1f}",
+            f"{run['grey_valid']} / {run['grey_invalid']} / {run['grey_unknown']}",
+        )
+    reading = [
+        "Both runs: `VERIMAIL_SMTP_GREYLIST_RETRIES` 3 and `VERIMAIL_SMTP_GREYLIST_DELAY` 5 "
+        "(their defaults); old: `VERIMAIL_JOB_GREYLIST_RETRIES=3` (the pass waits 5 + 10 + "
+        "20 s for a greylisted recipient before it parks it, as every job pass did before), "
+        'new: its default 0. "First pass ended": when the job was seen parked '
+        "(`waiting_to_retry`), or its end when the first pass settled everything.",
+    ]
+    publish(
+        args,
+        title=f"Greylisting: in-pass retries in a job, old default against new "
+        f"({len(emails)} addresses, postgrey delay {args.grey_delay:g} s)",
+        command=command_text("bench.greylisting", argv),
+        tables=[table],
+        reading=reading,
+        extra={"in_pass": runs},
+    )
+    return {"in_pass": runs}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--timeouts", default="1,2,5")
@@ -533,6 +611,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--one-worker",
         action="store_true",
         help="Part 3 only: jobs A and B on one worker in deployment mode (parts 1-2 skipped).",
+    )
+    parser.add_argument(
+        "--in-pass",
+        action="store_true",
+        help="Part 4 only: the job with the old and the new default of in-pass greylist "
+        "retries (parts 1-2 skipped).",
     )
     parser.add_argument("--second-size", type=int, default=100, help="Job B's addresses.")
     parser.add_argument(
@@ -550,6 +634,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     emails += [f"user{i}@grey{d}.test" for d in range(GREY_DOMAINS) for i in range(per_grey)]
     if args.one_worker:
         return _main_one_worker(args, argv, emails, per_plain, per_grey)
+    if args.in_pass:
+        return _main_in_pass(args, argv, emails, per_plain, per_grey)
     tb = Testbed(_world(args.grey_delay, per_plain, per_grey)).start()
     try:
         with tempfile.TemporaryDirectory() as tmp:

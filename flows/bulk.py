@@ -32,7 +32,12 @@ from verimail.files.bulk_io import JobInput, ResultSink, job_dir, results_frame
 from verimail.files.shards import merged_results, remove_shards
 from verimail.flows.deployments import DEPLOYMENTS, from_deployment
 from verimail.flows.failures import refused
-from verimail.flows.job_run import park_or_finish, run_as_owner, start_job
+from verimail.flows.job_run import (
+    park_or_finish,
+    pass_greylist_retries,
+    run_as_owner,
+    start_job,
+)
 from verimail.flows.shard import verify_shard
 from verimail.flows.summary import artifact_key, name_this_run, run_name
 from verimail.jobs import retries
@@ -125,7 +130,12 @@ async def _first_pass(settings: Settings, store: Store, job: job_store.Job) -> d
     sink = ResultSink(job_dir(settings.data_dir, job.id), run=job.attempt)
     progress = _Progress(settings, store, job, tally, job_input.address_rows)
     stats = EngineStats()
-    async for settled in verify_pass(job_input.uniques, what=f"job {job.id}", stats=stats):
+    async for settled in verify_pass(
+        job_input.uniques,
+        what=f"job {job.id}",
+        stats=stats,
+        greylist_retries=pass_greylist_retries(settings, job, 0),
+    ):
         tally.add(settled)
         sink.add(settled)
         del settled  # (written away: not held while the progress is written)
@@ -226,7 +236,11 @@ async def _retry_pass(
     earlier = await asyncio.to_thread(pl.read_parquet, state)
     again = retries.parked(earlier)
     fresh: dict[str, VerificationResult] = {}
-    async for settled in verify_pass(again, what=f"job {job.id}, retry pass {retry_pass}"):
+    async for settled in verify_pass(
+        again,
+        what=f"job {job.id}, retry pass {retry_pass}",
+        greylist_retries=pass_greylist_retries(settings, job, retry_pass),
+    ):
         fresh.update(settled)
     by_address = pl.concat(
         [earlier.filter(~pl.col("normalised").is_in(again)), results_frame(fresh)]

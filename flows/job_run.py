@@ -144,6 +144,14 @@ def next_pass(
     return retries.plan(settings, done_pass, waited)
 
 
+def pass_greylist_retries(settings: Settings, job: job_store.Job, this_pass: int) -> int:
+    """In-pass greylisting retries of pass ``this_pass`` of the job (0: the first run, a
+    shard's too): none by default when a deferred pass follows it
+    (:func:`~verimail.jobs.retries.in_pass_greylist_retries`)."""
+    follows = next_pass(settings, job, this_pass) is not None
+    return retries.in_pass_greylist_retries(settings, deferred_pass_follows=follows)
+
+
 async def park_or_finish(
     settings: Settings,
     job: job_store.Job,

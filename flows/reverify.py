@@ -137,7 +137,11 @@ async def reverify_stored(
         )
     except FormError as exc:
         return refused(str(exc))
-    results = await _verify(addresses, what)
+    follows = retries.wanted(settings, retry_unknowns) and (
+        retries.plan(settings, 0, 0.0) is not None
+    )
+    greylist_retries = retries.in_pass_greylist_retries(settings, deferred_pass_follows=follows)
+    results = await _verify(addresses, what, greylist_retries)
     previous = await asyncio.to_thread(_previous, settings, addresses, results)
     await _to_history(settings, addresses, results, job_id)
     reports = parking.reports_dir(settings)
@@ -176,7 +180,11 @@ async def _retry_pass(settings: Settings, report_name: str, retry_pass: int) -> 
                 report_name, parked.mail_from, settings.smtp_mail_from,
             )  # fmt: skip
         addresses = parked.addresses
-        results = await _verify(addresses, f"{parked.what}, retry pass {retry_pass}")
+        follows = retries.plan(settings, retry_pass, parked.waited) is not None
+        greylist_retries = retries.in_pass_greylist_retries(settings, deferred_pass_follows=follows)
+        results = await _verify(
+            addresses, f"{parked.what}, retry pass {retry_pass}", greylist_retries
+        )
         await _to_history(settings, addresses, results, parked.job_id)
         report = parking.reports_dir(settings) / report_name
         fresh = _changes(addresses, results, parked.previous)
@@ -267,11 +275,14 @@ async def _park(
     return parked
 
 
-async def _verify(addresses: list[str], what: str) -> list[VerificationResult]:
+async def _verify(
+    addresses: list[str], what: str, greylist_retries: int
+) -> list[VerificationResult]:
     """Each address's result, in order (the verify pipeline: Prefect tasks per chunk of
-    mail-host groups)."""
+    mail-host groups; ``greylist_retries``: in-pass, none when a deferred pass follows)."""
     results: dict[str, VerificationResult] = {}
-    async for settled in verify_pass(addresses, what=f"reverify {what}"):
+    passing = verify_pass(addresses, what=f"reverify {what}", greylist_retries=greylist_retries)
+    async for settled in passing:
         results.update(settled)
     return [results[a] for a in addresses]
 

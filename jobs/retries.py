@@ -39,6 +39,19 @@ def wanted(settings: Settings, retry_unknowns: bool) -> bool:
     return settings.job_retry_passes > 0 and retry_unknowns
 
 
+def in_pass_greylist_retries(settings: Settings, *, deferred_pass_follows: bool) -> int:
+    """How often a pass retries a greylisted recipient before it answers ``greylisted``.
+
+    A pass that a deferred pass follows parks it at once by default
+    (``job_greylist_retries`` 0): the deferred pass asks again anyway, and waiting inside
+    the pass (5 + 10 + 20 s with the in-run back-off) only held the run's slot. The last
+    pass — and work that opted out of deferred retries — keeps the in-run back-off
+    (``smtp_greylist_retries``): it is the recipient's last chance."""
+    if deferred_pass_follows:
+        return settings.job_greylist_retries
+    return settings.smtp_greylist_retries
+
+
 def parked(results: pl.DataFrame, key: str = "normalised") -> list[Any]:
     """The ``key`` (an address; a finder job's row) of results a later pass may settle."""
     return results.filter(pl.col("sub_status").is_in(RETRYABLE))[key].to_list()

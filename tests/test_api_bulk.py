@@ -37,6 +37,32 @@ ORIGINAL = (
 )
 
 
+async def test_the_request_that_creates_a_job_hands_it_to_the_local_runner(
+    testbed_factory, testbed_settings, tmp_path
+):
+    """A job starts when its request submits it to the local runner's pool (issue 33.2),
+    not at a later sweep: the reaper here sweeps at start-up and then every 15 minutes, yet
+    each job is the runner's (queued or running) or past ``pending`` as its POST returns,
+    and completes."""
+    tb = testbed_factory(api_world())
+    settings = testbed_settings(tb, tmp_path, job_stale_after=3600.0)
+    async with running_app(settings) as app:
+        runner = app.app.state.runner
+        customer = app.customer(credits=100)
+        for path, request in (
+            ("/api/bulk", _upload(ORIGINAL)),
+            ("/api/verify/bulk", {"json": {"emails": ["alice@acme.test", "bob@acme.test"]}}),
+        ):
+            created = await app.client.post(path, headers=customer.headers, **request)
+            assert created.status_code == 200, created.text
+            job_id = created.json()["job_id"]
+            job = job_store.get_job_any(app.store.engine, job_id)
+            assert job is not None
+            assert job_id in runner.held_jobs() or job.status != "pending", job
+            done = await poll_job(app.client, f"{path}/{job_id}", customer.headers)
+            assert done["status"] == "completed", done
+
+
 async def test_upload_poll_download(settings):
     async with running_app(settings) as app:
         customer = app.customer(credits=100)

@@ -235,3 +235,27 @@ def test_starvation_smoke(tmp_path):
     assert _first_cells(result) == ["verimail engine (verify_many)"]
     figures = result["extra"]["figures"]
     assert (figures["valid"], figures["unknown"]) == (40, 0)
+
+
+@pytest.mark.prefect
+@pytest.mark.usefixtures("prefect_harness")
+def test_greylisting_in_pass_smoke(tmp_path):
+    """Part 4: with a 1 s postgrey delay the old default settles in the pass (its first
+    retry comes 5 s later), the new one parks; both end with no greylisted unknown."""
+    import prefect.settings
+
+    server = {"PREFECT_API_URL": str(prefect.settings.PREFECT_API_URL.value())}
+    result = _run(
+        tmp_path, "greylisting", "--in-pass", "--size", "40", "--grey-delay", "1", env=server
+    )
+    old, new = result["extra"]["in_pass"].values()
+    assert (old["first_pass"], new["first_pass"] is not None) == (None, True)
+    assert old["grey_unknown"] == new["grey_unknown"] == 0 < new["grey"]
+
+
+def test_job_start_smoke(tmp_path):
+    """The local runner's part only (``verimail serve`` with its embedded Prefect server)."""
+    result = _run(tmp_path, "job_start", "--mode", "local", "--jobs", "1")
+    assert [row[1] for row in result["tables"][0]["rows"]][1:] == ["CSV upload", "JSON list"]
+    runs = result["extra"]["results"]["local"]
+    assert [r["status"] for r in runs] == ["completed"] * 3

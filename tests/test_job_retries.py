@@ -87,7 +87,50 @@ async def test_greylisted_addresses_wait_then_get_their_true_verdicts(settings, 
         assert tb.host_stats("mx.ok.test").rcpts.count("alice@ok.test") == 1
 
 
-async def test_opting_out_finishes_after_the_first_pass(settings, tb):
+def _asked(tb: Testbed, email: str) -> int:
+    """How often the greylisting host was asked about ``email`` (its RCPT TO count)."""
+    return tb.host_stats("mx.grey.test").rcpts.count(email)
+
+
+@pytest.mark.parametrize("in_pass", [None, 1], ids=["default", "raised"])
+async def test_a_first_pass_a_deferred_pass_follows_parks_greylisting_at_once(
+    tb, testbed_settings, tmp_path, in_pass
+):
+    """With the in-run back-off on (2 retries, 0.1 s apart), a job's first pass still asks
+    a greylisted recipient once and parks it, by default; the deferred pass settles it.
+    With ``job_greylist_retries`` raised, the pass retries in place first, as before."""
+    raised = {} if in_pass is None else {"job_greylist_retries": in_pass}
+    settings = testbed_settings(
+        tb,
+        tmp_path,
+        smtp_greylist_retries=2,
+        smtp_greylist_delay=0.1,  # (far below postgrey's 1.5 s: a retry in place fails)
+        job_retry_delay=2.0,
+        job_retry_passes=2,
+        job_retry_max_wait=10.0,
+        **raised,
+    )
+    async with running_app(settings) as app:
+        customer = app.customer(credits=100)
+        created = await app.client.post(
+            "/api/verify/bulk", json={"emails": EMAILS}, headers=customer.headers
+        )
+        url = f"/api/verify/bulk/{created.json()['job_id']}"
+        waiting = await poll_until(app.client, url, customer.headers, _waiting)
+        assert waiting["retry_waiting"] == 3
+        first = 1 if in_pass is None else 1 + in_pass
+        assert _asked(tb, "alice@grey.test") == _asked(tb, "nobody@grey.test") == first
+        done = await poll_job(app.client, url, customer.headers)
+        assert done["status"] == "completed" and done["unknown_count"] == 0, done
+        assert _asked(tb, "alice@grey.test") == first + 1  # (the deferred pass, once)
+
+
+async def test_opting_out_finishes_after_the_first_pass(tb, testbed_settings, tmp_path):
+    """A job that opted out has no later pass: its only pass waits out the in-run
+    back-off (``smtp_greylist_retries``), whatever ``job_greylist_retries`` says."""
+    settings = testbed_settings(
+        tb, tmp_path, smtp_greylist_retries=2, smtp_greylist_delay=0.1, job_greylist_retries=0
+    )
     async with running_app(settings) as app:
         customer = app.customer(credits=100)
         created = await app.client.post(
@@ -101,6 +144,7 @@ async def test_opting_out_finishes_after_the_first_pass(settings, tb):
         subs = {r["email"]: r["sub_status"] for r in done["results"]}
         assert subs["alice@grey.test"] == subs["nobody@grey.test"] == "greylisted"
         assert done["unknown_count"] == 4
+        assert _asked(tb, "alice@grey.test") == 3  # (asked, then retried twice in place)
 
 
 async def test_a_restart_during_the_wait_loses_nothing(settings, tb):
