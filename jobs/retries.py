@@ -22,8 +22,11 @@ from verimail.config import Settings
 from verimail.store import jobs as job_store
 from verimail.store.db import utcnow
 
-RETRYABLE = ("greylisted", "temp_failure", "timeout", "connection_failed")
-"""Sub-statuses a later pass may settle (the server put us off, or could not be reached)."""
+RETRYABLE = ("greylisted", "temp_failure", "timeout", "connection_failed", "egress_failed")
+"""Sub-statuses a later pass may settle (the server put us off, or could not be reached, or
+our proxy failed). A retried address goes out through the egress of its first try: the
+choice is a function of the egress settings and its domain (``engine/smtp/egress.py``), so
+a greylisted address is asked again from the client address that was greylisted."""
 
 STATE_FILE = "retry-state.parquet"
 
