@@ -3,7 +3,9 @@ subprocess on loopback) between the engine and the testbed's mail servers."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,11 +13,13 @@ import pytest
 
 from bench.socks_proxy import SocksProxy
 from verimail.config import Settings
-from verimail.engine import Engine, Routes
+from verimail.engine import Egress, Engine, Routes
+from verimail.engine.smtp.host_slots import HostSlots
 from verimail.schemas.outcomes import Status, SubStatus
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 PASSWORD = "s3cret-Pa55"
+REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 def _world() -> World:
@@ -293,3 +297,65 @@ def test_a_helo_name_that_is_not_fully_qualified_stops_the_start(tmp_path):
                 tmp_path, "egresses: [{name: a, url: direct, helo_name: a.example.com}]"
             ),
         )
+
+
+@pytest.mark.redis
+async def test_politeness_slots_are_per_egress_and_server_in_redis() -> None:
+    """Each egress is a source address of its own: its sessions to a server hold leases
+    under a key of their own (fleet-wide in Redis, as before), with its own cap; the direct
+    egress keeps the server's key of before."""
+    prefix = f"verimail-test-{uuid.uuid4().hex}"
+    slots = HostSlots(5, 100, REDIS_URL, prefix=prefix)
+    assert slots.leases is not None
+    server = "127.9.9.9"
+    first = Egress("first", "socks5://127.0.0.2:1080", "a.example.com", max_sessions_per_host=1)
+    second = Egress("second", "socks5://127.0.0.3:1080", "b.example.com", max_sessions_per_host=1)
+    direct = Egress("direct", None, "c.example.com")
+    assert direct.slot_key(server) == server
+    keys = {slots.leases.key(e.slot_key(server)) for e in (first, second, direct)}
+    assert len(keys) == 3
+    held = []
+    try:
+        for egress in (first, second):  # (one each, though each egress's cap is 1)
+            held.append(await asyncio.wait_for(slots.take(egress.slot_key(server), 1), 5))
+        client = slots.leases._client
+        for egress in (first, second):
+            assert client.zcard(slots.leases.key(egress.slot_key(server))) == 1
+        assert client.zcard(slots.leases.key(server)) == 0
+    finally:
+        for one in held:
+            one.release()
+        slots.close()
+
+
+async def test_each_egress_holds_its_own_session_cap_to_a_server(
+    testbed_factory, tmp_path, testbed_settings
+):
+    """Two egresses with a cap of one session each: at most two sessions at once reach the
+    server, and both egresses carried some."""
+    domains = [f"e{i}.test" for i in range(16)]
+    host = HostBehaviour(mailboxes={"alice"}, reply_delay=0.02)
+    tb = testbed_factory(
+        World.of(
+            [HostSpec("mx.one.test", host)],
+            [DomainSpec(d, mx=[(10, "mx.one.test")]) for d in domains],
+        )
+    )
+    with SocksProxy("127.0.0.2") as first, SocksProxy("127.0.0.3") as second:
+        path = _egress_file(
+            tmp_path,
+            f"""
+egresses:
+  - {{name: first, url: "{first.url}", helo_name: first.verimail.test, max_sessions_per_host: 1}}
+  - {{name: second, url: "{second.url}", helo_name: second.verimail.test, max_sessions_per_host: 1}}
+default: [first, second]
+""",
+        )
+        settings = testbed_settings(tb, tmp_path, smtp_egress_file=path, smtp_rcpts_per_session=2)
+        batch = await Engine(settings).verify_many([f"alice@{d}" for d in domains])
+        used = (len(first.destinations()), len(second.destinations()))
+    assert {r.status for r in batch.results} == {Status.VALID}
+    assert all(used), used
+    stats = tb.host_stats("mx.one.test")
+    assert sum(used) == stats.sessions
+    assert stats.peak_concurrent <= 2
