@@ -4,12 +4,15 @@ subprocess on loopback) between the engine and the testbed's mail servers."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from api_helpers import clean_env, env_for_testbed
+from cli_helpers import folded, run_verimail
 
 from bench.socks_proxy import SocksProxy
 from verimail.config import Settings
@@ -359,3 +362,29 @@ default: [first, second]
     stats = tb.host_stats("mx.one.test")
     assert sum(used) == stats.sessions
     assert stats.peak_concurrent <= 2
+
+
+def test_the_cli_never_shows_the_password(testbed_factory, tmp_path, proxy):
+    """`verimail verify` through a proxy with a wrong password: `egress_failed`, the reason
+    naming the proxy and authentication, and neither password in anything printed; a proxy
+    URL that is no SOCKS5 URL stops the command with the URL masked."""
+    tb = testbed_factory(_world())
+    wrong = "cli-wrong-Pa55"
+    env = clean_env(
+        {
+            **env_for_testbed(tb),
+            "VERIMAIL_DATA_DIR": str(tmp_path),
+            "VERIMAIL_SMTP_PROXY": proxy.url_with(wrong),
+        }
+    )
+    out = run_verimail(["verify", "alice@alpha.test", "--json"], env)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert (result["status"], result["sub_status"]) == ("unknown", "egress_failed")
+    assert "authentication" in result["reason"]
+    assert wrong not in out.stdout + out.stderr and PASSWORD not in out.stdout + out.stderr
+
+    env["VERIMAIL_SMTP_PROXY"] = f"http://verifier:{wrong}@127.0.0.1:{proxy.port}"
+    bad = run_verimail(["verify", "alice@alpha.test", "--json"], env)
+    assert bad.returncode != 0
+    assert "socks5://" in folded(bad.stderr) and wrong not in bad.stdout + bad.stderr
