@@ -213,3 +213,13 @@ def test_starvation_smoke(tmp_path):
     assert _first_cells(result) == ["verimail engine (verify_many)"]
     figures = result["extra"]["figures"]
     assert (figures["valid"], figures["unknown"]) == (40, 0)
+
+
+def test_egress_smoke(tmp_path):
+    result = _run(tmp_path, "egress", "--size", "200", "--rounds", "1")
+    assert _first_cells(result) == ["direct, run 1", "SOCKS5 proxy, run 1"]
+    runs = result["extra"]["runs"]
+    assert all(r["agreement"] == 1.0 for r in runs.values())
+    proxied = runs["SOCKS5 proxy, run 1"]
+    assert proxied["proxy_connections"] == proxied["testbed"]["sessions"] > 0
+    assert runs["direct, run 1"]["proxy_connections"] == 0
