@@ -128,9 +128,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"{100 * fig['agreement']:.1f}%",
         )
 
+    def rates(prefix: str) -> list[float]:
+        return [n / fig["wall_s"] for name, fig in runs if name.startswith(prefix)]
+
     def mean_rate(prefix: str) -> float:
-        rates = [n / fig["wall_s"] for name, fig in runs if name.startswith(prefix)]
-        return sum(rates) / len(rates)
+        return sum(rates(prefix)) / len(rates(prefix))
+
+    def spread(prefix: str) -> str:
+        return f"{min(rates(prefix)):,.0f}-{max(rates(prefix)):,.0f}"
 
     direct, proxied = mean_rate("direct"), mean_rate("SOCKS5")
     sessions = {name: fig["testbed"]["sessions"] for name, fig in runs}
@@ -144,6 +149,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"({100 * proxied / direct:.0f}% of direct, the mean of {args.rounds} run(s) each); "
         f"SMTP sessions per run: {', '.join(f'{v:,}' for v in sessions.values())}"
         + ("; every session through the proxy was one of its connections." if relayed else "."),
+        f"Runs of one side ranged {spread('direct')} addresses/s direct and "
+        f"{spread('SOCKS5')} through the proxy: on a machine shared with other work the "
+        "spread between runs of the same side is the noise, and a difference within it is "
+        "no difference.",
         "The proxy is pproxy (Python, asyncio) on the same 2 cores as verimail and the "
         "testbed: its relaying competes with both for CPU. A proxy on a machine of its own "
         "costs instead its network distance on every SMTP round trip.",
