@@ -16,7 +16,8 @@ from cli_helpers import folded, run_verimail
 
 from bench.socks_proxy import SocksProxy
 from verimail.config import Settings
-from verimail.engine import Egress, Engine, Routes
+from verimail.engine import Egress, Engine, Routes, find_email
+from verimail.engine.smtp.findings import probe_address
 from verimail.engine.smtp.host_slots import HostSlots
 from verimail.schemas.outcomes import Status, SubStatus
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
@@ -388,3 +389,34 @@ def test_the_cli_never_shows_the_password(testbed_factory, tmp_path, proxy):
     bad = run_verimail(["verify", "alice@alpha.test", "--json"], env)
     assert bad.returncode != 0
     assert "socks5://" in folded(bad.stderr) and wrong not in bad.stdout + bad.stderr
+
+
+async def test_the_finder_goes_through_the_egress_of_its_domain(
+    testbed_factory, tmp_path, testbed_settings, proxy
+):
+    """The finder's session to a domain leaves through the same egress as verification
+    (the rule of its MX hosts), with that egress's sender in the catch-all probe."""
+    tb = testbed_factory(
+        World.of(
+            [HostSpec("mx.people.test", HostBehaviour(mailboxes={"john.smith"}))],
+            [DomainSpec("people.test", mx=[(10, "mx.people.test")])],
+        )
+    )
+    path = _egress_file(
+        tmp_path,
+        f"""
+egresses:
+  - {{name: direct, url: direct, helo_name: direct.verimail.test}}
+  - {{name: proxied, url: "{proxy.url}", helo_name: p.verimail.test, mail_from: f@p.verimail.test}}
+routes:
+  - {{match: "mx.people.test", use: proxied}}
+default: direct
+""",
+    )
+    engine = Engine(testbed_settings(tb, tmp_path, smtp_egress_file=path))
+    result = await find_email(engine, "John", "Smith", "people.test", max_probes=5)
+    assert result.found and result.email == "john.smith@people.test"
+    sessions = tb.host_stats("mx.people.test").sessions
+    assert sessions >= 1 and len(proxy.destinations()) == sessions
+    probe = tb.host_stats("mx.people.test").rcpts[0]
+    assert probe == probe_address("people.test", "f@p.verimail.test")
