@@ -5,8 +5,8 @@ dev dependency, no code of ours) run as a subprocess, its verbose log kept in a 
 127.0.0.9:2525``) and per destination its block rule refuses (``BLOCK 127.0.0.9 from
 127.0.0.1``): :meth:`SocksProxy.destinations` and :meth:`SocksProxy.blocked` read them, so a
 test sees which servers were asked for through which proxy. pproxy connects out from the
-address it listens on when that is not 127.0.0.1, so two proxies on 127.0.0.2 and 127.0.0.3
-look like two client addresses to the testbed (and to its postgrey-style greylisting).
+address it listens on (its ``@`` bind), so two proxies on 127.0.0.2 and 127.0.0.3 are two
+client addresses to the testbed (and to its postgrey-style greylisting).
 """
 
 from __future__ import annotations
@@ -67,7 +67,9 @@ class SocksProxy:
 
     def start(self) -> SocksProxy:
         self.port = self.port or free_port(self.host)
-        listen = f"socks5://{self.host}:{self.port}"
+        # "/@host": connect out from the listening address (pproxy's lbind), so that two
+        # proxies are two client addresses to the servers
+        listen = f"socks5://{self.host}:{self.port}/@{self.host}"
         if self.user:
             listen += f"#{self.user}:{self.password}"
         command = [sys.executable, "-c", _LAUNCH, "-l", listen, "-v"]

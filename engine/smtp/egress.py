@@ -207,12 +207,18 @@ class Routes:
         return self._named(best[0])
 
     def split(
-        self, mx_hosts: tuple[str, ...], domains: dict[str, list[str]]
+        self,
+        mx_hosts: tuple[str, ...],
+        domains: dict[str, list[str]],
+        pinned: dict[str, str] | None = None,
     ) -> dict[Egress, dict[str, list[str]]]:
-        """``domains`` (of one host group) by the egress each leaves through."""
+        """``domains`` (of one host group) by the egress each leaves through: the one
+        ``pinned`` names (a retry's first try's) while it is still configured, else the
+        routes' choice."""
         parts: dict[Egress, dict[str, list[str]]] = {}
         for domain, rcpts in domains.items():
-            parts.setdefault(self.choose(mx_hosts, domain), {})[domain] = rcpts
+            egress = self.by_name(pinned[domain]) if pinned and domain in pinned else None
+            parts.setdefault(egress or self.choose(mx_hosts, domain), {})[domain] = rcpts
         return parts
 
     def _named(self, name: str) -> Egress:

@@ -45,6 +45,8 @@ class HostGroup:
     hosts: tuple[MailHost, ...]
     domains: dict[str, list[str]]  # domain -> recipient addresses (normalised, unique)
     probe_catch_all: bool = True
+    # domain -> the egress it must leave through: a deferred retry's, that of its first try
+    egresses: dict[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, ...]:
@@ -52,7 +54,8 @@ class HostGroup:
 
     def part(self, domains: dict[str, list[str]]) -> HostGroup:
         """The same hosts with only ``domains`` (those leaving through one egress)."""
-        return HostGroup(self.hosts, domains, self.probe_catch_all)
+        pins = {d: e for d, e in self.egresses.items() if d in domains}
+        return HostGroup(self.hosts, domains, self.probe_catch_all, pins)
 
     @property
     def size(self) -> int:

@@ -150,7 +150,7 @@ class Prober:
         if greylist_retries is None:
             greylist_retries = self.settings.smtp_greylist_retries
         # A run per egress the group's domains leave through (one, unless routes spread them)
-        parts = self.routes.split(tuple(h.name for h in group.hosts), group.domains)
+        parts = self.routes.split(tuple(h.name for h in group.hosts), group.domains, group.egresses)
         await asyncio.gather(
             *(
                 self._run_part(group.part(domains), egress, result, greylist_retries)
