@@ -246,9 +246,11 @@ async def connect(
         raise NoSession(Finding(outcome, one_line(exc.code, exc.message), host.name)) from exc
     except (TimeoutError, SMTPTimeoutError) as exc:
         smtp.close()
-        raise NoSession(
-            Finding(SmtpOutcome.TIMEOUT, f"{host.name} did not answer in time", host.name)
-        ) from exc
+        # (Through a proxy this is a server, or the proxy, that did not answer: a proxy
+        # waits for the server before it replies, so the two cannot be told apart, and a
+        # firewalled MX is by far the more common.)
+        late = f"{host.name}{_via(egress)} did not answer in time"
+        raise NoSession(Finding(SmtpOutcome.TIMEOUT, late, host.name)) from exc
     except SMTPResponseException as exc:
         smtp.close()
         # EHLO (and HELO) refused: a 4xx (421, 450 "try again later") is a temporary
@@ -263,13 +265,17 @@ async def connect(
         raise NoSession(Finding(outcome, one_line(exc.code, exc.message), host.name)) from exc
     except (SMTPException, OSError) as exc:
         smtp.close()
-        via = "" if egress.proxy_url is None else f" (through egress {egress.name})"
         raise NoSession(
-            Finding(SmtpOutcome.CONNECTION_FAILED, f"{host.name}{via}: {exc}", host.name)
+            Finding(SmtpOutcome.CONNECTION_FAILED, f"{host.name}{_via(egress)}: {exc}", host.name)
         ) from exc
     except BaseException:  # cancelled mid-greeting (a run told to stop): hang up too
         smtp.close()
         raise
+
+
+def _via(egress: Egress) -> str:
+    """Words naming a proxied egress in a failure (nothing for direct sessions)."""
+    return "" if egress.proxy_url is None else f" (through egress {egress.name})"
 
 
 async def _dial(smtp: aiosmtplib.SMTP, timeout: float, where: dict[str, Any]) -> None:
