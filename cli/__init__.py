@@ -59,12 +59,20 @@ def _register() -> None:
 
 def settings_problems(exc: ValidationError) -> list[str]:
     """One line per bad ``VERIMAIL_*`` value, named as it is set (not as a Python field);
-    a value refused several ways (a union such as IPv4 or IPv6) is one line."""
+    a value refused several ways (a union such as IPv4 or IPv6) is one line. A secret's
+    value (a proxy URL holds a password) is never quoted back."""
+    from verimail.config import Settings
+
     found: dict[str, tuple[list[str], str]] = {}
     for error in exc.errors():
-        name = "VERIMAIL_" + str(error["loc"][0]).upper() if error["loc"] else "settings"
+        field = str(error["loc"][0]) if error["loc"] else ""
+        name = "VERIMAIL_" + field.upper() if field else "settings"
         given = error.get("input")
-        shown = f" (got {given!r})" if isinstance(given, str | int | float) else ""
+        secret = field in Settings.model_fields and "SecretStr" in str(
+            Settings.model_fields[field].annotation
+        )
+        quotable = isinstance(given, str | int | float) and not secret
+        shown = f" (got {given!r})" if quotable else ""
         messages, _ = found.setdefault(name, ([], shown))
         if error["msg"] not in messages:
             messages.append(error["msg"])

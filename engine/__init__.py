@@ -47,6 +47,12 @@ _HOMES: dict[str, str] = {
     "LEASE_SECONDS": "leases",
     "RENEW_SCRIPT": "leases",
     "RENEW_SECONDS": "leases",
+    # where SMTP sessions leave from (direct, SOCKS5 proxies) and their routes
+    "Egress": "smtp.egress",
+    "EgressFailed": "smtp.egress",
+    "Routes": "smtp.egress",
+    "configured_egresses": "smtp.egress",
+    "open_socket": "smtp.egress",
     # the network guard
     "DomainResolver": "dns_facts",
     "IPNetwork": "netguard",
@@ -66,6 +72,8 @@ __all__ = [
     "DomainPattern",
     "DomainResolver",
     "DomainSession",
+    "Egress",
+    "EgressFailed",
     "Engine",
     "EngineStats",
     "FinderInputError",
@@ -76,14 +84,17 @@ __all__ = [
     "NameField",
     "PatternMemory",
     "Prepared",
+    "Routes",
     "SmtpShare",
     "check_name_part",
+    "configured_egresses",
     "connect_allowed",
     "find_email",
     "find_email_within",
     "forget_engine",
     "normalise_finder_domain",
     "observe_queue_wait",
+    "open_socket",
     "shared_engine",
     "urgent",
 ]
@@ -121,5 +132,12 @@ if TYPE_CHECKING:
     from verimail.engine.netguard import IPNetwork, connect_allowed
     from verimail.engine.prepared import EngineStats, Prepared, SmtpShare
     from verimail.engine.smtp.domain_session import DomainSession
+    from verimail.engine.smtp.egress import (
+        Egress,
+        EgressFailed,
+        Routes,
+        configured_egresses,
+        open_socket,
+    )
     from verimail.engine.smtp.findings import GroupResult, HostGroup
     from verimail.engine.smtp.host_slots import urgent

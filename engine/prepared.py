@@ -7,7 +7,7 @@ Prefect tasks.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from verimail.engine.dns_facts import DomainFacts
@@ -114,10 +114,16 @@ class Prepared:
                     start += len(take)
                     room -= len(take)
             for piece in pieces:
-                kept.append(HostGroup(group.hosts, piece, group.probe_catch_all))
+                kept.append(group.part(piece))
             spans = Counter(domain for piece in pieces for domain in piece)
             self._pieces.update({domain: n - 1 for domain, n in spans.items() if n > 1})
         self.groups = kept
+
+    def pin_egresses(self, egresses: Mapping[str, str]) -> None:
+        """Send each domain of ``egresses`` out through the egress named (a deferred retry
+        pass: the egress of the first try, recorded with the parked rows)."""
+        for group in self.groups:
+            group.egresses.update({d: egresses[d] for d in group.domains if d in egresses})
 
     def decided_inputs(self) -> list[str]:
         """The submitted strings that need no SMTP (syntax, DNS, lists decided them)."""

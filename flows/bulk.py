@@ -236,15 +236,16 @@ async def _retry_pass(
     earlier = await asyncio.to_thread(pl.read_parquet, state)
     again = retries.parked(earlier)
     fresh: dict[str, VerificationResult] = {}
+    pinned = retries.recorded_egresses(earlier, again)  # (each from its first try's egress)
     async for settled in verify_pass(
         again,
         what=f"job {job.id}, retry pass {retry_pass}",
         greylist_retries=pass_greylist_retries(settings, job, retry_pass),
+        egresses=pinned,
     ):
         fresh.update(settled)
-    by_address = pl.concat(
-        [earlier.filter(~pl.col("normalised").is_in(again)), results_frame(fresh)]
-    )
+    kept = earlier.filter(~pl.col("normalised").is_in(again)).drop("egress", strict=False)
+    by_address = pl.concat([kept, results_frame(fresh)])
     tally = Tally(job_input.row_counts())
     tally.add_statuses(zip(by_address["normalised"], by_address["status"], strict=True))
     return await _end_pass(settings, store, job, job_input, by_address, tally, done_pass=retry_pass)

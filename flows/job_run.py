@@ -171,6 +171,7 @@ async def park_or_finish(
     if planned is None:
         return None
     retry_pass, at, waited = planned
+    results = await asyncio.to_thread(retries.record_egresses, settings, results)
     await asyncio.to_thread(retries.save_state, directory, results)
     return {
         "job_id": job.id,

@@ -19,11 +19,15 @@ from typing import Any
 import polars as pl
 
 from verimail.config import Settings
+from verimail.engine import Routes
 from verimail.store import jobs as job_store
 from verimail.store.db import utcnow
 
-RETRYABLE = ("greylisted", "temp_failure", "timeout", "connection_failed")
-"""Sub-statuses a later pass may settle (the server put us off, or could not be reached)."""
+RETRYABLE = ("greylisted", "temp_failure", "timeout", "connection_failed", "egress_failed")
+"""Sub-statuses a later pass may settle (the server put us off, or could not be reached, or
+our proxy failed). A retried address goes out through the egress of its first try: the
+choice is a function of the egress settings and its domain (``engine/smtp/egress.py``), so
+a greylisted address is asked again from the client address that was greylisted."""
 
 STATE_FILE = "retry-state.parquet"
 
@@ -68,6 +72,34 @@ def plan(
     if waited + delay > settings.job_retry_max_wait:
         return None
     return done_pass + 1, (now or utcnow()) + timedelta(seconds=delay), waited + delay
+
+
+def record_egresses(settings: Settings, results: pl.DataFrame) -> pl.DataFrame:
+    """``results`` with an ``egress`` column: for each row a later pass will ask again, the
+    egress its domain left through (the routes' choice by its MX hosts; a domain without MX
+    records is its own mail host), so that pass asks from the same client address, even if
+    the egress file changed meanwhile. Results without addresses' MX (a finder job's rows)
+    are kept as they are."""
+    if not {"domain", "mx_records", "sub_status"} <= set(results.columns):
+        return results
+    routes = Routes.from_settings(settings)
+    put_off = pl.col("sub_status").is_in(RETRYABLE)
+    domains = results.filter(put_off).unique("domain").select("domain", "mx_records")
+    chosen = {
+        domain: routes.choose(tuple(mx or ()) or (domain,), domain).name
+        for domain, mx in domains.iter_rows()
+        if domain
+    }
+    egress = pl.col("domain").replace_strict(chosen, default=None, return_dtype=pl.String)
+    return results.with_columns(pl.when(put_off).then(egress).otherwise(None).alias("egress"))
+
+
+def recorded_egresses(state: pl.DataFrame, again: list[str]) -> dict[str, str]:
+    """Domain -> egress of the rows ``again`` will ask, as :func:`record_egresses` kept them."""
+    if "egress" not in state.columns:
+        return {}
+    rows = state.filter(pl.col("normalised").is_in(again) & pl.col("egress").is_not_null())
+    return dict(zip(rows["domain"].to_list(), rows["egress"].to_list(), strict=True))
 
 
 def state_path(directory: Path) -> Path:

@@ -19,7 +19,7 @@ each batch away holds the work still to do, never the whole list's results.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 
 from verimail.config import current_settings
 from verimail.engine import EngineStats, SmtpShare, shared_engine
@@ -43,12 +43,15 @@ async def verify_pass(
     what: str,
     stats: EngineStats | None = None,
     greylist_retries: int | None = None,
+    egresses: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Settled]:
     """Verify ``addresses`` (each distinct string once) as Prefect tasks, batch by batch.
 
     ``what`` names the work in the run's log (``job 12``); ``stats``, when given, is filled
     in; ``greylist_retries`` overrides the setting for the in-pass greylisting retries
-    (0: a greylisted recipient is answered at once, for a deferred pass to ask again)."""
+    (0: a greylisted recipient is answered at once, for a deferred pass to ask again);
+    ``egresses`` names the egress a domain must leave through (a deferred pass: its first
+    try's, since greylisting keys on the client address)."""
     engine = shared_engine(current_settings())
     prepared = await prepare_addresses(list(addresses))
     if stats is not None:  # (the caller's record from now on: SMTP adds to it as it goes)
@@ -56,6 +59,8 @@ async def verify_pass(
             setattr(stats, name, getattr(prepared.stats, name))
         prepared.stats = stats
     prepared.split_groups(PIECE_ADDRESSES)
+    if egresses:
+        prepared.pin_egresses(egresses)
     chunks = chunk_groups(prepared.groups)
     _log(
         "%s: %s unique addresses, %s domains, %s host groups in %s tasks",

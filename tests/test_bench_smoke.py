@@ -259,3 +259,13 @@ def test_job_start_smoke(tmp_path):
     assert [row[1] for row in result["tables"][0]["rows"]][1:] == ["CSV upload", "JSON list"]
     runs = result["extra"]["results"]["local"]
     assert [r["status"] for r in runs] == ["completed"] * 3
+
+
+def test_egress_smoke(tmp_path):
+    result = _run(tmp_path, "egress", "--size", "200", "--rounds", "1")
+    assert _first_cells(result) == ["direct, run 1", "SOCKS5 proxy, run 1"]
+    runs = result["extra"]["runs"]
+    assert all(r["agreement"] == 1.0 for r in runs.values())
+    proxied = runs["SOCKS5 proxy, run 1"]
+    assert proxied["proxy_connections"] == proxied["testbed"]["sessions"] > 0
+    assert runs["direct, run 1"]["proxy_connections"] == 0

@@ -46,10 +46,17 @@ class HostGroup:
     hosts: tuple[MailHost, ...]
     domains: dict[str, list[str]]  # domain -> recipient addresses (normalised, unique)
     probe_catch_all: bool = True
+    # domain -> the egress it must leave through: a deferred retry's, that of its first try
+    egresses: dict[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, ...]:
         return tuple(h.name for h in self.hosts)
+
+    def part(self, domains: dict[str, list[str]]) -> HostGroup:
+        """The same hosts with only ``domains`` (those leaving through one egress)."""
+        pins = {d: e for d, e in self.egresses.items() if d in domains}
+        return HostGroup(self.hosts, domains, self.probe_catch_all, pins)
 
     @property
     def size(self) -> int:

@@ -49,6 +49,7 @@ from collections import deque
 from verimail.config import Settings
 from verimail.engine.dns_facts import MailHost
 from verimail.engine.netguard import connect_allowed
+from verimail.engine.smtp.egress import Egress, Routes
 from verimail.engine.smtp.findings import Finding, GroupResult, HostGroup, SmtpStats, probe_address
 from verimail.engine.smtp.group_run import GroupRun, Recipient
 from verimail.engine.smtp.host_slots import HostSlots
@@ -106,6 +107,11 @@ class Prober:
         )
         # learnt of servers (by IP): recipient and rejection limits, no mixing
         self.learned = LearnedLimits(settings.redis_url)
+        self.routes = Routes.from_settings(settings)
+
+    def egress_for(self, hosts: tuple[MailHost, ...], domain: str) -> Egress:
+        """The egress ``domain``'s sessions to ``hosts`` leave from (the same every pass)."""
+        return self.routes.choose(tuple(h.name for h in hosts), domain)
 
     def allowed_hosts(self, hosts: tuple[MailHost, ...]) -> tuple[MailHost, ...]:
         """The hosts with at least one address we may connect to (addresses filtered)."""
@@ -132,13 +138,30 @@ class Prober:
         result = result if result is not None else GroupResult()
         if greylist_retries is None:
             greylist_retries = self.settings.smtp_greylist_retries
+        # A run per egress the group's domains leave through (one, unless routes spread them)
+        parts = self.routes.split(tuple(h.name for h in group.hosts), group.domains, group.egresses)
+        await asyncio.gather(
+            *(
+                self._run_part(group.part(domains), egress, result, greylist_retries)
+                for egress, domains in parts.items()
+            )
+        )
+        for domain in group.domains:
+            result.catch_all.setdefault(domain, None)
+        return result
+
+    async def _run_part(
+        self, group: HostGroup, egress: Egress, result: GroupResult, greylist_retries: int
+    ) -> None:
+        """Run ``group``'s recipients through ``egress``: its sessions, its sender, and the
+        greylisting retries of this run from the same client address."""
         queue: deque[Recipient] = deque()
         for domain, rcpts in group.domains.items():
             if group.probe_catch_all:
-                probe = probe_address(domain, self.settings.smtp_mail_from)
+                probe = probe_address(domain, egress.sender(self.settings))
                 queue.append(Recipient(domain, probe, is_probe=True))
             queue.extend(Recipient(domain, rcpt) for rcpt in rcpts)
-        run = GroupRun(group, queue, result)
+        run = GroupRun(group, queue, result, egress=egress)
         delay = self.settings.smtp_greylist_delay
         for round_no in range(greylist_retries + 1):
             if round_no:
@@ -150,9 +173,6 @@ class Prober:
                 run.queue.extend(run.retry_later)
                 run.retry_later = []
             await self._drain(run)
-        for domain in group.domains:
-            result.catch_all.setdefault(domain, None)
-        return result
 
     async def _drain(self, run: GroupRun) -> None:
         """Work the queue with as many sessions as it needs, up to the per-host cap: as
@@ -160,9 +180,7 @@ class Prober:
         (:meth:`_more_workers`)."""
         await self.learned.refresh(_servers(run.group))  # (other workers' lessons)
         limit = self._session_rcpt_limit(run.group)
-        workers = max(
-            1, min(self.settings.smtp_max_sessions_per_host, math.ceil(len(run.queue) / limit))
-        )
+        workers = max(1, min(self._cap(run), math.ceil(len(run.queue) / limit)))
         tasks: list[asyncio.Future[None]] = []
 
         def spawn() -> None:
@@ -192,11 +210,19 @@ class Prober:
         per_session = run.per_session = max(1, session.rcpts)
         if run.spawn is None or run.crowded:
             return
-        wanted = min(
-            self.settings.smtp_max_sessions_per_host, math.ceil(len(run.queue) / per_session)
-        )
+        wanted = min(self._cap(run), math.ceil(len(run.queue) / per_session))
         while run.workers < wanted:
             run.spawn()
+
+    def _egress(self, run: GroupRun) -> Egress:
+        if run.egress is None:  # (a run made outside run_group: the finder's session)
+            domain = next(iter(run.group.domains), "")
+            run.egress = self.egress_for(run.group.hosts, domain)
+        return run.egress
+
+    def _cap(self, run: GroupRun) -> int:
+        """Sessions at once per server for this run: its egress's cap."""
+        return self._egress(run).session_cap(self.settings)
 
     def _session_rcpt_limit(self, group: HostGroup) -> int:
         limits = (self.learned.rcpt_limit(a) for a in _servers(group))
@@ -372,7 +398,7 @@ class Prober:
         with session.commands():
             joins = session.in_tx and item.domain not in session.tx_domains
             if not session.in_tx or (joins and not self._mixes(session)):
-                await session.mail_from(self.settings.smtp_mail_from, stats)
+                await session.mail_from(session.egress.sender(self.settings), stats)
                 joins = False
             code, message = await session.rcpt_to(item, stats)
             suspect = code not in (421, 452) and classify_rcpt(code, message) in _MIX_SUSPECT
@@ -380,7 +406,7 @@ class Prober:
                 self.learned.mark_one_domain(session.address)
                 if self.session_full(session):  # (asking again here would pass the cap)
                     raise AskAgain(Finding(SmtpOutcome.NOT_ATTEMPTED, "", session.host.name))
-                await session.mail_from(self.settings.smtp_mail_from, stats)
+                await session.mail_from(session.egress.sender(self.settings), stats)
                 code, message = await session.rcpt_to(item, stats)
             return code, message
 
@@ -424,11 +450,13 @@ class Prober:
         dials again (:data:`CROWDED_WAITS`). A host that is down fails the last worker as
         before."""
         waits = iter(CROWDED_WAITS)
+        egress = self._egress(run)
+        key, cap = egress.slot_key(address), egress.session_cap(self.settings)
         while True:
             await self.learned.refresh([address])  # (what others learnt meanwhile)
-            held = await self.slots.take(address)  # (per server: names may share one)
+            held = await self.slots.take(key, cap)  # (per server: names may share one)
             try:
-                smtp = await connect(self.settings, host, address, run.result.stats)
+                smtp = await connect(self.settings, host, address, run.result.stats, egress)
             except NoSession as failed:
                 held.release()
                 run.result.stats.connect_failures += 1
@@ -440,14 +468,14 @@ class Prober:
                         run.crowded = True
                         raise _Crowded(failed.finding) from None
                     run.crowded = True
-                    if self.slots.learn_cap(address):
+                    if self.slots.learn_cap(key, cap):
                         # Sessions of this process (other groups', other jobs') fill the
                         # server: queue for the next of them to end, however long they last.
                         waits = iter(CROWDED_WAITS)
                         continue
                     # Not down: it gave this run a session before, or others' dials to it
                     # are under way (one of them got in; it counts as open once greeted).
-                    alive = host.name in run.greeted or self.slots.busy(address)
+                    alive = host.name in run.greeted or self.slots.busy(key, cap)
                     wait = next(waits, None) if alive else None
                     if wait is not None:
                         await asyncio.sleep(wait)
@@ -459,7 +487,7 @@ class Prober:
                 raise
             run.greeted.add(host.name)
             held.opened()
-            return Session(smtp, host, held)
+            return Session(smtp, host, held, egress, address)
 
 
 def _servers(group: HostGroup) -> list[str]:

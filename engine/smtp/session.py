@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import aiosmtplib
 from aiosmtplib.errors import (
@@ -19,6 +20,7 @@ from aiosmtplib.errors import (
 from verimail.config import Settings
 from verimail.engine import metrics
 from verimail.engine.dns_facts import MailHost
+from verimail.engine.smtp.egress import Egress, EgressFailed, open_socket
 from verimail.engine.smtp.findings import Finding, SmtpStats
 from verimail.engine.smtp.group_run import Recipient
 from verimail.engine.smtp.host_slots import HeldSlots
@@ -89,10 +91,18 @@ SERVER_ENDED = (SmtpOutcome.CONNECTION_FAILED, SmtpOutcome.TIMEOUT)
 class Session:
     """One SMTP connection and the transaction state the prober needs."""
 
-    def __init__(self, smtp: aiosmtplib.SMTP, host: MailHost, slots: HeldSlots) -> None:
+    def __init__(
+        self,
+        smtp: aiosmtplib.SMTP,
+        host: MailHost,
+        slots: HeldSlots,
+        egress: Egress,
+        address: str,
+    ) -> None:
         self.smtp = smtp
         self.host = host
-        self.address = slots.host  # the server's IP: what its limits are learnt under
+        self.address = address  # the server's IP: what its limits are learnt under
+        self.egress = egress  # where the session left from (its HELO name, its sender)
         self._slots = slots
         self.in_tx = False  # a MAIL FROM was accepted and not yet reset
         self.tx_domains: set[str] = set()  # recipients' domains in the open transaction
@@ -190,14 +200,14 @@ class Session:
 
 
 async def connect(
-    settings: Settings, host: MailHost, address: str, stats: SmtpStats
+    settings: Settings, host: MailHost, address: str, stats: SmtpStats, egress: Egress
 ) -> aiosmtplib.SMTP:
-    """A greeted connection to ``host`` at ``address`` (EHLO, or HELO, and STARTTLS when
-    offered); :class:`NoSession` with what went wrong."""
+    """A greeted connection to ``host`` at ``address`` through ``egress`` (EHLO, or HELO,
+    and STARTTLS when offered); :class:`NoSession` with what went wrong. This is the one
+    place sessions are dialled: through a proxy, the socket comes from
+    :func:`~verimail.engine.smtp.egress.open_socket` and aiosmtplib speaks over it."""
     smtp = aiosmtplib.SMTP(
-        hostname=address,
-        port=settings.smtp_port,
-        local_hostname=settings.smtp_helo_name,
+        local_hostname=egress.helo_name,
         timeout=settings.smtp_command_timeout,
         start_tls=False,
         validate_certs=False,
@@ -205,7 +215,13 @@ async def connect(
     try:
         async with asyncio.timeout(settings.smtp_connect_timeout):
             stats.sessions += 1
-            await _dial(smtp, settings.smtp_connect_timeout)
+            sock = await open_socket(
+                egress, address, settings.smtp_port, settings.smtp_connect_timeout
+            )
+            where: dict[str, Any] = {"sock": sock}
+            if sock is None:
+                where = {"hostname": address, "port": settings.smtp_port}
+            await _dial(smtp, settings.smtp_connect_timeout, where)
         try:
             await smtp.ehlo()
         except SMTPResponseException as refused:
@@ -224,6 +240,10 @@ async def connect(
                 await smtp.ehlo()
         metrics.SMTP_SESSIONS_OPENED.inc()
         return smtp
+    except EgressFailed as exc:
+        smtp.close()
+        # Our way out failed, not the server: a sub-status of its own, never "invalid".
+        raise NoSession(Finding(SmtpOutcome.EGRESS_FAILED, exc.reason, host.name)) from exc
     except SMTPConnectResponseError as exc:
         smtp.close()
         # A refusal in the banner (554 "no SMTP service here") comes before any address
@@ -232,9 +252,11 @@ async def connect(
         raise NoSession(Finding(outcome, one_line(exc.code, exc.message), host.name)) from exc
     except (TimeoutError, SMTPTimeoutError) as exc:
         smtp.close()
-        raise NoSession(
-            Finding(SmtpOutcome.TIMEOUT, f"{host.name} did not answer in time", host.name)
-        ) from exc
+        # (Through a proxy this is a server, or the proxy, that did not answer: a proxy
+        # waits for the server before it replies, so the two cannot be told apart, and a
+        # firewalled MX is by far the more common.)
+        late = f"{host.name}{_via(egress)} did not answer in time"
+        raise NoSession(Finding(SmtpOutcome.TIMEOUT, late, host.name)) from exc
     except SMTPResponseException as exc:
         smtp.close()
         # EHLO (and HELO) refused: a 4xx (421, 450 "try again later") is a temporary
@@ -250,19 +272,24 @@ async def connect(
     except (SMTPException, OSError) as exc:
         smtp.close()
         raise NoSession(
-            Finding(SmtpOutcome.CONNECTION_FAILED, f"{host.name}: {exc}", host.name)
+            Finding(SmtpOutcome.CONNECTION_FAILED, f"{host.name}{_via(egress)}: {exc}", host.name)
         ) from exc
     except BaseException:  # cancelled mid-greeting (a run told to stop): hang up too
         smtp.close()
         raise
 
 
-async def _dial(smtp: aiosmtplib.SMTP, timeout: float) -> None:
+def _via(egress: Egress) -> str:
+    """Words naming a proxied egress in a failure (nothing for direct sessions)."""
+    return "" if egress.proxy_url is None else f" (through egress {egress.name})"
+
+
+async def _dial(smtp: aiosmtplib.SMTP, timeout: float, where: dict[str, Any]) -> None:
     """``smtp.connect``; if cancelled meanwhile (a run told to stop), wait for the connect to
     end and hang up: cancelling aiosmtplib's connect would leave the connection open. Once
     TCP is up (``smtp.transport`` is set before the greeting) the socket is aborted first,
     so a deadline is not held up by a server that never greets."""
-    dialling = asyncio.ensure_future(smtp.connect(timeout=timeout))
+    dialling = asyncio.ensure_future(smtp.connect(timeout=timeout, **where))
     try:
         await asyncio.shield(dialling)
     except asyncio.CancelledError:
@@ -279,6 +306,7 @@ def summarise(failures: list[Finding]) -> Finding:
     if not failures:
         return Finding(SmtpOutcome.CONNECTION_FAILED, "no mail host could be reached")
     order = [
+        SmtpOutcome.EGRESS_FAILED,  # (ours to fix: said first, whatever the servers did)
         SmtpOutcome.BLOCKED,
         SmtpOutcome.TEMP_FAILURE,
         SmtpOutcome.PROTOCOL_ERROR,
