@@ -415,7 +415,7 @@ class Engine:
             email, mx_records = item.email, list(fact.mx_records)
             suggestion = self.lists.did_you_mean(item.email)
         verdict = decide(gathered)
-        metrics.VERIFICATIONS.labels(status=verdict.status.value).inc()
+        metrics.verified(verdict.status.value, verdict.sub_status.value, findings.get(email))
         return VerificationResult(
             email=email,
             safe_to_send=verdict.safe_to_send,

@@ -21,7 +21,8 @@ top to bottom; the first that matches decides.
 | 12 | SMTP: no such mailbox | invalid | mailbox_not_found | 0.95 |
 | 13 | SMTP: mailbox full | risky | mailbox_full | 0.60 |
 | 14 | SMTP: other permanent rejection | risky | rejected | 0.50 |
-| 15 | SMTP: we were blocked (5.7.x, block list) | unknown | blocked | 0.20 |
+| 15 | SMTP: we were blocked (5.7.x, policy) | unknown | blocked | 0.20 |
+| 15b | SMTP: our sending IP refused (blocklist, 554 banner) | unknown | egress_blocked | 0.20 |
 | 16 | SMTP: still greylisted after retries | unknown | greylisted | 0.30 |
 | 17 | SMTP: other temporary failure | unknown | temp_failure | 0.25 |
 | 18 | SMTP: timeout | unknown | timeout | 0.20 |
@@ -168,6 +169,15 @@ _SMTP_ROWS: dict[SmtpOutcome, _Row] = {
         0.20,
         "The mail server for {domain} refused to talk to our checker, so the mailbox "
         "could not be verified.",
+        True,
+    ),
+    SmtpOutcome.EGRESS_BLOCKED: _Row(
+        Status.UNKNOWN,
+        SubStatus.EGRESS_BLOCKED,
+        0.20,
+        "The mail server for {domain} refused our sending IP address (it names a blocklist "
+        "or turned the connection away), so the mailbox could not be verified; it says "
+        "nothing of the address.",
         True,
     ),
     SmtpOutcome.GREYLISTED: _Row(

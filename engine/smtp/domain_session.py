@@ -201,7 +201,10 @@ class DomainSession:
             if self.open_greylist and finding.outcome is SmtpOutcome.GREYLISTED:
                 put_off = put_off or finding  # (ask the rest: their triplets open now)
                 continue
-            if finding.outcome in _PUT_OFF or finding.outcome is SmtpOutcome.BLOCKED:
+            if finding.outcome in _PUT_OFF or finding.outcome in (
+                SmtpOutcome.BLOCKED,
+                SmtpOutcome.EGRESS_BLOCKED,
+            ):
                 # Greylisting or "try later" puts off every new recipient alike, and a policy
                 # block (5.7.x) is about us, not the mailbox: asking the other candidates,
                 # and every later row, would only hammer a server that said to wait or

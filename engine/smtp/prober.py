@@ -1,5 +1,8 @@
 """The SMTP prober: many ``RCPT TO`` per session, grouped by mail host. Never ``DATA``.
 
+Why one long file: a host group's run, the sessions it dials and what it learns of hosts
+(limits, refusals of our egress) share the run's state; apart, each would reach into the other.
+
 A *host group* is every domain served by the same MX hosts. For each group the prober
 opens at most ``smtp_max_sessions_per_host`` sessions (and no more than the work needs;
 the cap holds per server IP address across every group and MX name that reach it),
@@ -26,6 +29,11 @@ and each session walks a shared queue of recipients ordered by domain:
   (a tarpit, a server that resets or speaks garbage) is dropped for the rest of the run and
   its remaining recipients go to the next MX host or end with that failure — otherwise each
   recipient would cost up to ``MAX_ATTEMPTS`` command timeouts;
+- a server that refuses our sending IP (a reply naming a blocklist, a 554 banner,
+  :data:`~verimail.engine.smtp.session.GREETING_RESETS` resets before the greeting): the
+  host is dropped for the run like one that refuses our sender, and the egress is cooled
+  down for that server IP (:mod:`~verimail.engine.smtp.egress_cooldown`): sessions there
+  through it are not even dialled meanwhile, the addresses end ``egress_blocked``;
 - ``450``/``451`` greylisting: retried after the queue drains, with back-off doubling from
   ``smtp_greylist_delay``, ``smtp_greylist_retries`` times, then ``unknown``.
 
@@ -39,21 +47,25 @@ one lookup into hundreds of connection attempts.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from collections import deque
 
 from verimail.config import Settings
 from verimail.engine.dns_facts import MailHost
 from verimail.engine.netguard import connect_allowed
+from verimail.engine.smtp.egress_cooldown import DIRECT, EgressCooldown
 from verimail.engine.smtp.findings import Finding, GroupResult, HostGroup, SmtpStats, probe_address
 from verimail.engine.smtp.group_run import GroupRun, Recipient
 from verimail.engine.smtp.host_slots import HostSlots
 from verimail.engine.smtp.replies import classify_rcpt, one_line
 from verimail.engine.smtp.session import (
+    GREETING_RESETS,
     SERVER_ENDED,
     AskAgain,
     NoSession,
     NotAsked,
+    ResetAtGreeting,
     SenderRefused,
     Session,
     SessionLost,
@@ -103,6 +115,15 @@ class _Crowded(NoSession):
 _MIX_SUSPECT = (SmtpOutcome.BLOCKED, SmtpOutcome.REJECTED_OTHER, SmtpOutcome.TEMP_FAILURE)
 
 
+def _reset_out(host: MailHost) -> Finding:
+    return Finding(
+        SmtpOutcome.EGRESS_BLOCKED,
+        f"{host.name} dropped the connection before its greeting {GREETING_RESETS} times in "
+        "a row: it turns our sending IP away",
+        host.name,
+    )
+
+
 class Prober:
     """Runs host groups; holds the politeness slots (:mod:`~verimail.engine.smtp.host_slots`)
     and the limits it learns."""
@@ -117,6 +138,10 @@ class Prober:
         self._rcpt_limit: dict[str, int] = _Learned()  # learned from 452
         self._rejection_limit: dict[str, int] = _Learned()  # learned from disconnects
         self._one_domain_hosts: dict[str, bool] = _Learned()  # will not mix domains per message
+        # The egress sessions go out through (its name): "direct" until egress routes pass
+        # one in (the name keys the cool-downs and the egress_blocked counts).
+        self.egress = DIRECT
+        self.cooldown = EgressCooldown(settings.smtp_egress_cooldown, settings.redis_url)
 
     def allowed_hosts(self, hosts: tuple[MailHost, ...]) -> tuple[MailHost, ...]:
         """The hosts with at least one address we may connect to (addresses filtered)."""
@@ -274,12 +299,7 @@ class Prober:
         except SenderRefused as refused:
             # This host will not take our sender: drop it for the run (the next MX host is
             # tried; with none left, every item gets this finding) and ask again elsewhere.
-            await session.close()
-            host = session.host.name
-            if host not in run.dead_hosts:
-                run.dead_hosts.add(host)
-                run.failures.append(refused.finding)
-            run.queue.appendleft(item)
+            await self._drop_host(run, session, item, refused.finding)
             return
         except NotAsked as refused:
             run.record(item, refused.finding)
@@ -311,10 +331,37 @@ class Prober:
             return
         outcome = classify_rcpt(code, message)
         finding = Finding(outcome, one_line(code, message), host)
+        if outcome is SmtpOutcome.EGRESS_BLOCKED:
+            # It refuses our IP, not this recipient: every other one would get the same.
+            await self._drop_host(run, session, item, finding)
+            return
         session.tally(outcome)
         if outcome in (SmtpOutcome.GREYLISTED, SmtpOutcome.TEMP_FAILURE):
             run.retry_later.append(item)
         run.record(item, finding)
+
+    async def _drop_host(
+        self, run: GroupRun, session: Session, item: Recipient, finding: Finding
+    ) -> None:
+        """The host refused our sender or our sending IP, whoever the recipient: close, drop
+        the host for the run (the next MX host is tried; with none left every item gets
+        ``finding``), cool the egress down there when it refused our IP, and put ``item``
+        back unanswered."""
+        await session.close()
+        if finding.outcome is SmtpOutcome.EGRESS_BLOCKED:
+            finding = await self._egress_refused(session.smtp.hostname or "", finding)
+        host = session.host.name
+        if host not in run.dead_hosts:
+            run.dead_hosts.add(host)
+            run.failures.append(finding)
+        run.queue.appendleft(item)
+
+    async def _egress_refused(self, address: str, finding: Finding) -> Finding:
+        """``finding`` (egress_blocked) as this prober's egress's, which cools down for the
+        server at ``address``."""
+        finding = dataclasses.replace(finding, egress=self.egress)
+        await self.cooldown.cool(self.egress, address, finding.response or "")
+        return finding
 
     async def _cut_short(
         self, run: GroupRun, session: Session, item: Recipient, finding: Finding, *, hung_up: bool
@@ -434,7 +481,14 @@ class Prober:
         one connection, then wrote the host off), or with none there waits a moment and
         dials again (:data:`CROWDED_WAITS`). A host that is down fails the last worker as
         before."""
+        cooling = await self.cooldown.cooling(self.egress, address)
+        if cooling is not None:  # refused us a moment ago: not dialled again for now
+            failures.append(
+                Finding(SmtpOutcome.EGRESS_BLOCKED, cooling or None, host.name, self.egress)
+            )
+            return None
         waits = iter(CROWDED_WAITS)
+        resets = 0
         while True:
             held = await self.slots.take(address)  # (per server: names may share one)
             try:
@@ -442,6 +496,9 @@ class Prober:
             except NoSession as failed:
                 held.release()
                 run.result.stats.connect_failures += 1
+                if failed.finding.outcome is SmtpOutcome.EGRESS_BLOCKED:
+                    failures.append(await self._egress_refused(address, failed.finding))
+                    return None
                 if failed.finding.outcome in _REFUSED_FOR_NOW:
                     if run.workers > 1:
                         # (counted out at once: two workers refused at the same moment must
@@ -458,6 +515,12 @@ class Prober:
                     # Not down: it gave this run a session before, or others' dials to it
                     # are under way (one of them got in; it counts as open once greeted).
                     alive = host.name in run.greeted or self.slots.busy(address)
+                    if not alive and isinstance(failed, ResetAtGreeting):
+                        resets += 1
+                        if resets < GREETING_RESETS:
+                            continue  # (once is a server in trouble; again and again is us)
+                        failures.append(await self._egress_refused(address, _reset_out(host)))
+                        return None
                     wait = next(waits, None) if alive else None
                     if wait is not None:
                         await asyncio.sleep(wait)

@@ -1,0 +1,136 @@
+"""Blocked-egress detection (issue 34, point 4): a server that refuses our *sending IP* — a
+blocklist named at RCPT TO, a 554 banner, resets before the greeting — makes the address
+``unknown``/``egress_blocked``, never ``invalid``; the egress is cooled down for that server
+(in this process, and fleet-wide through Redis), and ``/metrics`` counts the results."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from verimail.engine import ENGINE_REGISTRY
+from verimail.engine.core import Engine
+from verimail.engine.smtp.session import GREETING_RESETS
+from verimail.schemas.outcomes import Status, SubStatus
+from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+LOOPBACK = ["127.0.0.0/8"]  # (every client of the testbed: the engine dials from loopback)
+
+HOSTS: dict[str, HostBehaviour] = {
+    "listed-rcpt": HostBehaviour(mailboxes={"alice"}, blocklisted_clients=LOOPBACK),
+    "listed-banner": HostBehaviour(
+        mailboxes={"alice"}, blocklisted_clients=LOOPBACK, blocklist_stage="greeting"
+    ),
+    "resets": HostBehaviour(mailboxes={"alice"}, hostile="reset_at_greeting"),
+    "elsewhere": HostBehaviour(mailboxes={"alice"}, blocklisted_clients=["192.0.2.0/24"]),
+    "backup": HostBehaviour(mailboxes={"alice"}),
+}
+
+
+def _world() -> World:
+    hosts = [HostSpec(f"mx.{name}.test", behaviour) for name, behaviour in HOSTS.items()]
+    domains = [DomainSpec(f"{name}.test", mx=[(10, f"mx.{name}.test")]) for name in HOSTS]
+    # A domain whose first MX lists us and whose second does not: the second answers.
+    domains.append(
+        DomainSpec("fallback.test", mx=[(10, "mx.listed-rcpt.test"), (20, "mx.backup.test")])
+    )
+    return World.of(hosts, domains)
+
+
+@pytest.fixture
+def engine(testbed_factory, testbed_settings, tmp_path) -> Engine:
+    tb = testbed_factory(_world())
+    engine = Engine(testbed_settings(tb, tmp_path))
+    engine.testbed = tb  # type: ignore[attr-defined]
+    return engine
+
+
+def _blocked_count(egress: str = "direct") -> float:
+    value = ENGINE_REGISTRY.get_sample_value("verimail_egress_blocked_total", {"egress": egress})
+    return value or 0.0
+
+
+async def test_a_blocklist_at_rcpt_is_egress_blocked_and_asked_once(engine):
+    """Postfix's reject_rbl_client answers every RCPT with a Spamhaus 554: each address is
+    unknown/egress_blocked (alice exists, nobody does not: the server said neither), the
+    reply is quoted, and the host is asked once — the catch-all probe — not per address.
+    Each result is counted for the egress in the metrics."""
+    before = _blocked_count()
+    batch = await engine.verify_many(["alice@listed-rcpt.test", "nobody@listed-rcpt.test"])
+    for result in batch.results:
+        assert (result.status, result.sub_status) == (Status.UNKNOWN, SubStatus.EGRESS_BLOCKED)
+        assert "blocked using zen.spamhaus.org" in (result.smtp_response or "")
+        assert "refused our sending IP" in result.reason
+    assert len(engine.testbed.host_stats("mx.listed-rcpt.test").rcpts) == 1
+    assert _blocked_count() - before == 2
+
+
+async def test_a_blocklist_banner_is_egress_blocked(engine):
+    """postscreen turns a listed client away with a 554 banner: no EHLO, no RCPT, and
+    every address is unknown/egress_blocked with the banner quoted."""
+    batch = await engine.verify_many(["alice@listed-banner.test", "bob@listed-banner.test"])
+    for result in batch.results:
+        assert (result.status, result.sub_status) == (Status.UNKNOWN, SubStatus.EGRESS_BLOCKED)
+        assert (result.smtp_response or "").startswith("554 5.7.1")
+    stats = engine.testbed.host_stats("mx.listed-banner.test")
+    assert (stats.sessions, stats.rcpts) == (1, [])
+
+
+async def test_repeated_resets_before_the_greeting_are_egress_blocked(engine):
+    """A server that takes the connection and resets it before any banner, again and again,
+    is turning our IP away: egress_blocked after GREETING_RESETS tries, not more."""
+    batch = await engine.verify_many(["alice@resets.test", "bob@resets.test"])
+    for result in batch.results:
+        assert (result.status, result.sub_status) == (Status.UNKNOWN, SubStatus.EGRESS_BLOCKED)
+        assert result.smtp_response is None  # (no reply to quote: none came)
+    assert engine.testbed.host_stats("mx.resets.test").sessions == GREETING_RESETS
+
+
+async def test_a_refused_egress_cools_down_for_that_server(engine):
+    """After the refusal, the same server is not dialled through that egress again for
+    ``smtp_egress_cooldown``: the next addresses end egress_blocked at once, the refusal
+    quoted; another server is asked as usual."""
+    await engine.verify_many(["alice@listed-banner.test"])
+    sessions = engine.testbed.host_stats("mx.listed-banner.test").sessions
+    batch = await engine.verify_many(["carol@listed-banner.test", "alice@backup.test"])
+    cooled, other = batch.results
+    assert (cooled.status, cooled.sub_status) == (Status.UNKNOWN, SubStatus.EGRESS_BLOCKED)
+    assert "blocked using zen.spamhaus.org" in (cooled.smtp_response or "")
+    assert engine.testbed.host_stats("mx.listed-banner.test").sessions == sessions
+    assert other.status is Status.VALID
+
+
+async def test_a_client_not_on_the_list_is_answered(engine):
+    """The rule is per client: a listener that lists another network answers us."""
+    batch = await engine.verify_many(["alice@elsewhere.test", "nobody@elsewhere.test"])
+    assert [r.status for r in batch.results] == [Status.VALID, Status.INVALID]
+
+
+async def test_the_next_mx_host_answers_when_the_first_refuses_our_ip(engine):
+    """Another server of the domain may not use that blocklist: it is asked, and its
+    answers stand (never egress_blocked for an address a server did answer)."""
+    batch = await engine.verify_many(["alice@fallback.test", "nobody@fallback.test"])
+    assert [r.status for r in batch.results] == [Status.VALID, Status.INVALID]
+
+
+@pytest.mark.redis
+async def test_a_cool_down_holds_across_processes_through_redis(
+    testbed_factory, testbed_settings, tmp_path
+):
+    """Two engines (two workers of a fleet) share cool-downs through Redis: once the first
+    is refused, the second does not dial that server at all."""
+    tb = testbed_factory(_world())
+    settings = testbed_settings(tb, tmp_path, redis_url=REDIS_URL, smtp_egress_cooldown=60)
+    first, second = Engine(settings), Engine(settings)
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        await first.verify_many(["alice@listed-banner.test"])
+        sessions = tb.host_stats("mx.listed-banner.test").sessions
+        batch = await second.verify_many(["bob@listed-banner.test"])
+        assert batch.results[0].sub_status is SubStatus.EGRESS_BLOCKED
+        assert tb.host_stats("mx.listed-banner.test").sessions == sessions
+    finally:
+        for key in client.scan_iter("verimail:egress-cooldown:direct:*"):
+            client.delete(key)
+        client.close()
