@@ -64,7 +64,13 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from verimail.schemas.outcomes import DomainOutcome, SmtpOutcome, Status, SubStatus
+from verimail.schemas.outcomes import (
+    DIRECT_EGRESS,
+    DomainOutcome,
+    SmtpOutcome,
+    Status,
+    SubStatus,
+)
 
 LIKELY_VALID_THRESHOLD = 80  # catch-all score at or above which the address is likely valid
 REPLY_MAX_CHARS = 120
@@ -85,6 +91,7 @@ class Facts:
     typo_of: str | None = None  # the major provider's domain this one is likely a typo of
     local: str = ""
     domain: str = ""
+    egress: str = DIRECT_EGRESS  # the egress SMTP went through (named when it was refused)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,9 +182,9 @@ _SMTP_ROWS: dict[SmtpOutcome, _Row] = {
         Status.UNKNOWN,
         SubStatus.EGRESS_BLOCKED,
         0.20,
-        "The mail server for {domain} refused our sending IP address (it names a blocklist "
-        "or turned the connection away), so the mailbox could not be verified; it says "
-        "nothing of the address.",
+        'The mail server for {domain} refused our sending IP address (egress "{egress}": it '
+        "names a blocklist or turned the connection away), so the mailbox could not be "
+        "verified; it says nothing of the address.",
         True,
     ),
     SmtpOutcome.GREYLISTED: _Row(
@@ -309,7 +316,9 @@ def _catch_all_verdict(facts: Facts) -> Verdict:
 
 
 def _verdict(row: _Row, facts: Facts, score: int | None = None) -> Verdict:
-    reason = row.reason.format(domain=facts.domain or "this domain", local=facts.local)
+    reason = row.reason.format(
+        domain=facts.domain or "this domain", local=facts.local, egress=facts.egress
+    )
     if row.quote_reply:
         reply = one_line_reply(facts.smtp_response)
         if reply:

@@ -22,8 +22,10 @@ from verimail.config import Settings
 from verimail.store import jobs as job_store
 from verimail.store.db import utcnow
 
-RETRYABLE = ("greylisted", "temp_failure", "timeout", "connection_failed")
-"""Sub-statuses a later pass may settle (the server put us off, or could not be reached)."""
+RETRYABLE = ("greylisted", "temp_failure", "timeout", "connection_failed", "egress_blocked")
+"""Sub-statuses a later pass may settle (the server put us off, could not be reached, or
+refused our sending IP: by the pass the egress's cool-down may be over, a blocklist entry
+gone, or another route configured; while it cools down the pass asks nothing of it)."""
 
 STATE_FILE = "retry-state.parquet"
 

@@ -5,7 +5,21 @@ Kept apart from the API models so the verdict table can be read against them.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
+
+DIRECT_EGRESS = "direct"
+"""The egress name of SMTP sessions that go out from the machine's own address (no proxy)."""
+
+_EGRESS_IN_REASON = re.compile(r'\(egress "([^"]+)"')
+
+
+def egress_in_reason(reason: str | None) -> str | None:
+    """The egress an ``egress_blocked`` result's reason names (``… (egress "direct": …``):
+    the results files keep the reason, so a job counts its blocked results per egress from
+    them, whichever pass, shard or process made them."""
+    found = _EGRESS_IN_REASON.search(reason or "")
+    return found.group(1) if found else None
 
 
 class Status(StrEnum):

@@ -11,7 +11,9 @@ import redis
 from verimail.engine import ENGINE_REGISTRY
 from verimail.engine.core import Engine
 from verimail.engine.smtp.session import GREETING_RESETS
+from verimail.flows.summary import summary_rows
 from verimail.schemas.outcomes import Status, SubStatus
+from verimail.store import jobs as job_store
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -61,7 +63,7 @@ async def test_a_blocklist_at_rcpt_is_egress_blocked_and_asked_once(engine):
     for result in batch.results:
         assert (result.status, result.sub_status) == (Status.UNKNOWN, SubStatus.EGRESS_BLOCKED)
         assert "blocked using zen.spamhaus.org" in (result.smtp_response or "")
-        assert "refused our sending IP" in result.reason
+        assert "refused our sending IP" in result.reason and 'egress "direct"' in result.reason
     assert len(engine.testbed.host_stats("mx.listed-rcpt.test").rcpts) == 1
     assert _blocked_count() - before == 2
 
@@ -134,3 +136,67 @@ async def test_a_cool_down_holds_across_processes_through_redis(
         for key in client.scan_iter("verimail:egress-cooldown:direct:*"):
             client.delete(key)
         client.close()
+
+
+JOB_EMAILS = ["alice@listed-rcpt.test", "nobody@listed-rcpt.test", "alice@backup.test"]
+TOKEN = "metrics-token-for-the-egress-test-0123456789"
+
+
+@pytest.mark.usefixtures("prefect_harness")
+async def test_a_job_parks_blocked_rows_counts_them_per_egress_and_exports_them(
+    testbed_factory, testbed_settings, tmp_path
+):
+    """In a job, egress_blocked rows are parked for the deferred pass like other temporary
+    outcomes; the pass comes while the egress still cools down for that server, so it asks
+    nothing of it, and the job completes with the rows unknown/egress_blocked, counted per
+    egress in the job JSON, its summary and /metrics."""
+    from api_helpers import poll_job, poll_until, running_app
+    from prometheus_client.parser import text_string_to_metric_families
+
+    tb = testbed_factory(_world())
+    settings = testbed_settings(
+        tb,
+        tmp_path,
+        job_retry_delay=1.0,
+        job_retry_passes=1,
+        job_retry_max_wait=10.0,
+        smtp_egress_cooldown=600,
+        metrics_token=TOKEN,
+    )
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+
+    def blocked(text: str) -> float:
+        return sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "verimail_egress_blocked_total"
+            and sample.labels.get("egress") == "direct"
+        )
+
+    async with running_app(settings) as app:
+        before = blocked((await app.client.get("/metrics", headers=auth)).text)
+        customer = app.customer(credits=100)
+        created = await app.client.post(
+            "/api/verify/bulk", json={"emails": JOB_EMAILS}, headers=customer.headers
+        )
+        assert created.status_code == 200, created.text
+        url = f"/api/verify/bulk/{created.json()['job_id']}"
+        waiting = await poll_until(
+            app.client, url, customer.headers, lambda body: body["phase"] == "waiting_to_retry"
+        )
+        assert waiting["retry_waiting"] == 2
+        sessions = tb.host_stats("mx.listed-rcpt.test").sessions
+        done = await poll_job(app.client, url, customer.headers)
+        assert done["status"] == "completed", done
+        got = {r["email"]: (r["status"], r["sub_status"]) for r in done["results"]}
+        assert got["alice@listed-rcpt.test"] == ("unknown", "egress_blocked")
+        assert got["nobody@listed-rcpt.test"] == ("unknown", "egress_blocked")
+        assert got["alice@backup.test"] == ("valid", "ok")
+        assert done["egress_blocked"] == {"direct": 2}
+        assert tb.host_stats("mx.listed-rcpt.test").sessions == sessions  # (cooling down)
+        job = job_store.get_job_any(app.store.engine, done["job_id"])
+        summary = {row["item"]: row["value"] for row in summary_rows(settings, job)}
+        assert summary["our IP refused (egress direct)"] == "2"
+        after = blocked((await app.client.get("/metrics", headers=auth)).text)
+    assert after - before >= 2

@@ -8,10 +8,8 @@ import re
 from dataclasses import dataclass, field
 
 from verimail.engine.dns_facts import MailHost
+from verimail.schemas.outcomes import DIRECT_EGRESS as DIRECT
 from verimail.schemas.outcomes import SmtpOutcome
-
-DIRECT = "direct"
-"""The egress name of sessions that go out from this machine's own address."""
 
 _REPLY = re.compile(r"[2-5][0-9][0-9](?: |$)")  # as one_line writes a reply
 
