@@ -13,9 +13,8 @@ Three steps, so that flows can spread the middle one over Prefect tasks:
 
 ``stream`` runs all three, a share per host group, and hands each result over as soon as it
 is known; the flows' verify pass (``tasks/pipeline.py``) runs the same steps with a Prefect
-task per share of several groups;
-``verify_many`` collects the stream in input order, and ``verify`` is the same code with one
-address. The engine knows nothing of HTTP, accounts or Prefect's server.
+task per share of several groups; ``verify_many`` collects the stream in input order and
+``verify`` does one address. The engine knows nothing of HTTP, accounts or Prefect's server.
 """
 
 from __future__ import annotations
@@ -407,6 +406,7 @@ class Engine:
                 domain_outcome=fact.outcome,
                 smtp_outcome=finding.outcome,
                 smtp_response=finding.reply,
+                smtp_note=finding.response if finding.reply is None else None,
                 is_catch_all=catch_all.get(item.domain),
                 is_disposable=self.lists.is_disposable(item.domain),
                 is_role=self.lists.is_role(item.local),

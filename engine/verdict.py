@@ -84,6 +84,7 @@ class Facts:
     domain_outcome: DomainOutcome | None = None  # None: DNS not looked up (e.g. bad syntax)
     smtp_outcome: SmtpOutcome = SmtpOutcome.NOT_ATTEMPTED
     smtp_response: str | None = None  # last reply about this recipient, as received
+    smtp_note: str | None = None  # our sentence on why no server was asked (egress_failed)
     is_catch_all: bool | None = None  # None: the catch-all probe was inconclusive
     is_disposable: bool = False
     is_role: bool = False
@@ -221,6 +222,12 @@ _SMTP_ROWS: dict[SmtpOutcome, _Row] = {
         "The mail servers for {domain} point into a private or internal network, "
         "which we do not connect to.",
     ),
+    SmtpOutcome.EGRESS_FAILED: _Row(
+        Status.UNKNOWN,
+        SubStatus.EGRESS_FAILED,
+        0.10,
+        "The mail server for {domain} was not asked, because our way out to it failed: {note}",
+    ),
     SmtpOutcome.PROTOCOL_ERROR: _Row(
         Status.UNKNOWN,
         SubStatus.PROTOCOL_ERROR,
@@ -317,7 +324,10 @@ def _catch_all_verdict(facts: Facts) -> Verdict:
 
 def _verdict(row: _Row, facts: Facts, score: int | None = None) -> Verdict:
     reason = row.reason.format(
-        domain=facts.domain or "this domain", local=facts.local, egress=facts.egress
+        domain=facts.domain or "this domain",
+        local=facts.local,
+        note=facts.smtp_note or "no reason was given.",
+        egress=facts.egress,
     )
     if row.quote_reply:
         reply = one_line_reply(facts.smtp_response)

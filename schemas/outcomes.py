@@ -58,6 +58,7 @@ class SmtpOutcome(StrEnum):
     TIMEOUT = "timeout"  # a connect or command timed out
     CONNECTION_FAILED = "connection_failed"  # refused / reset / dropped on every MX host
     PRIVATE_ADDRESS = "private_address"  # MX resolved into a network we may not connect to
+    EGRESS_FAILED = "egress_failed"  # our SOCKS5 proxy failed: unreachable, auth, refused
     PROTOCOL_ERROR = "protocol_error"  # the server spoke something that is not SMTP
     NOT_ATTEMPTED = "not_attempted"  # SMTP not tried (syntax or DNS already decided)
 
@@ -83,6 +84,7 @@ class SubStatus(StrEnum):
     TIMEOUT = "timeout"
     CONNECTION_FAILED = "connection_failed"
     PRIVATE_ADDRESS = "private_address"
+    EGRESS_FAILED = "egress_failed"  # our way out (a SOCKS5 proxy) failed, not the server
     DNS_ERROR = "dns_error"
     REJECTED = "rejected"
     PROTOCOL_ERROR = "protocol_error"

@@ -87,7 +87,8 @@ class DomainSession:
         if self._run is None:
             self.domain = domain
             group = HostGroup(hosts=hosts, domains={domain: []}, probe_catch_all=False)
-            self._run = GroupRun(group, deque(), GroupResult())
+            egress = self.prober.egress_for(hosts, domain)
+            self._run = GroupRun(group, deque(), GroupResult(), egress=egress)
         elif domain != self.domain:
             raise ValueError(f"this session is for {self.domain}, not {domain}")
         return self._run
@@ -127,7 +128,8 @@ class DomainSession:
             return SequenceResult(None, {}, None, stats, failure=self._failure)
         items = [Recipient(domain, c) for c in candidates]
         if check_catch_all and not self._probed:
-            probe = probe_address(domain, self.prober.settings.smtp_mail_from)
+            egress = run.egress or self.prober.egress_for(hosts, domain)
+            probe = probe_address(domain, egress.sender(self.prober.settings))
             items.insert(0, Recipient(domain, probe, is_probe=True))
         elif self._probed and self.catch_all:
             return SequenceResult(True, {}, None, stats)

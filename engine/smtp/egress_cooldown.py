@@ -22,11 +22,41 @@ import threading
 import time
 from typing import Any
 
-from verimail.engine.smtp.findings import DIRECT
+from verimail.engine.smtp.findings import DIRECT, Finding, GroupResult, HostGroup
+from verimail.engine.smtp.session import GREETING_RESETS
+from verimail.schemas.outcomes import SmtpOutcome
 
 log = logging.getLogger("verimail.engine.smtp.egress_cooldown")
 
-__all__ = ["DIRECT", "EgressCooldown"]
+__all__ = ["DIRECT", "EgressCooldown", "refused_ip", "reset_out"]
+
+
+def reset_out(host: str) -> Finding:
+    """The finding of a server that reset :data:`GREETING_RESETS` connections in a row
+    before its greeting: it turns our IP away."""
+    return Finding(
+        SmtpOutcome.EGRESS_BLOCKED,
+        f"{host} dropped the connection before its greeting {GREETING_RESETS} times in "
+        "a row: it turns our sending IP away",
+        host,
+    )
+
+
+def refused_ip(group: HostGroup, result: GroupResult, egress: str) -> list[str]:
+    """The domains of ``group`` whose server refused ``egress``'s IP in ``result``: one
+    of their recipients (or the catch-all probe) is egress_blocked through it."""
+    refused = []
+    for domain, rcpts in group.domains.items():
+        answers = [result.findings.get(rcpt) for rcpt in rcpts]
+        answers.append(result.catch_all_findings.get(domain))
+        if any(
+            a is not None and a.outcome is SmtpOutcome.EGRESS_BLOCKED and a.egress == egress
+            for a in answers
+        ):
+            refused.append(domain)
+    return refused
+
+
 RETRY_SECONDS = 30
 """After Redis fails, only this process's memory is asked for this long."""
 

@@ -52,6 +52,10 @@ class HostGroup:
     def key(self) -> tuple[str, ...]:
         return tuple(h.name for h in self.hosts)
 
+    def part(self, domains: dict[str, list[str]]) -> HostGroup:
+        """The same hosts with only ``domains`` (those leaving through one egress)."""
+        return HostGroup(self.hosts, domains, self.probe_catch_all)
+
     @property
     def size(self) -> int:
         return sum(len(v) for v in self.domains.values()) + (

@@ -8,6 +8,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from verimail.engine.smtp.egress import Egress
 from verimail.engine.smtp.findings import Finding, GroupResult, HostGroup
 from verimail.schemas.outcomes import SmtpOutcome
 
@@ -40,6 +41,7 @@ class GroupRun:
     spawn: Callable[[], None] | None = None  # starts one more worker (while draining)
     crowded: bool = False  # a server turned a session away for now: start no more
     per_session: int | None = None  # recipients a session got through before ending early
+    egress: Egress | None = None  # where its sessions leave from (None: the prober's choice)
 
     def session_broke(self, host: str, finding: Finding) -> None:
         """Count a lost session; drop the host from this run after ``MAX_ATTEMPTS`` in a row."""

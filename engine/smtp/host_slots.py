@@ -307,18 +307,22 @@ class HostSlots:
         self.total = total
         self.leases = _RedisLeases(redis_url, prefix) if redis_url else None
 
-    async def take(self, host: str) -> HeldSlots:
+    async def take(self, host: str, cap: int | None = None) -> HeldSlots:
         """Wait for a slot on ``host``: this process's first (so a session queued behind a
         busy host waits here, holding nothing shared), then the Redis lease, then the
-        process-wide slot."""
+        process-wide slot. ``host`` is the slot's key: the server's address, with the
+        egress's name for a session through a proxy (``Egress.slot_key``), since each
+        egress is a source address of its own; ``cap``, an egress's own cap (default
+        ``per_host``)."""
         held = HeldSlots(self, host)
         hurry = _URGENT.get()
+        cap = cap or self.per_host
         try:
-            sem = _host_semaphore(host, self.per_host)
+            sem = _host_semaphore(host, cap)
             await sem.acquire(urgent=hurry)
             held._held.append(sem)
             if self.leases is not None:
-                held._lease = await self.leases.take(host, self.per_host, urgent=hurry)
+                held._lease = await self.leases.take(host, cap, urgent=hurry)
             total = _total_semaphore(self.total)
             await total.acquire(urgent=hurry)
             held._held.append(total)
@@ -327,12 +331,12 @@ class HostSlots:
             raise
         return held
 
-    def busy(self, host: str) -> bool:
+    def busy(self, host: str, cap: int | None = None) -> bool:
         """Whether sessions of this process hold (or are opening with) slots on ``host``."""
-        sem = host_semaphore(host, self.per_host)
+        sem = host_semaphore(host, cap or self.per_host)
         return sem is not None and sem.held > 0
 
-    def learn_cap(self, host: str) -> bool:
+    def learn_cap(self, host: str, cap: int | None = None) -> bool:
         """The server at ``host`` turned a session away for now (421 "too many
         connections") while this process holds others there: it takes no more than those
         from us, so later sessions queue for their slots (first come, first served) rather
@@ -344,7 +348,7 @@ class HostSlots:
         do not count, or a refused dial would queue behind the next refused dial at
         once). The lower cap lasts while this process has sessions at or queued for
         ``host``, then is forgotten with its slots."""
-        sem = host_semaphore(host, self.per_host)
+        sem = host_semaphore(host, cap or self.per_host)
         if sem is None:
             return False
         sessions = sem.sessions

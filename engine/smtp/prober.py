@@ -54,7 +54,8 @@ from collections import deque
 from verimail.config import Settings
 from verimail.engine.dns_facts import MailHost
 from verimail.engine.netguard import connect_allowed
-from verimail.engine.smtp.egress_cooldown import DIRECT, EgressCooldown
+from verimail.engine.smtp.egress import Egress, Routes
+from verimail.engine.smtp.egress_cooldown import EgressCooldown, reset_out
 from verimail.engine.smtp.findings import Finding, GroupResult, HostGroup, SmtpStats, probe_address
 from verimail.engine.smtp.group_run import GroupRun, Recipient
 from verimail.engine.smtp.host_slots import HostSlots
@@ -115,15 +116,6 @@ class _Crowded(NoSession):
 _MIX_SUSPECT = (SmtpOutcome.BLOCKED, SmtpOutcome.REJECTED_OTHER, SmtpOutcome.TEMP_FAILURE)
 
 
-def _reset_out(host: MailHost) -> Finding:
-    return Finding(
-        SmtpOutcome.EGRESS_BLOCKED,
-        f"{host.name} dropped the connection before its greeting {GREETING_RESETS} times in "
-        "a row: it turns our sending IP away",
-        host.name,
-    )
-
-
 class Prober:
     """Runs host groups; holds the politeness slots (:mod:`~verimail.engine.smtp.host_slots`)
     and the limits it learns."""
@@ -138,10 +130,12 @@ class Prober:
         self._rcpt_limit: dict[str, int] = _Learned()  # learned from 452
         self._rejection_limit: dict[str, int] = _Learned()  # learned from disconnects
         self._one_domain_hosts: dict[str, bool] = _Learned()  # will not mix domains per message
-        # The egress sessions go out through (its name): "direct" until egress routes pass
-        # one in (the name keys the cool-downs and the egress_blocked counts).
-        self.egress = DIRECT
+        self.routes = Routes.from_settings(settings)
         self.cooldown = EgressCooldown(settings.smtp_egress_cooldown, settings.redis_url)
+
+    def egress_for(self, hosts: tuple[MailHost, ...], domain: str) -> Egress:
+        """The egress ``domain``'s sessions to ``hosts`` leave from (the same every pass)."""
+        return self.routes.choose(tuple(h.name for h in hosts), domain)
 
     def allowed_hosts(self, hosts: tuple[MailHost, ...]) -> tuple[MailHost, ...]:
         """The hosts with at least one address we may connect to (addresses filtered)."""
@@ -168,13 +162,34 @@ class Prober:
         result = result if result is not None else GroupResult()
         if greylist_retries is None:
             greylist_retries = self.settings.smtp_greylist_retries
+        # A run per egress the group's domains leave through (one, unless routes spread them)
+        parts = self.routes.split(tuple(h.name for h in group.hosts), group.domains)
+        await asyncio.gather(
+            *(
+                self._run_part(group.part(domains), egress, result, greylist_retries)
+                for egress, domains in parts.items()
+            )
+        )
+        for domain in group.domains:
+            result.catch_all.setdefault(domain, None)
+        return result
+
+    async def _run_part(
+        self,
+        group: HostGroup,
+        egress: Egress,
+        result: GroupResult,
+        greylist_retries: int,
+    ) -> None:
+        """Run ``group``'s recipients through ``egress``: its sessions, its sender, and the
+        greylisting retries of this run from the same client address."""
         queue: deque[Recipient] = deque()
         for domain, rcpts in group.domains.items():
             if group.probe_catch_all:
-                probe = probe_address(domain, self.settings.smtp_mail_from)
+                probe = probe_address(domain, egress.sender(self.settings))
                 queue.append(Recipient(domain, probe, is_probe=True))
             queue.extend(Recipient(domain, rcpt) for rcpt in rcpts)
-        run = GroupRun(group, queue, result)
+        run = GroupRun(group, queue, result, egress=egress)
         delay = self.settings.smtp_greylist_delay
         for round_no in range(greylist_retries + 1):
             if round_no:
@@ -186,18 +201,13 @@ class Prober:
                 run.queue.extend(run.retry_later)
                 run.retry_later = []
             await self._drain(run)
-        for domain in group.domains:
-            result.catch_all.setdefault(domain, None)
-        return result
 
     async def _drain(self, run: GroupRun) -> None:
         """Work the queue with as many sessions as it needs, up to the per-host cap: as
         many as full sessions would take to begin with, more as sessions end early
         (:meth:`_more_workers`)."""
         limit = self._session_rcpt_limit(run.group)
-        workers = max(
-            1, min(self.settings.smtp_max_sessions_per_host, math.ceil(len(run.queue) / limit))
-        )
+        workers = max(1, min(self._cap(run), math.ceil(len(run.queue) / limit)))
         tasks: list[asyncio.Future[None]] = []
 
         def spawn() -> None:
@@ -227,11 +237,19 @@ class Prober:
         per_session = run.per_session = max(1, session.rcpts)
         if run.spawn is None or run.crowded:
             return
-        wanted = min(
-            self.settings.smtp_max_sessions_per_host, math.ceil(len(run.queue) / per_session)
-        )
+        wanted = min(self._cap(run), math.ceil(len(run.queue) / per_session))
         while run.workers < wanted:
             run.spawn()
+
+    def _egress(self, run: GroupRun) -> Egress:
+        if run.egress is None:  # (a run made outside run_group: the finder's session)
+            domain = next(iter(run.group.domains), "")
+            run.egress = self.egress_for(run.group.hosts, domain)
+        return run.egress
+
+    def _cap(self, run: GroupRun) -> int:
+        """Sessions at once per server for this run: its egress's cap."""
+        return self._egress(run).session_cap(self.settings)
 
     def _session_rcpt_limit(self, group: HostGroup) -> int:
         learned = min((self._rcpt_limit.get(h.name, 10**9) for h in group.hosts), default=10**9)
@@ -349,18 +367,19 @@ class Prober:
         back unanswered."""
         await session.close()
         if finding.outcome is SmtpOutcome.EGRESS_BLOCKED:
-            finding = await self._egress_refused(session.smtp.hostname or "", finding)
+            address = session.smtp.hostname or ""
+            finding = await self._egress_refused(session.egress, address, finding)
         host = session.host.name
         if host not in run.dead_hosts:
             run.dead_hosts.add(host)
             run.failures.append(finding)
         run.queue.appendleft(item)
 
-    async def _egress_refused(self, address: str, finding: Finding) -> Finding:
-        """``finding`` (egress_blocked) as this prober's egress's, which cools down for the
-        server at ``address``."""
-        finding = dataclasses.replace(finding, egress=self.egress)
-        await self.cooldown.cool(self.egress, address, finding.response or "")
+    async def _egress_refused(self, egress: Egress, address: str, finding: Finding) -> Finding:
+        """``finding`` (egress_blocked) as ``egress``'s, which cools down for the server at
+        ``address``."""
+        finding = dataclasses.replace(finding, egress=egress.name)
+        await self.cooldown.cool(egress.name, address, finding.response or "")
         return finding
 
     async def _cut_short(
@@ -430,7 +449,7 @@ class Prober:
         with session.commands():
             joins = session.in_tx and item.domain not in session.tx_domains
             if not session.in_tx or (joins and not self._mixes(session)):
-                await session.mail_from(self.settings.smtp_mail_from, stats)
+                await session.mail_from(session.egress.sender(self.settings), stats)
                 joins = False
             code, message = await session.rcpt_to(item, stats)
             suspect = code not in (421, 452) and classify_rcpt(code, message) in _MIX_SUSPECT
@@ -438,7 +457,7 @@ class Prober:
                 self._one_domain_hosts[session.host.name] = True
                 if self.session_full(session):  # (asking again here would pass the cap)
                     raise AskAgain(Finding(SmtpOutcome.NOT_ATTEMPTED, "", session.host.name))
-                await session.mail_from(self.settings.smtp_mail_from, stats)
+                await session.mail_from(session.egress.sender(self.settings), stats)
                 code, message = await session.rcpt_to(item, stats)
             return code, message
 
@@ -481,23 +500,26 @@ class Prober:
         one connection, then wrote the host off), or with none there waits a moment and
         dials again (:data:`CROWDED_WAITS`). A host that is down fails the last worker as
         before."""
-        cooling = await self.cooldown.cooling(self.egress, address)
+        egress = self._egress(run)
+        cooling = await self.cooldown.cooling(egress.name, address)
         if cooling is not None:  # refused us a moment ago: not dialled again for now
             failures.append(
-                Finding(SmtpOutcome.EGRESS_BLOCKED, cooling or None, host.name, self.egress)
+                Finding(SmtpOutcome.EGRESS_BLOCKED, cooling or None, host.name, egress.name)
             )
             return None
         waits = iter(CROWDED_WAITS)
+        key, cap = egress.slot_key(address), egress.session_cap(self.settings)
         resets = 0
         while True:
-            held = await self.slots.take(address)  # (per server: names may share one)
+            held = await self.slots.take(key, cap)  # (per server: names may share one)
             try:
-                smtp = await connect(self.settings, host, address, run.result.stats)
+                smtp = await connect(self.settings, host, address, run.result.stats, egress)
             except NoSession as failed:
                 held.release()
                 run.result.stats.connect_failures += 1
                 if failed.finding.outcome is SmtpOutcome.EGRESS_BLOCKED:
-                    failures.append(await self._egress_refused(address, failed.finding))
+                    refused = await self._egress_refused(egress, address, failed.finding)
+                    failures.append(refused)
                     return None
                 if failed.finding.outcome in _REFUSED_FOR_NOW:
                     if run.workers > 1:
@@ -507,19 +529,20 @@ class Prober:
                         run.crowded = True
                         raise _Crowded(failed.finding) from None
                     run.crowded = True
-                    if self.slots.learn_cap(address):
+                    if self.slots.learn_cap(key, cap):
                         # Sessions of this process (other groups', other jobs') fill the
                         # server: queue for the next of them to end, however long they last.
                         waits = iter(CROWDED_WAITS)
                         continue
                     # Not down: it gave this run a session before, or others' dials to it
                     # are under way (one of them got in; it counts as open once greeted).
-                    alive = host.name in run.greeted or self.slots.busy(address)
+                    alive = host.name in run.greeted or self.slots.busy(key, cap)
                     if not alive and isinstance(failed, ResetAtGreeting):
                         resets += 1
                         if resets < GREETING_RESETS:
                             continue  # (once is a server in trouble; again and again is us)
-                        failures.append(await self._egress_refused(address, _reset_out(host)))
+                        refused = reset_out(host.name)
+                        failures.append(await self._egress_refused(egress, address, refused))
                         return None
                     wait = next(waits, None) if alive else None
                     if wait is not None:
@@ -532,4 +555,4 @@ class Prober:
                 raise
             run.greeted.add(host.name)
             held.opened()
-            return Session(smtp, host, held)
+            return Session(smtp, host, held, egress)

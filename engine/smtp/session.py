@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import aiosmtplib
 from aiosmtplib.errors import (
@@ -21,6 +22,7 @@ from aiosmtplib.errors import (
 from verimail.config import Settings
 from verimail.engine import metrics
 from verimail.engine.dns_facts import MailHost
+from verimail.engine.smtp.egress import Egress, EgressFailed, open_socket
 from verimail.engine.smtp.findings import Finding, SmtpStats
 from verimail.engine.smtp.group_run import Recipient
 from verimail.engine.smtp.host_slots import HeldSlots
@@ -110,9 +112,12 @@ SERVER_ENDED = (SmtpOutcome.CONNECTION_FAILED, SmtpOutcome.TIMEOUT)
 class Session:
     """One SMTP connection and the transaction state the prober needs."""
 
-    def __init__(self, smtp: aiosmtplib.SMTP, host: MailHost, slots: HeldSlots) -> None:
+    def __init__(
+        self, smtp: aiosmtplib.SMTP, host: MailHost, slots: HeldSlots, egress: Egress
+    ) -> None:
         self.smtp = smtp
         self.host = host
+        self.egress = egress  # where the session left from (its HELO name, its sender)
         self._slots = slots
         self.in_tx = False  # a MAIL FROM was accepted and not yet reset
         self.tx_domains: set[str] = set()  # recipients' domains in the open transaction
@@ -210,14 +215,14 @@ class Session:
 
 
 async def connect(
-    settings: Settings, host: MailHost, address: str, stats: SmtpStats
+    settings: Settings, host: MailHost, address: str, stats: SmtpStats, egress: Egress
 ) -> aiosmtplib.SMTP:
-    """A greeted connection to ``host`` at ``address`` (EHLO, or HELO, and STARTTLS when
-    offered); :class:`NoSession` with what went wrong."""
+    """A greeted connection to ``host`` at ``address`` through ``egress`` (EHLO, or HELO,
+    and STARTTLS when offered); :class:`NoSession` with what went wrong. This is the one
+    place sessions are dialled: through a proxy, the socket comes from
+    :func:`~verimail.engine.smtp.egress.open_socket` and aiosmtplib speaks over it."""
     smtp = aiosmtplib.SMTP(
-        hostname=address,
-        port=settings.smtp_port,
-        local_hostname=settings.smtp_helo_name,
+        local_hostname=egress.helo_name,
         timeout=settings.smtp_command_timeout,
         start_tls=False,
         validate_certs=False,
@@ -225,7 +230,13 @@ async def connect(
     try:
         async with asyncio.timeout(settings.smtp_connect_timeout):
             stats.sessions += 1
-            await _dial(smtp, settings.smtp_connect_timeout)
+            sock = await open_socket(
+                egress, address, settings.smtp_port, settings.smtp_connect_timeout
+            )
+            where: dict[str, Any] = {"sock": sock}
+            if sock is None:
+                where = {"hostname": address, "port": settings.smtp_port}
+            await _dial(smtp, settings.smtp_connect_timeout, where)
         try:
             await smtp.ehlo()
         except SMTPResponseException as refused:
@@ -244,6 +255,10 @@ async def connect(
                 await smtp.ehlo()
         metrics.SMTP_SESSIONS_OPENED.inc()
         return smtp
+    except EgressFailed as exc:
+        smtp.close()
+        # Our way out failed, not the server: a sub-status of its own, never "invalid".
+        raise NoSession(Finding(SmtpOutcome.EGRESS_FAILED, exc.reason, host.name)) from exc
     except SMTPConnectResponseError as exc:
         smtp.close()
         # A refusal in the banner (554 "no SMTP service here", postscreen's "blocked using")
@@ -276,6 +291,7 @@ async def connect(
         raise NoSession(Finding(outcome, one_line(exc.code, exc.message), host.name)) from exc
     except (SMTPException, OSError) as exc:
         smtp.close()
+        via = "" if egress.proxy_url is None else f" (through egress {egress.name})"
         # TCP was up, and the server hung up before its banner (aiosmtplib's "disconnected"
         # while reading it; a reset that beats the client's connect shows as ECONNRESET
         # there, where a port with nothing behind it answers ECONNREFUSED)
@@ -284,19 +300,19 @@ async def connect(
         )
         failed = ResetAtGreeting if reset else NoSession
         raise failed(
-            Finding(SmtpOutcome.CONNECTION_FAILED, f"{host.name}: {exc}", host.name)
+            Finding(SmtpOutcome.CONNECTION_FAILED, f"{host.name}{via}: {exc}", host.name)
         ) from exc
     except BaseException:  # cancelled mid-greeting (a run told to stop): hang up too
         smtp.close()
         raise
 
 
-async def _dial(smtp: aiosmtplib.SMTP, timeout: float) -> None:
+async def _dial(smtp: aiosmtplib.SMTP, timeout: float, where: dict[str, Any]) -> None:
     """``smtp.connect``; if cancelled meanwhile (a run told to stop), wait for the connect to
     end and hang up: cancelling aiosmtplib's connect would leave the connection open. Once
     TCP is up (``smtp.transport`` is set before the greeting) the socket is aborted first,
     so a deadline is not held up by a server that never greets."""
-    dialling = asyncio.ensure_future(smtp.connect(timeout=timeout))
+    dialling = asyncio.ensure_future(smtp.connect(timeout=timeout, **where))
     try:
         await asyncio.shield(dialling)
     except asyncio.CancelledError:
@@ -313,6 +329,7 @@ def summarise(failures: list[Finding]) -> Finding:
     if not failures:
         return Finding(SmtpOutcome.CONNECTION_FAILED, "no mail host could be reached")
     order = [
+        SmtpOutcome.EGRESS_FAILED,  # (ours to fix: said first, whatever the servers did)
         SmtpOutcome.EGRESS_BLOCKED,
         SmtpOutcome.BLOCKED,
         SmtpOutcome.TEMP_FAILURE,
