@@ -200,3 +200,36 @@ async def test_a_job_parks_blocked_rows_counts_them_per_egress_and_exports_them(
         assert summary["our IP refused (egress direct)"] == "2"
         after = blocked((await app.client.get("/metrics", headers=auth)).text)
     assert after - before >= 2
+
+
+async def test_a_refused_egress_passes_the_addresses_to_the_next_route(
+    testbed_factory, testbed_settings, tmp_path
+):
+    """Two egresses on the default route: where the server refused the domain's first one
+    (cooling down there), the addresses go out through the second and get its answers; a
+    route of one egress leaves them egress_blocked. (Both egresses leave from loopback here,
+    so the first one's refusal is its cool-down, as a refusal a moment before leaves it.)"""
+    tb = testbed_factory(_world())
+    routes = tmp_path / "egress.yaml"
+    routes.write_text(
+        "egresses:\n"
+        "  - {name: first, url: direct, helo_name: one.verimail.test}\n"
+        "  - {name: second, url: direct, helo_name: two.verimail.test}\n"
+        "routes:\n"
+        "  - {match: 'mx.listed-banner.test', use: {first: 1}}\n"
+        "default: {first: 1, second: 1}\n"
+    )
+    engine = Engine(testbed_settings(tb, tmp_path, smtp_egress_file=routes))
+    prober = engine.prober
+    ranked = prober.routes.ranked(("mx.backup.test",), "backup.test")
+    assert [e.name for e in ranked] in (["first", "second"], ["second", "first"])
+    refusal = "554 5.7.1 Client host [127.0.0.1] blocked using zen.spamhaus.org"
+    await prober.cooldown.cool(ranked[0].name, tb.address_of("mx.backup.test"), refusal)
+
+    batch = await engine.verify_many(
+        ["alice@backup.test", "nobody@backup.test", "alice@listed-banner.test"]
+    )
+    alice, nobody, listed = batch.results
+    assert (alice.status, nobody.status) == (Status.VALID, Status.INVALID)
+    assert (listed.status, listed.sub_status) == (Status.UNKNOWN, SubStatus.EGRESS_BLOCKED)
+    assert 'egress "first"' in listed.reason

@@ -55,7 +55,7 @@ from verimail.config import Settings
 from verimail.engine.dns_facts import MailHost
 from verimail.engine.netguard import connect_allowed
 from verimail.engine.smtp.egress import Egress, Routes
-from verimail.engine.smtp.egress_cooldown import EgressCooldown, reset_out
+from verimail.engine.smtp.egress_cooldown import EgressCooldown, refused_ip, reset_out
 from verimail.engine.smtp.findings import Finding, GroupResult, HostGroup, SmtpStats, probe_address
 from verimail.engine.smtp.group_run import GroupRun, Recipient
 from verimail.engine.smtp.host_slots import HostSlots
@@ -180,6 +180,7 @@ class Prober:
         egress: Egress,
         result: GroupResult,
         greylist_retries: int,
+        tried: tuple[str, ...] = (),
     ) -> None:
         """Run ``group``'s recipients through ``egress``: its sessions, its sender, and the
         greylisting retries of this run from the same client address."""
@@ -201,6 +202,32 @@ class Prober:
                 run.queue.extend(run.retry_later)
                 run.retry_later = []
             await self._drain(run)
+        await self._next_route(group, egress, result, greylist_retries, (*tried, egress.name))
+
+    async def _next_route(
+        self,
+        group: HostGroup,
+        egress: Egress,
+        result: GroupResult,
+        greylist_retries: int,
+        tried: tuple[str, ...],
+    ) -> None:
+        """The domains whose server refused ``egress``'s IP (egress_blocked) go out again
+        through the next egress of their route not ``tried`` yet, where there is one; their
+        findings are replaced by that run's. With one egress they stay egress_blocked."""
+        hosts = tuple(h.name for h in group.hosts)
+        parts: dict[Egress, dict[str, list[str]]] = {}
+        for domain in refused_ip(group, result, egress.name):
+            rcpts = group.domains[domain]
+            following = [e for e in self.routes.ranked(hosts, domain) if e.name not in tried]
+            if following:
+                parts.setdefault(following[0], {})[domain] = rcpts
+        await asyncio.gather(
+            *(
+                self._run_part(group.part(domains), nxt, result, greylist_retries, tried)
+                for nxt, domains in parts.items()
+            )
+        )
 
     async def _drain(self, run: GroupRun) -> None:
         """Work the queue with as many sessions as it needs, up to the per-host cap: as
