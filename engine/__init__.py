@@ -47,6 +47,10 @@ _HOMES: dict[str, str] = {
     "LEASE_SECONDS": "leases",
     "RENEW_SCRIPT": "leases",
     "RENEW_SECONDS": "leases",
+    # can this installation verify over SMTP (verimail doctor, the health's smtp_egress)
+    "Check": "smtp.egress_check",
+    "EgressMonitor": "smtp.egress_check",
+    "run_checks": "smtp.egress_check",
     # the network guard
     "IPNetwork": "netguard",
     "connect_allowed": "netguard",
@@ -62,8 +66,10 @@ __all__ = [
     "RENEW_SCRIPT",
     "RENEW_SECONDS",
     "BatchResult",
+    "Check",
     "DomainPattern",
     "DomainSession",
+    "EgressMonitor",
     "Engine",
     "EngineStats",
     "FinderInputError",
@@ -82,6 +88,7 @@ __all__ = [
     "forget_engine",
     "normalise_finder_domain",
     "observe_queue_wait",
+    "run_checks",
     "shared_engine",
     "urgent",
 ]
@@ -118,5 +125,6 @@ if TYPE_CHECKING:
     from verimail.engine.netguard import IPNetwork, connect_allowed
     from verimail.engine.prepared import EngineStats, Prepared, SmtpShare
     from verimail.engine.smtp.domain_session import DomainSession
+    from verimail.engine.smtp.egress_check import Check, EgressMonitor, run_checks
     from verimail.engine.smtp.findings import GroupResult, HostGroup
     from verimail.engine.smtp.host_slots import urgent

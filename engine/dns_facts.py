@@ -219,6 +219,12 @@ class DomainResolver:
             detail="None of the domain's MX hosts has an address.",
         )
 
+    async def addresses(self, name: str) -> tuple[tuple[str, ...], bool]:
+        """``name``'s addresses (A, then AAAA) and whether a lookup failed: for a name that
+        is no mail domain (``verimail doctor``'s HELO name)."""
+        host, failed = await self._host(name, 0, None)
+        return host.addresses, failed
+
     async def _implicit_mx(self, domain: str, stats: DnsStats | None) -> DomainFacts:
         host, error = await self._host(domain, 0, stats)
         if host.addresses:

@@ -1,0 +1,82 @@
+"""``verimail doctor`` (issue 34, point 3) in a subprocess against the testbed: the probe
+domain's MX on loopback greets (exit 0), or nothing listens on its port 25 / it never greets
+(exit 1, and the one sentence saying outbound port 25 is blocked)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from api_helpers import clean_env, env_for_testbed
+from cli_helpers import folded, run_verimail
+
+from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
+
+BLOCKED = (
+    "outbound port 25 is blocked from this machine: set VERIMAIL_SMTP_PROXY=socks5://… "
+    "(docs/egress.md)."
+)
+HELO = "mail.verimail.test"
+
+
+def _world() -> World:
+    hosts = {
+        "greets": HostBehaviour(),
+        "nothing": HostBehaviour(refuse_connections=True),
+        "silent": HostBehaviour(hostile="silent"),
+        "listed": HostBehaviour(blocklisted_clients=["127.0.0.0/8"], blocklist_stage="greeting"),
+    }
+    return World.of(
+        [HostSpec(f"mx.{name}.test", behaviour) for name, behaviour in hosts.items()],
+        [DomainSpec(f"{name}.test", mx=[(10, f"mx.{name}.test")]) for name in hosts]
+        + [DomainSpec(HELO, a=["192.0.2.25"])],
+    )
+
+
+@pytest.fixture
+def env(testbed_factory):
+    tb = testbed_factory(_world())
+    return clean_env(
+        {
+            **env_for_testbed(tb),
+            "VERIMAIL_SMTP_HELO_NAME": HELO,
+            "VERIMAIL_SMTP_CONNECT_TIMEOUT": "1",
+        }
+    )
+
+
+def test_doctor_passes_when_the_probe_domains_mx_greets(env):
+    done = run_verimail(["doctor"], {**env, "VERIMAIL_DOCTOR_DOMAIN": "greets.test"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["ok", "ok", "ok"]
+    assert "smtp egress direct" in lines[2] and "mx.greets.test" in lines[2]
+
+
+@pytest.mark.parametrize("domain", ["nothing.test", "silent.test"])
+def test_doctor_says_port_25_is_blocked_and_exits_1(env, domain):
+    """Nothing listens on the MX's port 25, or it takes the connection and never greets
+    (a firewall that drops, a tarpit): exit 1, and the sentence on what to do."""
+    done = run_verimail(["doctor"], {**env, "VERIMAIL_DOCTOR_DOMAIN": domain})
+    assert done.returncode == 1, done.stdout + done.stderr
+    smtp = [line for line in done.stdout.splitlines() if "smtp egress direct" in line]
+    assert len(smtp) == 1 and smtp[0].startswith("fail")
+    assert BLOCKED in folded(done.stdout)
+    assert [line.split()[0] for line in done.stdout.splitlines()[:2]] == ["ok", "ok"]
+
+
+def test_doctor_names_a_refusal_of_our_ip_and_a_helo_name_that_does_not_resolve(env):
+    """A 554 blocklist banner is no blocked port 25: the advice is about the listing. A HELO
+    name without an address fails its own line (the SMTP check decides the exit code)."""
+    done = run_verimail(
+        ["doctor", "--json"],
+        {**env, "VERIMAIL_DOCTOR_DOMAIN": "listed.test", "VERIMAIL_SMTP_HELO_NAME": "no.test"},
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    by_name = {check["name"]: check for check in report["checks"]}
+    assert report["ok"] is False and by_name["dns"]["ok"] is True
+    assert by_name["helo"]["ok"] is False and "VERIMAIL_SMTP_HELO_NAME" in by_name["helo"]["advice"]
+    smtp = by_name["smtp egress direct"]
+    assert smtp["ok"] is False and "blocked using zen.spamhaus.org" in smtp["detail"]
+    assert "delist" in smtp["advice"]
