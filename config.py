@@ -154,9 +154,9 @@ class Settings(BaseSettings):
     )
     doctor_interval: float = Field(
         300.0,
-        gt=0,
+        ge=0,
         description="Seconds between the API's background checks of SMTP egress "
-        "(`smtp_egress` in /api/health and /metrics).",
+        "(`smtp_egress` in /api/health and /metrics; 0: no checks, `smtp_egress` null).",
     )
 
     greylist_retry_after: int = Field(

@@ -80,3 +80,61 @@ def test_doctor_names_a_refusal_of_our_ip_and_a_helo_name_that_does_not_resolve(
     smtp = by_name["smtp egress direct"]
     assert smtp["ok"] is False and "blocked using zen.spamhaus.org" in smtp["detail"]
     assert "delist" in smtp["advice"]
+
+
+TOKEN = "metrics-token-for-the-doctor-test-0123456789"
+
+
+async def test_health_shows_smtp_egress_without_waiting_and_metrics_export_it(
+    testbed_factory, testbed_settings, tmp_path
+):
+    """The app checks the egress in the background: the first health answer comes while
+    the probe domain's server (which never greets) still holds the check, so `smtp_egress`
+    is not known yet; once the round ends, health and /metrics say port 25 failed."""
+    from api_helpers import poll_until, running_app
+    from prometheus_client.parser import text_string_to_metric_families
+
+    tb = testbed_factory(_world())
+    settings = testbed_settings(
+        tb,
+        tmp_path,
+        doctor_domain="silent.test",
+        doctor_interval=600,
+        smtp_connect_timeout=3,
+        metrics_token=TOKEN,
+    )
+    async with running_app(settings) as api:
+        first = await api.client.get("/api/health")
+        assert first.status_code == 200
+        assert first.json()["smtp_egress"] == {"ok": None, "checked_at": None, "egresses": []}
+
+        body = await poll_until(
+            api.client, "/api/health", {}, lambda b: b["smtp_egress"]["ok"] is not None
+        )
+        (egress,) = body["smtp_egress"]["egresses"]
+        assert body["status"] == "healthy" and body["smtp_egress"]["ok"] is False
+        assert egress["name"] == "direct" and egress["ok"] is False
+        assert egress["advice"] == BLOCKED
+        scrape = await api.client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+    values = {
+        sample.labels.get("egress"): sample.value
+        for family in text_string_to_metric_families(scrape.text)
+        for sample in family.samples
+        if sample.name == "verimail_smtp_egress_ok"
+    }
+    assert values == {"direct": 0.0}
+
+
+async def test_health_says_ok_once_port_25_greets_through_the_egress(
+    testbed_factory, testbed_settings, tmp_path
+):
+    from api_helpers import poll_until, running_app
+
+    tb = testbed_factory(_world())
+    settings = testbed_settings(tb, tmp_path, doctor_domain="greets.test", doctor_interval=600)
+    async with running_app(settings) as api:
+        body = await poll_until(
+            api.client, "/api/health", {}, lambda b: b["smtp_egress"]["ok"] is not None
+        )
+    assert body["smtp_egress"]["ok"] is True
+    assert body["smtp_egress"]["egresses"][0]["advice"] is None
