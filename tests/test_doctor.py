@@ -5,6 +5,7 @@ domain's MX on loopback greets (exit 0), or nothing listens on its port 25 / it 
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 from api_helpers import clean_env, env_for_testbed
@@ -138,3 +139,34 @@ async def test_health_says_ok_once_port_25_greets_through_the_egress(
         )
     assert body["smtp_egress"]["ok"] is True
     assert body["smtp_egress"]["egresses"][0]["advice"] is None
+
+
+def test_doctor_checks_port_25_through_the_proxy(env):
+    """With VERIMAIL_SMTP_PROXY the SMTP line is the proxy egress's, through a real SOCKS5
+    proxy (pproxy): it passes where the server greets through it."""
+    from socks_helpers import socks_proxy
+
+    with socks_proxy() as url:
+        done = run_verimail(
+            ["doctor"],
+            {**env, "VERIMAIL_DOCTOR_DOMAIN": "greets.test", "VERIMAIL_SMTP_PROXY": url},
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (line,) = [line for line in done.stdout.splitlines() if "smtp egress" in line]
+    assert line.startswith("ok") and "smtp egress proxy" in line and url in line
+
+
+def test_a_proxy_that_does_not_answer_fails_with_its_own_sentence_and_no_password(env):
+    """Nothing listens where the proxy should be: exit 1, the advice is about the proxy (not
+    port 25), and the password of its URL is never printed."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.2", 0))
+        port = probe.getsockname()[1]
+    url = f"socks5://verifier:pw-Secret-42@127.0.0.2:{port}"
+    done = run_verimail(
+        ["doctor"], {**env, "VERIMAIL_DOCTOR_DOMAIN": "greets.test", "VERIMAIL_SMTP_PROXY": url}
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    text = folded(done.stdout + done.stderr)
+    assert "fix or replace the SOCKS5 proxy of egress proxy" in text
+    assert "pw-Secret-42" not in text and "port 25 is blocked" not in text

@@ -233,3 +233,43 @@ async def test_a_refused_egress_passes_the_addresses_to_the_next_route(
     assert (alice.status, nobody.status) == (Status.VALID, Status.INVALID)
     assert (listed.status, listed.sub_status) == (Status.UNKNOWN, SubStatus.EGRESS_BLOCKED)
     assert 'egress "first"' in listed.reason
+
+
+async def test_a_server_that_lists_the_direct_egress_answers_through_the_proxy(
+    testbed_factory, testbed_settings, tmp_path
+):
+    """A real refusal and a real second route: the server lists 127.0.0.1 (direct sessions)
+    and not the SOCKS5 proxy's 127.0.0.2 (pproxy, a subprocess). The direct egress, first on
+    the route, is refused once; the addresses then get the server's answers through the
+    proxy, and the direct egress cools down there."""
+    from socks_helpers import socks_proxy
+
+    from verimail.config import read_egress_file
+    from verimail.engine.smtp.egress import Routes
+
+    world = World.of(
+        [
+            HostSpec(
+                "mx.picky.test",
+                HostBehaviour(mailboxes={"alice"}, blocklisted_clients=["127.0.0.1/32"]),
+            )
+        ],
+        [DomainSpec("picky.test", mx=[(10, "mx.picky.test")])],
+    )
+    tb = testbed_factory(world)
+    with socks_proxy("127.0.0.2") as url:
+        routes = tmp_path / "egress.yaml"
+        routes.write_text(
+            "egresses:\n"
+            "  - {name: direct, url: direct, helo_name: one.verimail.test}\n"
+            f"  - {{name: clean, url: '{url}', helo_name: two.verimail.test}}\n"
+            "default: {direct: 1000, clean: 1}\n"
+        )
+        ranked = Routes.from_file(read_egress_file(routes)).ranked(("mx.picky.test",), "picky.test")
+        assert [e.name for e in ranked] == ["direct", "clean"]
+        engine = Engine(testbed_settings(tb, tmp_path, smtp_egress_file=routes))
+        batch = await engine.verify_many(["alice@picky.test", "nobody@picky.test"])
+        assert [r.status for r in batch.results] == [Status.VALID, Status.INVALID], batch.results
+        address = tb.address_of("mx.picky.test")
+        assert await engine.prober.cooldown.cooling("direct", address)
+        assert await engine.prober.cooldown.cooling("clean", address) is None
