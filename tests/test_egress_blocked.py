@@ -273,3 +273,16 @@ async def test_a_server_that_lists_the_direct_egress_answers_through_the_proxy(
         address = tb.address_of("mx.picky.test")
         assert await engine.prober.cooldown.cooling("direct", address)
         assert await engine.prober.cooldown.cooling("clean", address) is None
+
+
+async def test_the_finder_stops_on_a_refusal_of_our_ip_and_cools_the_egress_down(engine):
+    """A finder lookup whose first candidate meets the blocklist ends there (not found, the
+    reason says why), and the next lookup on that server dials nothing while it cools down."""
+    from verimail.engine import find_email
+
+    first = await find_email(engine, "Alice", "Smith", "listed-rcpt.test", max_probes=5)
+    assert not first.found and "refused our sending IP" in first.reason
+    sessions = engine.testbed.host_stats("mx.listed-rcpt.test").sessions
+    again = await find_email(engine, "Bob", "Jones", "listed-rcpt.test", max_probes=5)
+    assert not again.found
+    assert engine.testbed.host_stats("mx.listed-rcpt.test").sessions == sessions

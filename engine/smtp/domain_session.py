@@ -175,6 +175,9 @@ class DomainSession:
             finding = Finding(
                 classify_rcpt(code, message), one_line(code, message), session.host.name
             )
+            if finding.outcome is SmtpOutcome.EGRESS_BLOCKED:  # (our IP: cool the egress down)
+                address = session.smtp.hostname or ""
+                finding = await self.prober.egress_refused(session.egress, address, finding)
             if code == 421:
                 # The server is closing the session: this is no answer about the candidate,
                 # which is asked again in a new session (as the bulk path retries it).

@@ -395,14 +395,14 @@ class Prober:
         await session.close()
         if finding.outcome is SmtpOutcome.EGRESS_BLOCKED:
             address = session.smtp.hostname or ""
-            finding = await self._egress_refused(session.egress, address, finding)
+            finding = await self.egress_refused(session.egress, address, finding)
         host = session.host.name
         if host not in run.dead_hosts:
             run.dead_hosts.add(host)
             run.failures.append(finding)
         run.queue.appendleft(item)
 
-    async def _egress_refused(self, egress: Egress, address: str, finding: Finding) -> Finding:
+    async def egress_refused(self, egress: Egress, address: str, finding: Finding) -> Finding:
         """``finding`` (egress_blocked) as ``egress``'s, which cools down for the server at
         ``address``."""
         finding = dataclasses.replace(finding, egress=egress.name)
@@ -545,7 +545,7 @@ class Prober:
                 held.release()
                 run.result.stats.connect_failures += 1
                 if failed.finding.outcome is SmtpOutcome.EGRESS_BLOCKED:
-                    refused = await self._egress_refused(egress, address, failed.finding)
+                    refused = await self.egress_refused(egress, address, failed.finding)
                     failures.append(refused)
                     return None
                 if failed.finding.outcome in _REFUSED_FOR_NOW:
@@ -569,7 +569,7 @@ class Prober:
                         if resets < GREETING_RESETS:
                             continue  # (once is a server in trouble; again and again is us)
                         refused = reset_out(host.name)
-                        failures.append(await self._egress_refused(egress, address, refused))
+                        failures.append(await self.egress_refused(egress, address, refused))
                         return None
                     wait = next(waits, None) if alive else None
                     if wait is not None:
