@@ -138,7 +138,12 @@ async def test_a_cool_down_holds_across_processes_through_redis(
         client.close()
 
 
-JOB_EMAILS = ["alice@listed-rcpt.test", "nobody@listed-rcpt.test", "alice@backup.test"]
+JOB_EMAILS = [
+    "alice@listed-rcpt.test",  # (refused at RCPT)
+    "nobody@listed-rcpt.test",
+    "carol@listed-banner.test",  # (refused at the greeting)
+    "alice@backup.test",
+]
 TOKEN = "metrics-token-for-the-egress-test-0123456789"
 
 
@@ -185,21 +190,24 @@ async def test_a_job_parks_blocked_rows_counts_them_per_egress_and_exports_them(
         waiting = await poll_until(
             app.client, url, customer.headers, lambda body: body["phase"] == "waiting_to_retry"
         )
-        assert waiting["retry_waiting"] == 2
+        assert waiting["retry_waiting"] == 3
         sessions = tb.host_stats("mx.listed-rcpt.test").sessions
+        banners = tb.host_stats("mx.listed-banner.test").sessions
         done = await poll_job(app.client, url, customer.headers)
         assert done["status"] == "completed", done
         got = {r["email"]: (r["status"], r["sub_status"]) for r in done["results"]}
         assert got["alice@listed-rcpt.test"] == ("unknown", "egress_blocked")
         assert got["nobody@listed-rcpt.test"] == ("unknown", "egress_blocked")
+        assert got["carol@listed-banner.test"] == ("unknown", "egress_blocked")
         assert got["alice@backup.test"] == ("valid", "ok")
-        assert done["egress_blocked"] == {"direct": 2}
+        assert done["egress_blocked"] == {"direct": 3}
         assert tb.host_stats("mx.listed-rcpt.test").sessions == sessions  # (cooling down)
+        assert tb.host_stats("mx.listed-banner.test").sessions == banners
         job = job_store.get_job_any(app.store.engine, done["job_id"])
         summary = {row["item"]: row["value"] for row in summary_rows(settings, job)}
-        assert summary["our IP refused (egress direct)"] == "2"
+        assert summary["our IP refused (egress direct)"] == "3"
         after = blocked((await app.client.get("/metrics", headers=auth)).text)
-    assert after - before >= 2
+    assert after - before >= 3
 
 
 async def test_a_refused_egress_passes_the_addresses_to_the_next_route(
