@@ -170,3 +170,29 @@ def test_a_proxy_that_does_not_answer_fails_with_its_own_sentence_and_no_passwor
     text = folded(done.stdout + done.stderr)
     assert "fix or replace the SOCKS5 proxy of egress proxy" in text
     assert "pw-Secret-42" not in text and "port 25 is blocked" not in text
+
+
+async def test_health_never_shows_a_proxys_password(testbed_factory, testbed_settings, tmp_path):
+    """The health's smtp_egress names the proxy egress and what failed, with the password of
+    its URL masked."""
+    from api_helpers import poll_until, running_app
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.2", 0))
+        port = probe.getsockname()[1]
+    tb = testbed_factory(_world())
+    settings = testbed_settings(
+        tb,
+        tmp_path,
+        doctor_domain="greets.test",
+        doctor_interval=600,
+        smtp_proxy=f"socks5://verifier:pw-Secret-42@127.0.0.2:{port}",
+    )
+    async with running_app(settings) as api:
+        body = await poll_until(
+            api.client, "/api/health", {}, lambda b: b["smtp_egress"]["ok"] is not None
+        )
+        raw = (await api.client.get("/api/health")).text
+    (egress,) = body["smtp_egress"]["egresses"]
+    assert egress["name"] == "proxy" and egress["ok"] is False
+    assert "SOCKS5 proxy" in egress["advice"] and "pw-Secret-42" not in raw
