@@ -146,6 +146,24 @@ class Settings(BaseSettings):
     smtp_greylist_delay: float = Field(
         5.0, ge=0, description="Seconds before the first greylist retry (doubles each time)."
     )
+    smtp_egress_cooldown: float = Field(
+        1800.0,
+        ge=0,
+        description="Seconds an egress is left alone by a mail server IP that refused our "
+        "sending IP (a blocklist, a 554 banner): its addresses end unknown/egress_blocked at "
+        "once meanwhile (0: never cool down). Fleet-wide with VERIMAIL_REDIS_URL.",
+    )
+    doctor_domain: str = Field(
+        "gmail.com",
+        description="`verimail doctor` and the health's `smtp_egress`: the domain whose MX "
+        "must greet us on port 25 through each egress.",
+    )
+    doctor_interval: float = Field(
+        300.0,
+        ge=0,
+        description="Seconds between the API's background checks of SMTP egress "
+        "(`smtp_egress` in /api/health and /metrics; 0: no checks, `smtp_egress` null).",
+    )
 
     greylist_retry_after: int = Field(
         300,

@@ -112,9 +112,17 @@ def create_app(settings: Settings | None = None, *, rate_limit_prefix: str = "ve
         state.verifier_ready = verifier_ready(state.engine)
         state.limiter = Limiter(settings.redis_url, prefix=rate_limit_prefix)
         state.runner, state.reaper = _start_jobs(settings)
+        state.egress_monitor = None
+        if settings.doctor_interval > 0:  # (port 25 through each egress, in the background)
+            from verimail.engine import EgressMonitor
+
+            state.egress_monitor = EgressMonitor(settings)
+            state.egress_monitor.start()
         try:
             yield
         finally:
+            if state.egress_monitor is not None:
+                await state.egress_monitor.stop()
             state.reaper.stop()
             state.runner.shutdown()
             await state.limiter.close()

@@ -13,7 +13,8 @@ What is exposed (see docs/metrics.md):
   verifications by status, SMTP sessions opened and refused by reason, DNS queries, job
   queue wait;
 - jobs by kind and state, credits charged and refunded: read from the database at each
-  scrape, so they are the installation's figures whichever process answers.
+  scrape, so they are the installation's figures whichever process answers;
+- whether port 25 answers through each egress, as the background checks last found.
 """
 
 from __future__ import annotations
@@ -82,6 +83,28 @@ class _StoreMetrics(Collector):
         )
 
 
+class _EgressMetrics(Collector):
+    """The background SMTP egress checks' last round (``verimail doctor``'s facts): 1 when
+    port 25 of the probe domain's mail server greeted us through the egress, 0 when not."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+
+    def collect(self) -> Iterator[Metric]:
+        monitor = getattr(self.app.state, "egress_monitor", None)
+        if monitor is None or monitor.checked_at is None:
+            return
+        gauge = GaugeMetricFamily(
+            "verimail_smtp_egress_ok",
+            "1 when port 25 of VERIMAIL_DOCTOR_DOMAIN's mail server greeted us through the "
+            "egress at the last background check, 0 when not.",
+            labels=["egress"],
+        )
+        for check in monitor.checks:
+            gauge.add_metric([check.egress or ""], 1.0 if check.ok else 0.0)
+        yield gauge
+
+
 def install_metrics(app: FastAPI, settings: Settings) -> None:
     """Instrument ``app`` and serve ``/metrics``, when a metrics token is configured."""
     if settings.metrics_token is None:
@@ -95,6 +118,7 @@ def install_metrics(app: FastAPI, settings: Settings) -> None:
     ).instrument(app)
     registry.register(_EngineMetrics())
     registry.register(_StoreMetrics(app))
+    registry.register(_EgressMetrics(app))
 
     @app.get(METRICS_PATH, include_in_schema=False)
     async def metrics(request: Request) -> Response:

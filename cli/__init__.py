@@ -36,6 +36,7 @@ def _register() -> None:
     """Attach the sub-command groups of each area (imported lazily to keep start-up fast)."""
     from verimail.cli.accounts import accounts_app, credits_app, keys_app
     from verimail.cli.demo import demo_command
+    from verimail.cli.doctor import doctor_command
     from verimail.cli.history import history_app
     from verimail.cli.jobs import bulk_command, deploy_command, find_command
     from verimail.cli.passwords import set_password_command
@@ -48,6 +49,7 @@ def _register() -> None:
     app.command("find")(find_command)
     app.command("serve")(serve_command)
     app.command("demo")(demo_command)
+    app.command("doctor")(doctor_command)
     accounts_app.command("set-password")(set_password_command)
     app.add_typer(accounts_app, name="accounts")
     app.add_typer(keys_app, name="keys")

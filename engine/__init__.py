@@ -53,6 +53,10 @@ _HOMES: dict[str, str] = {
     "Routes": "smtp.egress",
     "configured_egresses": "smtp.egress",
     "open_socket": "smtp.egress",
+    # can this installation verify over SMTP (verimail doctor, the health's smtp_egress)
+    "Check": "smtp.egress_check",
+    "EgressMonitor": "smtp.egress_check",
+    "run_checks": "smtp.egress_check",
     # the network guard
     "DomainResolver": "dns_facts",
     "IPNetwork": "netguard",
@@ -69,11 +73,13 @@ __all__ = [
     "RENEW_SCRIPT",
     "RENEW_SECONDS",
     "BatchResult",
+    "Check",
     "DomainPattern",
     "DomainResolver",
     "DomainSession",
     "Egress",
     "EgressFailed",
+    "EgressMonitor",
     "Engine",
     "EngineStats",
     "FinderInputError",
@@ -95,6 +101,7 @@ __all__ = [
     "normalise_finder_domain",
     "observe_queue_wait",
     "open_socket",
+    "run_checks",
     "shared_engine",
     "urgent",
 ]
@@ -139,5 +146,6 @@ if TYPE_CHECKING:
         configured_egresses,
         open_socket,
     )
+    from verimail.engine.smtp.egress_check import Check, EgressMonitor, run_checks
     from verimail.engine.smtp.findings import GroupResult, HostGroup
     from verimail.engine.smtp.host_slots import urgent

@@ -1,5 +1,8 @@
 """The verification engine: addresses in, SPEC §2.2 results out.
 
+Why one long file: the steps below share what a run prepared (facts, groups, findings) and
+the one loop every caller settles addresses through.
+
 Three steps, so that flows can spread the middle one over Prefect tasks:
 
 1. ``prepare`` — syntax, reference lists, DNS once per unique domain (concurrently,
@@ -414,11 +417,12 @@ class Engine:
                 typo_of=self.lists.typo_of(item.domain),
                 local=item.local,
                 domain=item.domain,
+                egress=finding.egress,
             )
             email, mx_records = item.email, list(fact.mx_records)
             suggestion = self.lists.did_you_mean(item.email)
         verdict = decide(gathered)
-        metrics.VERIFICATIONS.labels(status=verdict.status.value).inc()
+        metrics.verified(verdict.status.value, verdict.sub_status.value, findings.get(email))
         return VerificationResult(
             email=email,
             safe_to_send=verdict.safe_to_send,

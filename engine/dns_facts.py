@@ -162,12 +162,6 @@ class DomainResolver:
         self._resolver = _make_resolver(settings)
         self._scope = tuple(settings.dns_nameservers)  # answers differ per nameserver set
 
-    async def addresses(self, name: str) -> list[str]:
-        """The A and AAAA addresses of host ``name`` (empty when it has none or DNS failed):
-        a webhook's host is checked with the resolver and cache the mail hosts use."""
-        host, _failed = await self._host(name.lower().rstrip("."), 0, None)
-        return list(host.addresses)
-
     async def facts(self, domain: str, stats: DnsStats | None = None) -> DomainFacts:
         """The mail routing of ``domain`` (ASCII, lower-case)."""
         mx = await self._lookup(domain, "MX", stats)
@@ -224,6 +218,13 @@ class DomainResolver:
             mx_records=mx_names,
             detail="None of the domain's MX hosts has an address.",
         )
+
+    async def addresses(self, name: str) -> tuple[tuple[str, ...], bool]:
+        """``name``'s addresses (A, then AAAA) and whether a lookup failed, with the resolver
+        and cache the mail hosts use: for names that are no mail domain (a webhook's host,
+        ``verimail doctor``'s HELO name)."""
+        host, failed = await self._host(name.lower().rstrip("."), 0, None)
+        return host.addresses, failed
 
     async def _implicit_mx(self, domain: str, stats: DnsStats | None) -> DomainFacts:
         host, error = await self._host(domain, 0, stats)

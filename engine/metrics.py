@@ -14,8 +14,12 @@ one process (tests, the demo) can expose them without registering them twice.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
+
+if TYPE_CHECKING:
+    from verimail.engine.smtp.findings import Finding
 
 ENGINE_REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -37,6 +41,12 @@ SMTP_SESSIONS_REFUSED = Counter(
     ["reason"],
     registry=ENGINE_REGISTRY,
 )
+EGRESS_BLOCKED = Counter(
+    "verimail_egress_blocked",
+    "Results unknown/egress_blocked (a mail server refused our sending IP), by egress.",
+    ["egress"],
+    registry=ENGINE_REGISTRY,
+)
 DNS_QUERIES = Counter(
     "verimail_dns_queries",
     "DNS queries sent (cache hits are not queries), by record type and outcome.",
@@ -50,6 +60,14 @@ JOB_QUEUE_WAIT = Histogram(
     buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
     registry=ENGINE_REGISTRY,
 )
+
+
+def verified(status: str, sub_status: str, finding: Finding | None) -> None:
+    """One result of ``status``; an ``egress_blocked`` one is counted for the egress that
+    SMTP ``finding`` came through."""
+    VERIFICATIONS.labels(status=status).inc()
+    if sub_status == "egress_blocked" and finding is not None:
+        EGRESS_BLOCKED.labels(egress=finding.egress).inc()
 
 
 def observe_queue_wait(kind: str, created_at: datetime) -> None:

@@ -21,7 +21,8 @@ top to bottom; the first that matches decides.
 | 12 | SMTP: no such mailbox | invalid | mailbox_not_found | 0.95 |
 | 13 | SMTP: mailbox full | risky | mailbox_full | 0.60 |
 | 14 | SMTP: other permanent rejection | risky | rejected | 0.50 |
-| 15 | SMTP: we were blocked (5.7.x, block list) | unknown | blocked | 0.20 |
+| 15 | SMTP: we were blocked (5.7.x, policy) | unknown | blocked | 0.20 |
+| 15b | SMTP: our sending IP refused (blocklist, 554 banner) | unknown | egress_blocked | 0.20 |
 | 16 | SMTP: still greylisted after retries | unknown | greylisted | 0.30 |
 | 17 | SMTP: other temporary failure | unknown | temp_failure | 0.25 |
 | 18 | SMTP: timeout | unknown | timeout | 0.20 |
@@ -63,7 +64,13 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from verimail.schemas.outcomes import DomainOutcome, SmtpOutcome, Status, SubStatus
+from verimail.schemas.outcomes import (
+    DIRECT_EGRESS,
+    DomainOutcome,
+    SmtpOutcome,
+    Status,
+    SubStatus,
+)
 
 LIKELY_VALID_THRESHOLD = 80  # catch-all score at or above which the address is likely valid
 REPLY_MAX_CHARS = 120
@@ -85,6 +92,7 @@ class Facts:
     typo_of: str | None = None  # the major provider's domain this one is likely a typo of
     local: str = ""
     domain: str = ""
+    egress: str = DIRECT_EGRESS  # the egress SMTP went through (named when it was refused)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +177,15 @@ _SMTP_ROWS: dict[SmtpOutcome, _Row] = {
         0.20,
         "The mail server for {domain} refused to talk to our checker, so the mailbox "
         "could not be verified.",
+        True,
+    ),
+    SmtpOutcome.EGRESS_BLOCKED: _Row(
+        Status.UNKNOWN,
+        SubStatus.EGRESS_BLOCKED,
+        0.20,
+        'The mail server for {domain} refused our sending IP address (egress "{egress}": it '
+        "names a blocklist or turned the connection away), so the mailbox could not be "
+        "verified; it says nothing of the address.",
         True,
     ),
     SmtpOutcome.GREYLISTED: _Row(
@@ -310,6 +327,7 @@ def _verdict(row: _Row, facts: Facts, score: int | None = None) -> Verdict:
         domain=facts.domain or "this domain",
         local=facts.local,
         note=facts.smtp_note or "no reason was given.",
+        egress=facts.egress,
     )
     if row.quote_reply:
         reply = one_line_reply(facts.smtp_response)

@@ -45,6 +45,7 @@ from verimail.files.csv_io import (
     read_emails,
     write_results_csv,
 )
+from verimail.schemas.outcomes import egress_in_reason
 from verimail.schemas.results import VerificationResult
 
 SAFE_COLUMN = "Safe to Send"
@@ -262,6 +263,7 @@ class StagedFiles:
 
     moves: tuple[tuple[Path, Path], ...]
     transitions: dict[str, int] | None = None  # a re-verification's, e.g. {"valid->invalid": 3}
+    egress_blocked: dict[str, int] | None = None  # rows refused our IP, by egress
 
     @classmethod
     def for_run(cls, directory: Path, run: int, names: Sequence[str]) -> StagedFiles:
@@ -304,6 +306,7 @@ def write_job_results(
         if previous is not None:
             frame = with_previous_status(frame, previous)
             transitions = count_transitions(frame)
+        blocked = count_egress_blocked(frame)
         frame.write_parquet(files.staged("results.parquet"))
         safe = frame.get_column("safe_to_send").fill_null(False)
         values = ["Yes" if v else "No" for v in safe.to_list()]
@@ -314,7 +317,7 @@ def write_job_results(
     except BaseException:
         files.discard()
         raise
-    return StagedFiles(files.moves, transitions)
+    return StagedFiles(files.moves, transitions, blocked)
 
 
 def with_previous_status(frame: pl.DataFrame, previous: Path) -> pl.DataFrame:
@@ -342,6 +345,17 @@ def count_transitions(frame: pl.DataFrame) -> dict[str, int]:
     for key in keys:
         counts[key] = counts.get(key, 0) + 1
     return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
+def count_egress_blocked(frame: pl.DataFrame) -> dict[str, int]:
+    """Rows whose server refused our sending IP (``egress_blocked``), by the egress their
+    reason names (rows, like the job's counts)."""
+    blocked = frame.filter(pl.col("sub_status") == "egress_blocked").get_column("reason")
+    counts: dict[str, int] = {}
+    for reason in blocked.to_list():
+        egress = egress_in_reason(reason) or "unnamed"
+        counts[egress] = counts.get(egress, 0) + 1
+    return counts
 
 
 def change_columns(frame: pl.DataFrame) -> dict[str, list[str]]:

@@ -111,6 +111,8 @@ def summary_rows(settings: Settings, job: job_store.Job) -> list[dict[str, str]]
     if job.kind != "finder_csv":
         rate = job.unknown_count / job.processed_emails if job.processed_emails else 0.0
         rows.append(("unknown rate", f"{rate:.1%}"))
+        blocked = (job.options or {}).get("egress_blocked") or {}
+        rows += [(f"our IP refused (egress {name})", str(n)) for name, n in blocked.items()]
     rows += [
         ("credits reserved", str(job.credits_reserved)),
         ("credits used", str(job.credits_used)),

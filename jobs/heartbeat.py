@@ -88,14 +88,23 @@ async def complete_run(
             processed=processed,
             attempt=job.attempt,
             publish=files.publish,
-            options_update={"transitions": files.transitions}
-            if files.transitions is not None
-            else None,
+            options_update=_counted(files),
         )
     finally:
         files.discard()  # (nothing is left once published)
     if not completed:
         raise Superseded(f"job {job.id}: run {job.attempt} lost the job while writing")
+
+
+def _counted(files: StagedFiles) -> dict[str, Any] | None:
+    """What the staged results counted that the job keeps in its options: a
+    re-verification's transitions, the rows refused our sending IP by egress."""
+    update: dict[str, Any] = {}
+    if files.transitions is not None:
+        update["transitions"] = files.transitions
+    if files.egress_blocked:
+        update["egress_blocked"] = files.egress_blocked
+    return update or None
 
 
 class RunHeartbeat:

@@ -23,11 +23,20 @@ from verimail.engine import Routes
 from verimail.store import jobs as job_store
 from verimail.store.db import utcnow
 
-RETRYABLE = ("greylisted", "temp_failure", "timeout", "connection_failed", "egress_failed")
-"""Sub-statuses a later pass may settle (the server put us off, or could not be reached, or
-our proxy failed). A retried address goes out through the egress of its first try: the
-choice is a function of the egress settings and its domain (``engine/smtp/egress.py``), so
-a greylisted address is asked again from the client address that was greylisted."""
+RETRYABLE = (
+    "greylisted",
+    "temp_failure",
+    "timeout",
+    "connection_failed",
+    "egress_failed",
+    "egress_blocked",
+)
+"""Sub-statuses a later pass may settle (the server put us off, could not be reached, our
+proxy failed, or the server refused our sending IP: by the pass the egress's cool-down may be
+over, a blocklist entry gone, or another route configured; while it cools down the pass asks
+nothing of it). A retried address goes out through the egress of its first try (recorded with
+its parked row; ``engine/smtp/egress.py``), so a greylisted address is asked again from the
+client address that was greylisted."""
 
 STATE_FILE = "retry-state.parquet"
 

@@ -82,7 +82,7 @@ async def check_url_resolved(
         if not connect_allowed("127.0.0.1", allow):
             raise WebhookRefused(PRIVATE)
         return
-    if any(not connect_allowed(a, allow) for a in await resolver.addresses(name)):
+    if any(not connect_allowed(a, allow) for a in (await resolver.addresses(name))[0]):
         raise WebhookRefused(PRIVATE)
 
 

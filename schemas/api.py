@@ -109,6 +109,27 @@ class BatchResponse(BaseModel):
     summary: BatchSummary = Field(description="Count of results per status.")
 
 
+class EgressHealth(BaseModel):
+    """One egress's check: port 25 of the probe domain's mail server greeted us through it."""
+
+    name: str = Field(description="The egress (`direct`, or a proxy's name).")
+    ok: bool = Field(description="The server greeted us through it in time.")
+    detail: str = Field(description="What was found (a proxy's password is never shown).")
+    advice: str | None = Field(None, description="On failure, one sentence on what to do.")
+
+
+class SmtpEgressHealth(BaseModel):
+    """The SMTP egress checks `verimail doctor` runs, as the API last ran them in the
+    background (every `VERIMAIL_DOCTOR_INTERVAL` seconds): a health answer never waits on
+    SMTP."""
+
+    ok: bool | None = Field(
+        description="Every egress greeted us; null until the first round has ended."
+    )
+    checked_at: datetime | None = Field(description="When the last round ended (UTC).")
+    egresses: list[EgressHealth] = Field(description="One entry per configured egress.")
+
+
 class HealthResult(BaseModel):
     """Service health; 200 when healthy, 503 with the same body when not."""
 
@@ -123,3 +144,8 @@ class HealthResult(BaseModel):
     )
     verification_provider: str = Field(description="Verification service identifier.")
     timestamp: datetime = Field(description="Current server time, ISO 8601, UTC.")
+    smtp_egress: SmtpEgressHealth | None = Field(
+        None,
+        description="Whether port 25 answers through each egress (see docs/egress.md); it "
+        "does not change `status`. Null when the checks are off (`VERIMAIL_DOCTOR_INTERVAL=0`).",
+    )

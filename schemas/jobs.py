@@ -123,6 +123,13 @@ class BulkJob(BaseModel):
         "null otherwise.",
         examples=[{"valid->invalid": 31, "unknown->valid": 4}],
     )
+    egress_blocked: dict[str, int] | None = Field(
+        None,
+        description="A completed job: rows a mail server refused because of our sending IP "
+        "(`unknown`/`egress_blocked`, e.g. a blocklist), by egress (`direct`, or a proxy's "
+        "name); null when there were none. See docs/egress.md.",
+        examples=[{"direct": 12}],
+    )
     phase: Phase = None
     retry_waiting: RetryWaiting = 0
     next_retry_at: NextRetryAt = None
@@ -161,6 +168,7 @@ class BulkJob(BaseModel):
             created_at=job.created_at,
             completed_at=job.completed_at,
             failed_reason=job.failed_reason,
+            egress_blocked=(job.options or {}).get("egress_blocked") or None,
             **_reverification(job.options or {}),
             **_shards(job.options or {}),
         )

@@ -5,7 +5,21 @@ Kept apart from the API models so the verdict table can be read against them.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
+
+DIRECT_EGRESS = "direct"
+"""The egress name of SMTP sessions that go out from the machine's own address (no proxy)."""
+
+_EGRESS_IN_REASON = re.compile(r'\(egress "([^"]+)"')
+
+
+def egress_in_reason(reason: str | None) -> str | None:
+    """The egress an ``egress_blocked`` result's reason names (``… (egress "direct": …``):
+    the results files keep the reason, so a job counts its blocked results per egress from
+    them, whichever pass, shard or process made them."""
+    found = _EGRESS_IN_REASON.search(reason or "")
+    return found.group(1) if found else None
 
 
 class Status(StrEnum):
@@ -36,7 +50,8 @@ class SmtpOutcome(StrEnum):
     ACCEPTED = "accepted"  # 2xx to RCPT TO
     NO_MAILBOX = "no_mailbox"  # 550/551/553 with 5.1.x or unknown-user text
     MAILBOX_FULL = "mailbox_full"  # 552 / 5.2.2
-    BLOCKED = "blocked"  # 5.7.x or block-list text: we were refused, says nothing of the box
+    BLOCKED = "blocked"  # 5.7.x or policy text: we were refused, says nothing of the box
+    EGRESS_BLOCKED = "egress_blocked"  # our sending IP refused (a blocklist, a 554 banner)
     REJECTED_OTHER = "rejected_other"  # another permanent 5xx we cannot read as "no mailbox"
     GREYLISTED = "greylisted"  # 4xx still after the retry budget
     TEMP_FAILURE = "temp_failure"  # other 4xx / 421 after retries
@@ -64,6 +79,7 @@ class SubStatus(StrEnum):
     CATCH_ALL = "catch_all"
     GREYLISTED = "greylisted"
     BLOCKED = "blocked"
+    EGRESS_BLOCKED = "egress_blocked"  # the server refused our sending IP, not the address
     TEMP_FAILURE = "temp_failure"
     TIMEOUT = "timeout"
     CONNECTION_FAILED = "connection_failed"

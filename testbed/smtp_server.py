@@ -8,7 +8,10 @@ The reply texts follow Postfix, because that is what the prober meets most on th
 - ``EHLO`` / ``HELO``: the usual, or ``helo_reply`` when set
 - ``STARTTLS`` (with ``starttls``): the handshake, or ``starttls_reply`` when set
 - ``MAIL FROM``: ``250 2.1.0 Ok``, or ``mail_from_reply`` when set
+- a client in ``blocklisted_clients`` at ``blocklist_stage`` ``greeting``: a banner
+  ``554 5.7.1 … Client host [<ip>] blocked using zen.spamhaus.org``, then close
 - ``RCPT TO``, first rule that applies:
+  a client in ``blocklisted_clients`` (``blocklist_stage`` ``rcpt``): the same 554 text;
   more than ``max_rcpts_per_session`` in this connection: ``452 4.5.3 Too many recipients``;
   a scripted reply for the recipient (``rcpt_replies``);
   ``block``: ``554 5.7.1 Client host rejected: listed at a block list``;
@@ -24,8 +27,8 @@ The reply texts follow Postfix, because that is what the prober meets most on th
 
 A host with ``hostile`` set breaks the protocol instead (``world.HOSTILE_MODES``): a silent
 server, a garbage, huge, endless or never-ending multi-line banner, RCPT replies with invalid
-codes, silence after EHLO, or a TCP reset on ``RCPT TO``. Streaming modes send at most
-``hostile_bytes`` and then hold the connection open without a word, so a broken client
+codes, silence after EHLO, a TCP reset on ``RCPT TO`` or before the banner. Streaming modes
+send at most ``hostile_bytes``, then hold the connection open without a word, so a broken client
 cannot make the testbed spin for ever; sessions are counted like any other.
 
 A *rejection* is any 450/550/552/554 reply to ``RCPT TO`` (Postfix counts 4xx and 5xx alike);
@@ -62,6 +65,10 @@ REPLY_MAIL_OK = "250 2.1.0 Ok"
 REPLY_RCPT_OK = "250 2.1.5 Ok"
 REPLY_TOO_MANY = "452 4.5.3 Too many recipients"
 REPLY_BLOCKED = "554 5.7.1 Client host rejected: listed at a block list"
+REPLY_BLOCKLISTED = (
+    "554 5.7.1 Service unavailable; Client host [{ip}] blocked using zen.spamhaus.org; "
+    "https://www.spamhaus.org/query/ip/{ip}"
+)
 REPLY_GREYLISTED = "450 4.2.0 Greylisted, try again later"
 REPLY_FULL = "552 5.2.2 Mailbox full"
 REPLY_UNKNOWN = "550 5.1.1 <{addr}>: Recipient address rejected: User unknown"
@@ -111,6 +118,9 @@ class HostRuntime:
     def decide_rcpt(self, session: TestbedSMTP, sender: str, address: str) -> str:
         """The reply to one ``RCPT TO``; updates greylist memory and the session's counters."""
         b = self.behaviour
+        client = _client_ip(session)
+        if b.blocklists(client, "rcpt"):
+            return REPLY_BLOCKLISTED.format(ip=client)
         if (
             b.max_rcpts_per_session is not None
             and session.rcpts_answered >= b.max_rcpts_per_session
@@ -309,6 +319,12 @@ class TestbedSMTP(SMTP):
     async def _handle_client(self) -> None:
         behaviour = self.runtime.behaviour
         refusal = behaviour.greeting_reply
+        client = _client_ip(self)
+        if behaviour.blocklists(client, "greeting"):
+            refusal = REPLY_BLOCKLISTED.format(ip=client)
+        if behaviour.hostile == "reset_at_greeting":
+            self._abort()
+            return
         if self._over_cap:
             refusal = REPLY_TOO_MANY_CONNECTIONS
         if behaviour.greeting_421 or refusal:
@@ -412,15 +428,19 @@ class TestbedSMTP(SMTP):
                 self._handler_coroutine.cancel()
                 await asyncio.sleep(0)
 
-    async def _reset(self, arg: str) -> None:
-        """Drop the connection with a TCP RST (SO_LINGER 0), as a crashing MTA would."""
-        self.runtime.stats.rcpt(self.runtime.name, arg)  # counted: the RCPT did arrive
+    def _abort(self) -> None:
+        """A TCP RST (SO_LINGER 0) rather than a FIN."""
         transport = self.transport
         if transport is not None:
             sock = transport.get_extra_info("socket")
             if sock is not None:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             transport.abort()
+
+    async def _reset(self, arg: str) -> None:
+        """Drop the connection with a TCP RST (SO_LINGER 0), as a crashing MTA would."""
+        self.runtime.stats.rcpt(self.runtime.name, arg)  # counted: the RCPT did arrive
+        self._abort()
         if self._handler_coroutine is not None:
             self._handler_coroutine.cancel()
             await asyncio.sleep(0)
@@ -477,3 +497,9 @@ def make_tls_context(names: list[str]) -> ssl.SSLContext:
         )
         context.load_cert_chain(cert_path, key_path)
     return context
+
+
+def _client_ip(session: TestbedSMTP) -> str | None:
+    """The connecting client's IP address (the egress a verifier came through)."""
+    peer = session.session.peer if session.session is not None else None
+    return str(peer[0]) if peer else None

@@ -1,5 +1,8 @@
 """A declarative mail world: domains, MX records and scripted SMTP host behaviours.
 
+Why one long file: a host's behaviours are one list of knobs, documented where they are
+declared, and the world reads and writes them all (Python or YAML) in one place.
+
 The world is plain data so that tests, the demo and the benchmarks describe what they need in a
 few lines (Python or YAML) and the servers in ``dns_server`` / ``smtp_server`` only interpret it.
 Names are case-insensitive and stored lower-case without a trailing dot.
@@ -50,6 +53,7 @@ HOSTILE_MODES: dict[str, str] = {
     "rcpt_code_garbage": "answers RCPT TO with a line whose code is not a number",
     "mute_after_ehlo": "greets and answers EHLO, then never answers another command",
     "reset_mid_rcpt": "resets the connection (TCP RST) on RCPT TO",
+    "reset_at_greeting": "resets the connection (TCP RST) before any banner",
 }
 """Protocol-breaking behaviours of ``HostBehaviour.hostile``, with what each does."""
 
@@ -99,6 +103,11 @@ class HostBehaviour:
     - ``unknown_reply``: the reply to a recipient that is no mailbox, instead of Postfix's
       ``550 5.1.1 … User unknown`` (Microsoft 365 says ``550 5.4.1 Recipient address
       rejected: Access denied``).
+    - ``blocklisted_clients``: client networks (``127.0.0.0/8``, ``127.0.0.1/32``) this
+      listener refuses as a blocklist hit on the *client's* IP, at ``blocklist_stage``:
+      ``greeting`` (a ``554 5.7.1 … blocked using zen.spamhaus.org`` banner, then close, as
+      postscreen answers) or ``rcpt`` (the same text to every ``RCPT TO``, as Postfix's
+      ``reject_rbl_client``). Per client, so one egress can be listed and another not.
     - ``hostile``: a server that breaks the protocol on purpose (see ``HOSTILE_MODES``), for
       the hardening tests; ``hostile_bytes`` caps what a streaming mode sends (the
       banner's size for ``huge_banner``) and ``hostile_interval`` paces its lines.
@@ -130,6 +139,8 @@ class HostBehaviour:
     mail_from_reply: str | None = None
     rcpt_replies: dict[str, str] = field(default_factory=dict)
     unknown_reply: str | None = None
+    blocklisted_clients: list[str] = field(default_factory=list)
+    blocklist_stage: Literal["greeting", "rcpt"] = "rcpt"
     hostile: str | None = None
     hostile_bytes: int = 10 * 1024 * 1024
     hostile_interval: float = 0.0
@@ -141,6 +152,11 @@ class HostBehaviour:
         self.rcpt_replies = {k.strip().lower(): v for k, v in self.rcpt_replies.items()}
         if self.greylist_delay is not None and not 0 <= self.greylist_delay < self.greylist_window:
             raise ValueError("greylist_delay must be at least 0 and less than greylist_window")
+        self.blocklisted_clients = [
+            str(ipaddress.ip_network(net, strict=False)) for net in self.blocklisted_clients
+        ]
+        if self.blocklist_stage not in ("greeting", "rcpt"):
+            raise ValueError("blocklist_stage must be 'greeting' or 'rcpt'")
         if self.hostile is not None and self.hostile not in HOSTILE_MODES:
             raise ValueError(f"hostile: {self.hostile!r} is not one of {sorted(HOSTILE_MODES)}")
 
@@ -153,6 +169,13 @@ class HostBehaviour:
     def has_mailbox(self, address: str) -> bool:
         """Is ``address`` (or its local part) one of the known mailboxes (full ones included)?"""
         return self._matches(self.mailboxes, address) or self._matches(self.full_mailboxes, address)
+
+    def blocklists(self, client_ip: str | None, stage: str) -> bool:
+        """Is ``client_ip`` on this listener's blocklist, refused at ``stage``?"""
+        if stage != self.blocklist_stage or not client_ip or not self.blocklisted_clients:
+            return False
+        ip = ipaddress.ip_address(client_ip)
+        return any(ip in ipaddress.ip_network(net) for net in self.blocklisted_clients)
 
     def scripted_reply(self, address: str) -> str | None:
         """The ``rcpt_replies`` entry for ``address`` (or its local part), if any."""

@@ -18,6 +18,9 @@ from cli_helpers import WIDTH_ENV
 # this process (typer's CliRunner tests) and the CLI subprocesses it starts draw at one
 # fixed width. Set before anything of ours is imported, since a console reads it when made.
 os.environ.update(WIDTH_ENV)
+# No app of the suite checks SMTP egress in the background (to VERIMAIL_DOCTOR_DOMAIN, by
+# default gmail.com) unless its test asks for it: traffic stays on the testbed.
+os.environ.setdefault("VERIMAIL_DOCTOR_INTERVAL", "0")
 
 from api_helpers import TEST_RETRY_WINDOW, RunningApp, api_world, running_app
 

@@ -17,6 +17,7 @@ FIELDS = {
     "verifier_ready": bool,
     "verification_provider": str,
     "timestamp": str,
+    "smtp_egress": (dict, type(None)),  # (the background egress checks; off in the suite)
 }
 
 

@@ -80,7 +80,7 @@ CASES = [
     ("carol@grey.test", Status.VALID, SubStatus.OK),
     ("dave@greyforever.test", Status.UNKNOWN, SubStatus.GREYLISTED),
     ("frank@full.test", Status.RISKY, SubStatus.MAILBOX_FULL),
-    ("gina@block.test", Status.UNKNOWN, SubStatus.BLOCKED),
+    ("gina@block.test", Status.UNKNOWN, SubStatus.EGRESS_BLOCKED),  # a block list: our IP
     ("hank@fallback.test", Status.VALID, SubStatus.OK),
     ("alice@noaddr.test", Status.VALID, SubStatus.OK),
     ("x@onlyghost.test", Status.INVALID, SubStatus.NO_MX),

@@ -323,7 +323,7 @@ async def test_private_mx_is_not_found_without_any_connection(engine: Engine, tb
     ("domain", "host", "words"),
     [
         ("grey.test", "mx.grey.test", "greylisting"),
-        ("block.test", "mx.block.test", "refused to talk"),
+        ("block.test", "mx.block.test", "refused our sending IP"),  # (a block list)
     ],
 )
 async def test_unreadable_servers_are_not_found_and_say_so(

@@ -83,7 +83,7 @@ async def test_the_finder_learns_nothing_from_a_refused_sender(engine):
 @pytest.mark.parametrize(
     ("domain", "sub_status"),
     [
-        ("banner554.test", SubStatus.BLOCKED),
+        ("banner554.test", SubStatus.EGRESS_BLOCKED),  # (refuses our IP: no address named)
         ("helo.test", SubStatus.BLOCKED),
         ("helo450.test", SubStatus.TEMP_FAILURE),
         ("helo421.test", SubStatus.TEMP_FAILURE),
@@ -91,7 +91,8 @@ async def test_the_finder_learns_nothing_from_a_refused_sender(engine):
 )
 async def test_a_refusal_before_any_address_is_blocked(engine, domain, sub_status):
     """A 554 banner or a refused EHLO/HELO comes before any address is named: unknown
-    (blocked), not risky, and the same for every address; a 4xx to EHLO (450, or 421 and
+    (egress_blocked: a banner can only refuse our IP; blocked), not risky, and the same
+    for every address; a 4xx to EHLO (450, or 421 and
     the server hangs up) is a temporary failure, with the server's reply kept (a 450 was
     a protocol_error, a 421 a connection_failed with no reply)."""
     batch = await engine.verify_many([f"alice@{domain}", f"nobody@{domain}"])

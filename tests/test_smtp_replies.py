@@ -33,7 +33,25 @@ REPLIES: list[tuple[int, str, SmtpOutcome]] = [
         "4.2.2 The email account that you tried to reach is over quota",
         SmtpOutcome.MAILBOX_FULL,
     ),
-    (554, "5.7.1 Client host rejected: listed at a block list", SmtpOutcome.BLOCKED),
+    # A refusal of our sending IP (a blocklist, the client host), not of the box (issue 34).
+    (554, "5.7.1 Client host rejected: listed at a block list", SmtpOutcome.EGRESS_BLOCKED),
+    (
+        554,
+        "5.7.1 Service unavailable; Client host [192.0.2.7] blocked using zen.spamhaus.org; "
+        "https://www.spamhaus.org/query/ip/192.0.2.7",
+        SmtpOutcome.EGRESS_BLOCKED,
+    ),
+    (
+        550,
+        "5.7.1 [192.0.2.7] Our system has detected an unusual rate of unsolicited mail "
+        "originating from your IP address.",
+        SmtpOutcome.EGRESS_BLOCKED,
+    ),
+    (550, "5.7.606 Access denied, banned sending IP [192.0.2.7]", SmtpOutcome.EGRESS_BLOCKED),
+    (550, "Rejected: 192.0.2.7 listed at bl.spamcop.net", SmtpOutcome.EGRESS_BLOCKED),
+    (451, "4.7.1 Client host rejected: cannot find your hostname", SmtpOutcome.EGRESS_BLOCKED),
+    # ... but not a mailbox that does not exist, whatever else the text says.
+    (550, "5.1.1 user unknown (blocklisted senders are refused too)", SmtpOutcome.NO_MAILBOX),
     (550, "5.7.1 Relay access denied", SmtpOutcome.BLOCKED),
     # Microsoft 365 (directory-based edge blocking): the tenant has no such recipient.
     (

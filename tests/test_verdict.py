@@ -167,6 +167,16 @@ TABLE: list[tuple[int | str, Facts, Status, SubStatus, float | None]] = [
         0.20,
     ),
     (
+        "15b",
+        facts(
+            smtp_outcome=SmtpOutcome.EGRESS_BLOCKED,
+            smtp_response="554 5.7.1 Client host [192.0.2.7] blocked using zen.spamhaus.org",
+        ),
+        Status.UNKNOWN,
+        SubStatus.EGRESS_BLOCKED,
+        0.20,
+    ),
+    (
         16,
         facts(smtp_outcome=SmtpOutcome.GREYLISTED, smtp_response="451 4.7.1 Try again later"),
         Status.UNKNOWN,

@@ -51,6 +51,7 @@ SUB_STATUSES = {
     "catch_all": "Catch-all domain",
     "greylisted": "Greylisted",
     "blocked": "Server refused us",
+    "egress_blocked": "Server refused our IP",
     "temp_failure": "Temporary failure",
     "timeout": "Timed out",
     "connection_failed": "Could not connect",

@@ -3,6 +3,8 @@
 ``database_connected`` is a real ``SELECT 1`` (bounded by a timeout so a hung database
 cannot hang the probe). ``verifier_ready`` is decided once at start-up from the engine's
 resolver configuration — no DNS traffic per health check (see :func:`verifier_ready`).
+``smtp_egress`` is what the app's background egress checks found last
+(:class:`~verimail.engine.smtp.egress_check.EgressMonitor`): read from memory, never awaited.
 """
 
 from __future__ import annotations
@@ -55,6 +57,12 @@ async def database_connected(store: Store) -> bool:
         return False
 
 
+def _smtp_egress(state: object) -> dict[str, object] | None:
+    """The background egress checks' last round, from memory (never run here)."""
+    monitor = getattr(state, "egress_monitor", None)
+    return monitor.summary() if monitor is not None else None
+
+
 @router.get(
     "/api/health",
     response_model=HealthResult,
@@ -80,5 +88,6 @@ async def health(request: Request) -> JSONResponse:
         verifier_ready=ready,
         verification_provider=PROVIDER,
         timestamp=datetime.now(UTC),
+        smtp_egress=_smtp_egress(state),
     )
     return JSONResponse(body.model_dump(mode="json"), status_code=200 if healthy else 503)

@@ -175,6 +175,9 @@ class DomainSession:
             finding = Finding(
                 classify_rcpt(code, message), one_line(code, message), session.host.name
             )
+            if finding.outcome is SmtpOutcome.EGRESS_BLOCKED:  # (our IP: cool the egress down)
+                address = session.smtp.hostname or ""
+                finding = await self.prober.egress_refused(session.egress, address, finding)
             if code == 421:
                 # The server is closing the session: this is no answer about the candidate,
                 # which is asked again in a new session (as the bulk path retries it).
@@ -203,7 +206,10 @@ class DomainSession:
             if self.open_greylist and finding.outcome is SmtpOutcome.GREYLISTED:
                 put_off = put_off or finding  # (ask the rest: their triplets open now)
                 continue
-            if finding.outcome in _PUT_OFF or finding.outcome is SmtpOutcome.BLOCKED:
+            if finding.outcome in _PUT_OFF or finding.outcome in (
+                SmtpOutcome.BLOCKED,
+                SmtpOutcome.EGRESS_BLOCKED,
+            ):
                 # Greylisting or "try later" puts off every new recipient alike, and a policy
                 # block (5.7.x) is about us, not the mailbox: asking the other candidates,
                 # and every later row, would only hammer a server that said to wait or

@@ -196,15 +196,19 @@ class Routes:
         """The egress for ``domain``'s sessions to ``mx_hosts`` (by preference): the first
         rule that matches one of the hosts, else the default route; among its egresses,
         the weighted rendezvous winner for the domain (the same one on every pass)."""
+        return self.ranked(mx_hosts, domain)[0]
+
+    def ranked(self, mx_hosts: tuple[str, ...], domain: str) -> tuple[Egress, ...]:
+        """The egresses of the route :meth:`choose` takes, its winner first, then the next
+        best for the domain: where a server refuses the winner's IP (``egress_blocked``),
+        the addresses go out through the next one."""
         weights = self.default
         for rule in self.rules:
             if any(rule.matches(host) for host in mx_hosts):
                 weights = rule.weights
                 break
-        if len(weights) == 1:
-            return self._named(weights[0][0])
-        best = max(weights, key=lambda item: _score(item[0], item[1], domain))
-        return self._named(best[0])
+        order = sorted(weights, key=lambda item: -_score(item[0], item[1], domain))
+        return tuple(self._named(name) for name, _ in order)
 
     def split(
         self,

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 
 from verimail.engine.dns_facts import MailHost
+from verimail.schemas.outcomes import DIRECT_EGRESS as DIRECT
 from verimail.schemas.outcomes import SmtpOutcome
 
 _REPLY = re.compile(r"[2-5][0-9][0-9](?: |$)")  # as one_line writes a reply
@@ -28,6 +29,7 @@ class Finding:
     outcome: SmtpOutcome
     response: str | None = None  # the reply ("550 5.1.1 …"), or what happened instead
     host: str | None = None
+    egress: str = DIRECT  # the egress it came through (set where it matters: a refusal)
 
     @property
     def reply(self) -> str | None:

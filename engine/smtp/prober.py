@@ -1,5 +1,8 @@
 """The SMTP prober: many ``RCPT TO`` per session, grouped by mail host. Never ``DATA``.
 
+Why one long file: a host group's run, the sessions it dials and what it learns of hosts
+(limits, refusals of our egress) share the run's state; apart, each would reach into the other.
+
 A *host group* is every domain whose MX hosts lead to the same servers (IP addresses), whatever
 their names: a shared host that gives each customer domain an MX name of its own carries
 them all in one group's sessions (``smtp_sessions_by_server``). For each group the prober
@@ -30,6 +33,11 @@ and each session walks a shared queue of recipients ordered by domain:
   (a tarpit, a server that resets or speaks garbage) is dropped for the rest of the run and
   its remaining recipients go to the next MX host or end with that failure — otherwise each
   recipient would cost up to ``MAX_ATTEMPTS`` command timeouts;
+- a server that refuses our sending IP (a reply naming a blocklist, a 554 banner,
+  :data:`~verimail.engine.smtp.session.GREETING_RESETS` resets before the greeting): the
+  host is dropped for the run like one that refuses our sender, and the egress is cooled
+  down for that server IP (:mod:`~verimail.engine.smtp.egress_cooldown`): sessions there
+  through it are not even dialled meanwhile, the addresses end ``egress_blocked``;
 - ``450``/``451`` greylisting: retried after the queue drains, with back-off doubling from
   ``smtp_greylist_delay``, ``smtp_greylist_retries`` times, then ``unknown``.
 
@@ -43,6 +51,7 @@ one lookup into hundreds of connection attempts.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from collections import deque
 
@@ -50,16 +59,19 @@ from verimail.config import Settings
 from verimail.engine.dns_facts import MailHost
 from verimail.engine.netguard import connect_allowed
 from verimail.engine.smtp.egress import Egress, Routes
+from verimail.engine.smtp.egress_cooldown import EgressCooldown, refused_ip, reset_out
 from verimail.engine.smtp.findings import Finding, GroupResult, HostGroup, SmtpStats, probe_address
 from verimail.engine.smtp.group_run import GroupRun, Recipient
 from verimail.engine.smtp.host_slots import HostSlots
 from verimail.engine.smtp.learned import LearnedLimits
 from verimail.engine.smtp.replies import classify_rcpt, one_line
 from verimail.engine.smtp.session import (
+    GREETING_RESETS,
     SERVER_ENDED,
     AskAgain,
     NoSession,
     NotAsked,
+    ResetAtGreeting,
     SenderRefused,
     Session,
     SessionLost,
@@ -108,6 +120,7 @@ class Prober:
         # learnt of servers (by IP): recipient and rejection limits, no mixing
         self.learned = LearnedLimits(settings.redis_url)
         self.routes = Routes.from_settings(settings)
+        self.cooldown = EgressCooldown(settings.smtp_egress_cooldown, settings.redis_url)
 
     def egress_for(self, hosts: tuple[MailHost, ...], domain: str) -> Egress:
         """The egress ``domain``'s sessions to ``hosts`` leave from (the same every pass)."""
@@ -151,7 +164,12 @@ class Prober:
         return result
 
     async def _run_part(
-        self, group: HostGroup, egress: Egress, result: GroupResult, greylist_retries: int
+        self,
+        group: HostGroup,
+        egress: Egress,
+        result: GroupResult,
+        greylist_retries: int,
+        tried: tuple[str, ...] = (),
     ) -> None:
         """Run ``group``'s recipients through ``egress``: its sessions, its sender, and the
         greylisting retries of this run from the same client address."""
@@ -173,6 +191,32 @@ class Prober:
                 run.queue.extend(run.retry_later)
                 run.retry_later = []
             await self._drain(run)
+        await self._next_route(group, egress, result, greylist_retries, (*tried, egress.name))
+
+    async def _next_route(
+        self,
+        group: HostGroup,
+        egress: Egress,
+        result: GroupResult,
+        greylist_retries: int,
+        tried: tuple[str, ...],
+    ) -> None:
+        """The domains whose server refused ``egress``'s IP (egress_blocked) go out again
+        through the next egress of their route not ``tried`` yet, where there is one; their
+        findings are replaced by that run's. With one egress they stay egress_blocked."""
+        hosts = tuple(h.name for h in group.hosts)
+        parts: dict[Egress, dict[str, list[str]]] = {}
+        for domain in refused_ip(group, result, egress.name):
+            rcpts = group.domains[domain]
+            following = [e for e in self.routes.ranked(hosts, domain) if e.name not in tried]
+            if following:
+                parts.setdefault(following[0], {})[domain] = rcpts
+        await asyncio.gather(
+            *(
+                self._run_part(group.part(domains), nxt, result, greylist_retries, tried)
+                for nxt, domains in parts.items()
+            )
+        )
 
     async def _drain(self, run: GroupRun) -> None:
         """Work the queue with as many sessions as it needs, up to the per-host cap: as
@@ -293,12 +337,7 @@ class Prober:
         except SenderRefused as refused:
             # This host will not take our sender: drop it for the run (the next MX host is
             # tried; with none left, every item gets this finding) and ask again elsewhere.
-            await session.close()
-            host = session.host.name
-            if host not in run.dead_hosts:
-                run.dead_hosts.add(host)
-                run.failures.append(refused.finding)
-            run.queue.appendleft(item)
+            await self._drop_host(run, session, item, refused.finding)
             return
         except NotAsked as refused:
             run.record(item, refused.finding)
@@ -330,10 +369,38 @@ class Prober:
             return
         outcome = classify_rcpt(code, message)
         finding = Finding(outcome, one_line(code, message), host)
+        if outcome is SmtpOutcome.EGRESS_BLOCKED:
+            # It refuses our IP, not this recipient: every other one would get the same.
+            await self._drop_host(run, session, item, finding)
+            return
         session.tally(outcome)
         if outcome in (SmtpOutcome.GREYLISTED, SmtpOutcome.TEMP_FAILURE):
             run.retry_later.append(item)
         run.record(item, finding)
+
+    async def _drop_host(
+        self, run: GroupRun, session: Session, item: Recipient, finding: Finding
+    ) -> None:
+        """The host refused our sender or our sending IP, whoever the recipient: close, drop
+        the host for the run (the next MX host is tried; with none left every item gets
+        ``finding``), cool the egress down there when it refused our IP, and put ``item``
+        back unanswered."""
+        await session.close()
+        if finding.outcome is SmtpOutcome.EGRESS_BLOCKED:
+            address = session.smtp.hostname or ""
+            finding = await self.egress_refused(session.egress, address, finding)
+        host = session.host.name
+        if host not in run.dead_hosts:
+            run.dead_hosts.add(host)
+            run.failures.append(finding)
+        run.queue.appendleft(item)
+
+    async def egress_refused(self, egress: Egress, address: str, finding: Finding) -> Finding:
+        """``finding`` (egress_blocked) as ``egress``'s, which cools down for the server at
+        ``address``."""
+        finding = dataclasses.replace(finding, egress=egress.name)
+        await self.cooldown.cool(egress.name, address, finding.response or "")
+        return finding
 
     async def _cut_short(
         self, run: GroupRun, session: Session, item: Recipient, finding: Finding, *, hung_up: bool
@@ -449,9 +516,16 @@ class Prober:
         one connection, then wrote the host off), or with none there waits a moment and
         dials again (:data:`CROWDED_WAITS`). A host that is down fails the last worker as
         before."""
-        waits = iter(CROWDED_WAITS)
         egress = self._egress(run)
+        cooling = await self.cooldown.cooling(egress.name, address)
+        if cooling is not None:  # refused us a moment ago: not dialled again for now
+            failures.append(
+                Finding(SmtpOutcome.EGRESS_BLOCKED, cooling or None, host.name, egress.name)
+            )
+            return None
+        waits = iter(CROWDED_WAITS)
         key, cap = egress.slot_key(address), egress.session_cap(self.settings)
+        resets = 0
         while True:
             await self.learned.refresh([address])  # (what others learnt meanwhile)
             held = await self.slots.take(key, cap)  # (per server: names may share one)
@@ -460,6 +534,10 @@ class Prober:
             except NoSession as failed:
                 held.release()
                 run.result.stats.connect_failures += 1
+                if failed.finding.outcome is SmtpOutcome.EGRESS_BLOCKED:
+                    refused = await self.egress_refused(egress, address, failed.finding)
+                    failures.append(refused)
+                    return None
                 if failed.finding.outcome in _REFUSED_FOR_NOW:
                     if run.workers > 1:
                         # (counted out at once: two workers refused at the same moment must
@@ -476,6 +554,13 @@ class Prober:
                     # Not down: it gave this run a session before, or others' dials to it
                     # are under way (one of them got in; it counts as open once greeted).
                     alive = host.name in run.greeted or self.slots.busy(key, cap)
+                    if not alive and isinstance(failed, ResetAtGreeting):
+                        resets += 1
+                        if resets < GREETING_RESETS:
+                            continue  # (once is a server in trouble; again and again is us)
+                        refused = reset_out(host.name)
+                        failures.append(await self.egress_refused(egress, address, refused))
+                        return None
                     wait = next(waits, None) if alive else None
                     if wait is not None:
                         await asyncio.sleep(wait)

@@ -6,6 +6,7 @@ The table, first matching row wins:
 |---|---|---|
 | 2xx | accepted | the server will take mail for the mailbox |
 | 550 5.4.1 "Recipient address rejected: Access denied" | no_mailbox | Microsoft 365: no such box |
+| 4xx/5xx naming a blocklist or our IP ("blocked using", Spamhaus, …) | egress_blocked | our IP |
 | 5xx with 5.7.x, 5.1.7/5.1.8, sender or block-list text (no 5.1.x) | blocked | refused *us* |
 | 552, or 5.2.2 (452 4.2.2 too) | mailbox_full | exists, but mail would bounce now (risky) |
 | 550/551/553 with 5.1.x, or unknown-user text | no_mailbox | the mailbox does not exist |
@@ -43,6 +44,21 @@ _BLOCK_TEXT = re.compile(
     r"relay access denied|relaying denied|rejected due to",
     re.IGNORECASE,
 )
+# A refusal of our sending IP rather than of anything we said: a DNSBL hit (Postfix's
+# reject_rbl_client, postscreen, Exim's dnslists), a client-host check, a reputation block.
+# The issue's list ("blocked using", "listed at", "Spamhaus", "Client host rejected") and
+# the lists and wordings large providers use. Read before the policy block above: such a
+# reply is about the egress, and another egress may get an answer (docs/egress.md).
+_EGRESS_TEXT = re.compile(
+    r"blocked using|\blisted (at|in|on|by)\b|spamhaus|spamcop|barracuda|\bsorbs\b|"
+    r"\bdnsbl\b|\brbl\b|blacklist|black list|blocklist|block list|"
+    r"client host (\[[^\]]*\] )?(rejected|blocked|refused)|"
+    r"(your|client|sending|sender|source) ip( address)?\b.{0,60}"
+    r"(block|list|reputation|refus|reject|ban|unsolicited)|"
+    r"unsolicited mail originating from your ip|"
+    r"(banned|blocked|blacklisted|listed) (sending |client |source )?ip\b",
+    re.IGNORECASE,
+)
 _UNKNOWN_USER_TEXT = re.compile(
     r"unknown user|user unknown|no such user|no such (mailbox|recipient|address)|"
     r"mailbox (unavailable|not found|does not exist)|does not exist|"
@@ -72,6 +88,13 @@ def enhanced_code(message: str) -> tuple[int, int, int] | None:
     return int(match.group(1)), int(match.group(2)), int(match.group(3))
 
 
+def refuses_egress(code: int, message: str) -> bool:
+    """A 4xx/5xx that refuses our sending IP (a blocklist, the client host) rather than a
+    mailbox: the verdict is ``unknown``/``egress_blocked``, and the egress is cooled down
+    for that server (:mod:`~verimail.engine.smtp.egress_cooldown`)."""
+    return 400 <= code < 600 and bool(_EGRESS_TEXT.search(message))
+
+
 def classify_rcpt(code: int, message: str) -> SmtpOutcome:
     """Read one reply to ``RCPT TO`` (or ``MAIL FROM``) as an outcome (table above).
 
@@ -84,6 +107,8 @@ def classify_rcpt(code: int, message: str) -> SmtpOutcome:
     if 500 <= code < 600:
         if code == 550 and enhanced == (5, 4, 1) and _NO_SUCH_RECIPIENT_365.search(message):
             return SmtpOutcome.NO_MAILBOX
+        if refuses_egress(code, message) and not _UNKNOWN_USER_TEXT.search(message):
+            return SmtpOutcome.EGRESS_BLOCKED
         if (
             (enhanced and enhanced[0] == 5 and enhanced[1] == 7)
             or (enhanced and enhanced[1:] in ((1, 7), (1, 8)))  # bad sender mailbox/system
@@ -109,6 +134,8 @@ def classify_rcpt(code: int, message: str) -> SmtpOutcome:
     if 400 <= code < 500:
         if enhanced == (4, 2, 2):  # over quota for now (Gmail: 452 4.2.2)
             return SmtpOutcome.MAILBOX_FULL
+        if refuses_egress(code, message):  # a temporary block of our IP is still our IP
+            return SmtpOutcome.EGRESS_BLOCKED
         # Only a reply that says so is greylisting: a 421 "closing" or a 451 "local
         # problem" is another temporary failure (retried all the same). Calling them
         # greylisted told a user their list waited on greylisting when a server was down.

@@ -11,9 +11,11 @@ from typing import Any
 
 import aiosmtplib
 from aiosmtplib.errors import (
+    SMTPConnectError,
     SMTPConnectResponseError,
     SMTPException,
     SMTPResponseException,
+    SMTPServerDisconnected,
     SMTPTimeoutError,
 )
 
@@ -24,7 +26,12 @@ from verimail.engine.smtp.egress import Egress, EgressFailed, open_socket
 from verimail.engine.smtp.findings import Finding, SmtpStats
 from verimail.engine.smtp.group_run import Recipient
 from verimail.engine.smtp.host_slots import HeldSlots
-from verimail.engine.smtp.replies import classify_rcpt, enhanced_code, one_line
+from verimail.engine.smtp.replies import (
+    classify_rcpt,
+    enhanced_code,
+    one_line,
+    refuses_egress,
+)
 from verimail.schemas.outcomes import SmtpOutcome
 
 
@@ -54,8 +61,11 @@ class SenderRefused(NotAsked):
 
 def _sender_refused(code: int, message: str, host: str) -> SenderRefused:
     """A refused sender is never "no such mailbox" (a 5.1.x there is about *our* address):
-    5xx reads as blocked, 4xx as a temporary failure — both unknown."""
+    5xx reads as blocked, 4xx as a temporary failure — both unknown — and a refusal naming
+    a blocklist or our IP as egress_blocked."""
     outcome = SmtpOutcome.BLOCKED if code >= 500 else SmtpOutcome.TEMP_FAILURE
+    if refuses_egress(code, message):
+        outcome = SmtpOutcome.EGRESS_BLOCKED
     return SenderRefused(Finding(outcome, one_line(code, message), host))
 
 
@@ -80,6 +90,17 @@ class NoSession(Stopped):
     def __init__(self, finding: Finding) -> None:
         super().__init__(finding)
         metrics.SMTP_SESSIONS_REFUSED.labels(reason=finding.outcome.value).inc()
+
+
+class ResetAtGreeting(NoSession):
+    """The server took the connection and dropped it before any greeting: once is a server
+    in trouble, several times in a row is a server turning our IP away
+    (:data:`GREETING_RESETS`, :meth:`Prober._dial_host`)."""
+
+
+GREETING_RESETS = 3
+"""Resets before the greeting, in a row and with no greeting between, that read as a
+refusal of our sending IP (egress_blocked) rather than a broken server."""
 
 
 # How a session ends at a server's error limit after rejections: it hangs up, or it
@@ -246,9 +267,13 @@ async def connect(
         raise NoSession(Finding(SmtpOutcome.EGRESS_FAILED, exc.reason, host.name)) from exc
     except SMTPConnectResponseError as exc:
         smtp.close()
-        # A refusal in the banner (554 "no SMTP service here") comes before any address
-        # is named: it refuses us, so blocked; a 4xx or 421 is a temporary failure.
-        outcome = SmtpOutcome.BLOCKED if exc.code >= 500 else SmtpOutcome.TEMP_FAILURE
+        # A refusal in the banner (554 "no SMTP service here", postscreen's "blocked using")
+        # comes before anything is said but our IP: it refuses our egress. A 4xx or 421 is
+        # a temporary failure ("too many connections"), unless it names a blocklist.
+        if exc.code >= 500 or refuses_egress(exc.code, exc.message):
+            outcome = SmtpOutcome.EGRESS_BLOCKED
+        else:
+            outcome = SmtpOutcome.TEMP_FAILURE
         raise NoSession(Finding(outcome, one_line(exc.code, exc.message), host.name)) from exc
     except (TimeoutError, SMTPTimeoutError) as exc:
         smtp.close()
@@ -262,16 +287,26 @@ async def connect(
         # EHLO (and HELO) refused: a 4xx (421, 450 "try again later") is a temporary
         # failure; a policy reason (554 5.7.1 Helo command rejected) is a block; anything
         # else is a server we cannot speak SMTP with.
-        if 400 <= exc.code < 500:
+        read = classify_rcpt(exc.code, exc.message)
+        if read is SmtpOutcome.EGRESS_BLOCKED:
+            outcome = read
+        elif 400 <= exc.code < 500:
             outcome = SmtpOutcome.TEMP_FAILURE
-        elif classify_rcpt(exc.code, exc.message) is SmtpOutcome.BLOCKED:
+        elif read is SmtpOutcome.BLOCKED:
             outcome = SmtpOutcome.BLOCKED
         else:
             outcome = SmtpOutcome.PROTOCOL_ERROR
         raise NoSession(Finding(outcome, one_line(exc.code, exc.message), host.name)) from exc
     except (SMTPException, OSError) as exc:
         smtp.close()
-        raise NoSession(
+        # TCP was up, and the server hung up before its banner (aiosmtplib's "disconnected"
+        # while reading it; a reset that beats the client's connect shows as ECONNRESET
+        # there, where a port with nothing behind it answers ECONNREFUSED)
+        reset = isinstance(exc, SMTPConnectError) and isinstance(
+            exc.__cause__, SMTPServerDisconnected | ConnectionResetError
+        )
+        failed = ResetAtGreeting if reset else NoSession
+        raise failed(
             Finding(SmtpOutcome.CONNECTION_FAILED, f"{host.name}{_via(egress)}: {exc}", host.name)
         ) from exc
     except BaseException:  # cancelled mid-greeting (a run told to stop): hang up too
@@ -307,6 +342,7 @@ def summarise(failures: list[Finding]) -> Finding:
         return Finding(SmtpOutcome.CONNECTION_FAILED, "no mail host could be reached")
     order = [
         SmtpOutcome.EGRESS_FAILED,  # (ours to fix: said first, whatever the servers did)
+        SmtpOutcome.EGRESS_BLOCKED,
         SmtpOutcome.BLOCKED,
         SmtpOutcome.TEMP_FAILURE,
         SmtpOutcome.PROTOCOL_ERROR,
