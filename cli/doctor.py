@@ -9,15 +9,15 @@ import json
 import typer
 from rich.console import Console
 
-from verimail.config import get_settings
-from verimail.engine import run_checks
-
 
 def doctor_command(
     as_json: bool = typer.Option(False, "--json", help="Print the checks as one JSON document."),
 ) -> None:
     """Check DNS, the HELO name and port 25 through each egress; exit 1 when an SMTP egress
     fails (VERIMAIL_DOCTOR_DOMAIN: the domain whose mail server must greet us)."""
+    from verimail.config import get_settings  # (here: --help loads no settings or engine)
+    from verimail.engine import run_checks
+
     settings = get_settings()
     checks = asyncio.run(run_checks(settings))
     failed_smtp = any(not c.ok and c.egress is not None for c in checks)

@@ -1,5 +1,8 @@
 """Scripted SMTP servers (aiosmtpd) for the testbed: one per host, each on its own 127.x.y.z.
 
+Why one long file: every scripted behaviour is a branch of the same session handler; apart,
+each would reach into the handler's state.
+
 The reply texts follow Postfix, because that is what the prober meets most on the internet:
 
 - banner: ``220 <host> ESMTP verimail testbed``; past ``max_connections`` open at once:

@@ -302,8 +302,12 @@ async def connect(
         # TCP was up, and the server hung up before its banner (aiosmtplib's "disconnected"
         # while reading it; a reset that beats the client's connect shows as ECONNRESET
         # there, where a port with nothing behind it answers ECONNREFUSED)
-        reset = isinstance(exc, SMTPConnectError) and isinstance(
-            exc.__cause__, SMTPServerDisconnected | ConnectionResetError
+        # Through a proxy, a hang-up before the banner may be the proxy refusing the
+        # destination (pproxy accepts the request, then closes): not counted against our IP.
+        reset = (
+            egress.proxy_url is None
+            and isinstance(exc, SMTPConnectError)
+            and isinstance(exc.__cause__, SMTPServerDisconnected | ConnectionResetError)
         )
         failed = ResetAtGreeting if reset else NoSession
         raise failed(
