@@ -32,19 +32,21 @@ test: $(STAMP) chromium
 	@# pytest exits 5 when it collected nothing: that is a broken suite, say so and fail.
 	@# Two workers, a file each at a time: the suite mostly waits on sockets and child
 	@# processes, so two halve its time even on two cores (docs/development.md, "Testing").
-	$(BIN)/python -m pytest $(PYTEST_WORKERS) --durations=25; rc=$$?; \
+	@# COLUMNS=60: every test that reads Rich output sees a narrow terminal (a box wrapped at
+	@# the width once split a message a test looked for).
+	COLUMNS=60 $(BIN)/python -m pytest $(PYTEST_WORKERS) --durations=25; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: the suite is broken" >&2; fi; \
 	  exit $$rc
 	$(MAKE) --no-print-directory test-hostile-env
 
-# The tests that read command output and run the demo, once more as a fresh machine may run
-# them: a temporary folder whose path is over 100 characters long and a 60-column terminal
-# (a Rich box wrapped at the width once split a message a test looked for). Run right after
-# the suite in the same clone, it also shows that leftovers (.verimail/, Prefect's home, the
-# ports of the last run) change nothing.
+# The tests that read command output, once more as a fresh machine may run them: a temporary
+# folder whose path is over 100 characters long and a 60-column terminal. Run right after the
+# suite in the same clone, it also shows that leftovers (.verimail/, Prefect's home, the ports
+# of the last run) change nothing. The demo's test (86 s) already ran at 60 columns in the
+# suite and is left out here to keep make test within CI's time.
 HOSTILE_TMP := $(or $(TMPDIR),/tmp)/verimail-hostile-env/a-temporary-folder-whose-path-is-longer-than-one-hundred-characters
 HOSTILE_TESTS := tests/test_cli_errors.py tests/test_cli_verify.py tests/test_cli_jobs.py \
-  tests/test_store_cli.py tests/test_api_demo.py tests/test_fresh_machine.py
+  tests/test_store_cli.py tests/test_fresh_machine.py
 test-hostile-env: $(STAMP)
 	mkdir -p $(HOSTILE_TMP)
 	TMPDIR=$(HOSTILE_TMP) COLUMNS=60 $(BIN)/python -m pytest $(PYTEST_WORKERS) -p no:cacheprovider $(HOSTILE_TESTS)
