@@ -30,6 +30,8 @@ from pathlib import Path
 
 import httpx
 
+from verimail.runners.processes import stop_process
+
 START_TIMEOUT = 120.0  # seconds: a first start migrates a new database (~10-20 s)
 STOP_TIMEOUT = 10.0
 HOST = "127.0.0.1"
@@ -135,14 +137,8 @@ class PrefectUIServer:
     def stop(self) -> None:
         """Stop the server (terminate, then kill if it does not end in time)."""
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if process is not None:
+            stop_process(process, STOP_TIMEOUT)
 
 
 def use_prefect_server(api_url: str) -> None:

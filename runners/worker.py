@@ -21,6 +21,8 @@ from pathlib import Path
 
 import httpx
 
+from verimail.runners.processes import stop_process
+
 START_TIMEOUT = 120.0  # seconds: the worker imports Prefect and registers with the server
 STOP_TIMEOUT = 10.0
 
@@ -60,10 +62,4 @@ def process_worker(
             time.sleep(0.2)  # (a subprocess starting: nothing to await but its heartbeat)
         yield process
     finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_process(process, STOP_TIMEOUT)
