@@ -1,6 +1,7 @@
 """Stopping a child process the runners started (the Prefect server, the demo's worker):
-terminate, then kill what has not ended in time, and reap it. (``bench/common.py`` keeps its
-own three lines: importing ``verimail.runners`` loads Prefect, which a measuring process must not.)"""
+terminate, then kill what has not ended in time, and reap it. (``bench/common.py`` keeps
+its own three lines: importing ``verimail.runners`` loads Prefect, which a measuring process
+must not.)"""
 
 from __future__ import annotations
 
