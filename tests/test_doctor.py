@@ -144,9 +144,10 @@ async def test_health_says_ok_once_port_25_greets_through_the_egress(
 def test_doctor_checks_port_25_through_the_proxy(env):
     """With VERIMAIL_SMTP_PROXY the SMTP line is the proxy egress's, through a real SOCKS5
     proxy (pproxy): it passes where the server greets through it."""
-    from socks_helpers import socks_proxy
+    from bench.socks_proxy import SocksProxy
 
-    with socks_proxy() as url:
+    with SocksProxy("127.0.0.2") as proxy:
+        url = proxy.url
         done = run_verimail(
             ["doctor"],
             {**env, "VERIMAIL_DOCTOR_DOMAIN": "greets.test", "VERIMAIL_SMTP_PROXY": url},

@@ -250,8 +250,7 @@ async def test_a_server_that_lists_the_direct_egress_answers_through_the_proxy(
     and not the SOCKS5 proxy's 127.0.0.2 (pproxy, a subprocess). The direct egress, first on
     the route, is refused once; the addresses then get the server's answers through the
     proxy, and the direct egress cools down there."""
-    from socks_helpers import socks_proxy
-
+    from bench.socks_proxy import SocksProxy
     from verimail.config import read_egress_file
     from verimail.engine.smtp.egress import Routes
 
@@ -265,7 +264,8 @@ async def test_a_server_that_lists_the_direct_egress_answers_through_the_proxy(
         [DomainSpec("picky.test", mx=[(10, "mx.picky.test")])],
     )
     tb = testbed_factory(world)
-    with socks_proxy("127.0.0.2") as url:
+    with SocksProxy("127.0.0.2") as proxy:
+        url = proxy.url
         routes = tmp_path / "egress.yaml"
         routes.write_text(
             "egresses:\n"
