@@ -41,7 +41,9 @@ def recover_stale_jobs(settings: Settings, runner: JobRunner) -> list[tuple[int,
     store = store_for(settings)
     held = getattr(runner, "held_jobs", None)
     if held is not None:
-        job_store.keep_alive(store.engine, held())
+        held_jobs = held()
+        job_store.keep_alive(store.engine, held_jobs)
+        job_shards.keep_alive_of_jobs(store.engine, held_jobs)  # (their subflow shards)
     held_shards = getattr(runner, "held_shards", None)
     if held_shards is not None:
         job_shards.keep_alive(store.engine, held_shards())

@@ -255,15 +255,27 @@ def keep_alive(
     """Beat the shards a live runner holds (queued for a worker); how many were beaten."""
     if not keys:
         return 0
+    return _beat(engine, tuple_(job_shards.c.job_id, job_shards.c.shard).in_(list(keys)), now)
+
+
+def keep_alive_of_jobs(
+    engine: Engine, job_ids: Sequence[int], *, now: datetime | None = None
+) -> int:
+    """Beat every shard of the jobs a live runner holds: the local runner runs a job's
+    shards as subflows of the job's own run, so the process that holds the job holds its
+    shards too — a subflow slow to start is not a shard whose runner died."""
+    if not job_ids:
+        return 0
+    return _beat(engine, job_shards.c.job_id.in_(list(job_ids)), now)
+
+
+def _beat(engine: Engine, which: Any, now: datetime | None) -> int:
     now = now or utcnow()
     beat_at = case((job_shards.c.heartbeat_at > now, job_shards.c.heartbeat_at), else_=now)
     with write_tx(engine) as conn:
         result = conn.execute(
             update(job_shards)
-            .where(
-                tuple_(job_shards.c.job_id, job_shards.c.shard).in_(list(keys)),
-                job_shards.c.status != "done",
-            )
+            .where(which, job_shards.c.status != "done")
             .values(heartbeat_at=beat_at)
         )
     return result.rowcount

@@ -288,6 +288,26 @@ def test_a_shard_whose_run_died_is_run_again_alone(testbed_factory, testbed_sett
             .where(tables.job_shards.c.job_id == job.id)
             .values(heartbeat_at=utcnow().replace(year=2000))
         )
+
+    class StillHolding:
+        """A process whose run of the job is alive (the local runner runs the job's shards
+        as that run's subflows): its shards are its own however long since their last beat."""
+
+        def held_jobs(self) -> list[int]:
+            return [job.id]
+
+        def submit_shard(self, *args: object) -> None:
+            raise AssertionError("a shard of a job its runner still holds was run again")
+
+    assert recover_stale_jobs(settings, StillHolding()) == []
+    beaten = [s for s in job_shards.shards_of(store.engine, job.id) if s.status != "done"]
+    assert beaten and all(s.heartbeat_at.year > 2000 for s in beaten)
+    with store.engine.begin() as conn:  # (the job's run is gone after all: its shards long quiet)
+        conn.execute(
+            update(tables.job_shards)
+            .where(tables.job_shards.c.job_id == job.id)
+            .values(heartbeat_at=utcnow().replace(year=2000))
+        )
     rcpts_before = tb.host_stats("mx.slow.test").rcpts
     quick_before = tb.host_stats("mx.quick.test").rcpt_to
     runner = LocalRunner(settings)
