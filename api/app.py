@@ -111,6 +111,7 @@ def create_app(settings: Settings | None = None, *, rate_limit_prefix: str = "ve
         state.engine = _make_engine(settings)
         state.verifier_ready = verifier_ready(state.engine)
         state.limiter = Limiter(settings.redis_url, prefix=rate_limit_prefix)
+        await state.limiter.warm_up()
         state.runner, state.reaper = _start_jobs(settings)
         state.egress_monitor = None
         if settings.doctor_interval > 0:  # (port 25 through each egress, in the background)

@@ -49,6 +49,8 @@ REDIS_DEADLINE = 0.5
 """Seconds a rate or concurrency call to Redis may take before the request is let through."""
 REDIS_PAUSE = 5.0
 """Seconds after a Redis failure during which requests are let through without asking it."""
+WARM_UP_DEADLINE = 3.0
+"""Seconds the app's start-up gives Redis to open a connection and load the scripts."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,23 @@ class Limiter:
         self._redis_down_until = time.monotonic() + REDIS_PAUSE
         detail = str(exc) or type(exc).__name__
         log.warning("%s failed, requests allowed for %g s: %s", what, REDIS_PAUSE, detail)
+
+    async def warm_up(self) -> None:
+        """Open a Redis connection and load the limiter's scripts before the first request:
+        a first request that paid for both inside :data:`REDIS_DEADLINE` on a busy machine
+        timed out and was let through unlimited. A Redis that does not answer in time is
+        logged and left to the requests (which fail open)."""
+        if self._redis is None:
+            return
+        try:
+            async with asyncio.timeout(WARM_UP_DEADLINE):
+                await self._redis.ping()
+                for script in (ACQUIRE_SCRIPT, RENEW_SCRIPT):
+                    await self._redis.script_load(script)
+                await self._window.get_window_stats(RateLimitItemPerMinute(1), "warm-up")
+        except Exception as exc:
+            detail = str(exc) or type(exc).__name__
+            log.warning("rate limiter: Redis did not answer at start-up: %s", detail)
 
     @property
     def backend(self) -> str:

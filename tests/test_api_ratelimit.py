@@ -226,3 +226,70 @@ async def test_a_redis_that_never_answers_neither_blocks_nor_slows_requests(
             assert silent.received == asked  # and not again, within REDIS_PAUSE
     finally:
         silent.close()
+
+
+class _SlowToConnectRedis:
+    """A TCP relay to the real Redis that holds back the first reply of every connection
+    for ``hold`` seconds, longer than a request's Redis deadline: a Redis far away, or a
+    machine busy enough that opening a connection is slow."""
+
+    def __init__(self, hold: float = 1.0) -> None:
+        self.hold = hold
+        self.server: asyncio.Server | None = None
+        self.writers: set[asyncio.StreamWriter] = set()
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"redis://127.0.0.1:{port}/0"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+        for writer in self.writers:
+            writer.close()
+        await self.server.wait_closed()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        opened = asyncio.get_running_loop().time()
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", 6379)
+        self.writers |= {writer, up_writer}
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, hold: bool) -> None:
+            while chunk := await src.read(65536):
+                if hold:
+                    await asyncio.sleep(
+                        max(0.0, opened + self.hold - asyncio.get_running_loop().time())
+                    )
+                    hold = False
+                dst.write(chunk)
+                await dst.drain()
+            dst.close()
+
+        try:
+            await asyncio.gather(pipe(reader, up_writer, False), pipe(up_reader, writer, True))
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            up_writer.close()
+            writer.close()
+
+
+async def test_the_first_request_after_start_is_limited_by_a_redis_slow_to_connect(
+    tb: Testbed, tmp_path: Path, testbed_settings, redis_prefix: str
+) -> None:
+    """The app opens its Redis connections and loads the limiter's scripts as it starts:
+    the first request does not pay for them inside its short deadline (it once timed out
+    on a busy machine and was let through past the plan's cap)."""
+    async with _SlowToConnectRedis() as url:
+        settings = testbed_settings(tb, tmp_path, redis_url=url)
+        async with running_app(settings, rate_limit_prefix=redis_prefix) as api:
+            free = api.customer(plan="free")
+            key = f"{redis_prefix}:concurrency:{free.account_id}"
+            with redis.Redis.from_url(REDIS_URL) as client:
+                client.zadd(key, {"a-request-elsewhere": client.time()[0] + SLOT_LEASE_SECONDS})
+                try:
+                    refused = await api.client.post(SINGLE, json=OFFLINE, headers=free.headers)
+                    assert "in flight" in assert_error_body(refused, 429)
+                finally:
+                    client.delete(key)
