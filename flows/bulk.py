@@ -189,12 +189,28 @@ async def _sharded_pass(
         shards = await asyncio.to_thread(job_shards.shards_of, store.engine, job.id)
         if any(s.status != "done" for s in shards):  # (taken over by another process)
             return {"job_id": job.id, "status": "sharded", "shards": len(shards)}
-    by_address = await asyncio.to_thread(merged_results, directory, len(shards))
+    by_address = await _merge(directory, job, shards)
     tally = Tally(job_input.row_counts())
     tally.add_statuses(zip(by_address["normalised"], by_address["status"], strict=True))
     summary = await _end_pass(settings, store, job, job_input, by_address, tally, done_pass=0)
     await asyncio.to_thread(remove_shards, directory)
     return summary
+
+
+async def _merge(
+    directory: Path, job: job_store.Job, shards: list[job_shards.Shard]
+) -> pl.DataFrame:
+    """Every shard's results, one per address — or :class:`Superseded` when some are gone:
+    another run of the job merged them first (a merge started twice: the job's own run and
+    the run that finished its last shard) and removed the shards' files. Completing the job
+    from what is left would give it no results."""
+    try:
+        merged = await asyncio.to_thread(merged_results, directory, len(shards))
+    except FileNotFoundError:  # (removed while it was read)
+        merged = None
+    if merged is None or merged.height != sum(s.addresses for s in shards):
+        raise Superseded(f"job {job.id}: its shards' results were merged by another run")
+    return merged
 
 
 async def _to_the_pool(store: Store, shards: list[job_shards.Shard]) -> None:

@@ -55,6 +55,10 @@ async def start_job(
         return {"job_id": job.id, "status": job.status}
     if started_late(job, attempt):
         return superseded_outcome(job, attempt)
+    if not retry_pass and job.retry.get("phase") in ("waiting_to_retry", "retrying"):
+        # (A second first pass of the same run — a sharded job's merge started twice — finds
+        # the job parked by the first: its deferred passes have it.)
+        return superseded_outcome(job, attempt)
     if job.status == "pending":
         await asyncio.to_thread(
             job_store.mark_processing, store.engine, job.id, flow_run_id=flow_run_id

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import shutil
 
 import polars as pl
 import pytest
@@ -21,6 +22,7 @@ from verimail.engine.smtp.findings import probe_address
 from verimail.files.bulk_io import job_dir
 from verimail.files.shards import SHARDS_DIR, read_shard_input
 from verimail.flows.bulk import bulk_verify
+from verimail.jobs import retries
 from verimail.jobs.context import forget, store_for
 from verimail.jobs.recovery import recover_stale_jobs
 from verimail.runners.local import LocalRunner
@@ -216,6 +218,75 @@ async def test_the_merge_parks_what_the_shards_were_put_off_by(
         assert total_balance(app.store, customer.account_id) == 94
         rcpts = tb.host_stats("mx.grey.test").rcpts
         assert rcpts.count("alice@grey.test") == 2 and rcpts.count("bob@grey.test") == 2
+
+
+def test_a_second_merge_of_a_sharded_job_changes_nothing(
+    testbed_factory, testbed_settings, tmp_path
+):
+    """A sharded job's merge can start twice (its own run's, and the one the run of its
+    last shard starts when the reaper gave that shard a run of its own): the second finds
+    the shards' results gone, or the job parked, and stops. Before, it completed the job
+    with no results at all (seen on a busy CI machine)."""
+    hosts = {
+        "ok.test": HostBehaviour(mailboxes={"alice"}),
+        "grey.test": HostBehaviour(mailboxes={"alice", "bob"}, greylist_delay=60),
+    }
+    tb = testbed_factory(host_per_domain(hosts))
+    settings = testbed_settings(
+        tb, tmp_path, smtp_greylist_retries=0, job_retry_delay=60.0, job_shard_size=2
+    )
+    store = store_for(settings)
+    account = accounts.create_account(store.engine, settings, plan="enterprise")
+    grant(store.engine, account.id, 100)
+    upload = tmp_path / "grey.csv"
+    upload.write_text("email\n" + "\n".join(GREY_EMAILS) + "\n")
+    rows = len(GREY_EMAILS)
+    job = job_store.create_job(
+        store.engine, account.id, "bulk_csv", rows, reserve=rows, upload_path=str(upload)
+    )
+    directory = job_dir(settings.data_dir, job.id)
+    import verimail.flows.bulk as bulk_module
+
+    real_merge = bulk_module.merged_results
+
+    def dying(*args: object) -> None:
+        raise SystemExit("the process went away before the merge")
+
+    bulk_module.merged_results = dying  # (every shard verified, nothing merged yet)
+    try:
+        with using_settings(settings), pytest.raises(SystemExit):
+            asyncio.run(bulk_verify(job_id=job.id))
+    finally:
+        bulk_module.merged_results = real_merge
+    assert all(s.status == "done" for s in job_shards.shards_of(store.engine, job.id))
+    kept = tmp_path / "kept-shards"
+    shutil.copytree(directory / SHARDS_DIR, kept)
+    shutil.rmtree(directory / SHARDS_DIR)  # (as a merge that went first leaves them)
+    try:
+        with using_settings(settings):
+            late = asyncio.run(bulk_verify(job_id=job.id, attempt=1))
+            assert late["status"] == "superseded"
+            assert job_store.get_job_any(store.engine, job.id).status == "processing"
+            assert not (directory / "results.parquet").exists()
+
+            shutil.copytree(kept, directory / SHARDS_DIR)
+            first = asyncio.run(bulk_verify(job_id=job.id, attempt=1))
+            assert (first["status"], first["retry_waiting"]) == ("waiting_to_retry", 3)
+            parked = job_store.get_job_any(store.engine, job.id)
+            state = retries.state_path(directory).read_bytes()
+
+            second = asyncio.run(bulk_verify(job_id=job.id, attempt=1))
+            assert second["status"] == "superseded"
+    finally:
+        forget(settings)
+    again = job_store.get_job_any(store.engine, job.id)
+    assert (again.status, again.retry, again.heartbeat_at) == (
+        "processing",
+        parked.retry,
+        parked.heartbeat_at,
+    )
+    assert retries.state_path(directory).read_bytes() == state
+    assert not (directory / "results.parquet").exists()
 
 
 def _slow_world() -> World:
