@@ -61,7 +61,8 @@ from verimail.tasks.finder import find_domains, task_shares
 PROGRESS_SECONDS = 1.0  # at most one progress write per this many seconds, while rows finish
 ROWS_SAVE_SHARE = 0.05
 """Of the run's time, at most this share goes to saving its rows for a cancellation while
-rows finish (a full rewrite: ~0.2 s for 100,000 rows, so then every 4 s or so)."""
+rows finish (a full rewrite, off the event loop: ~0.15 s for 100,000 rows, so then every
+3 s or so; a save is skipped, never put off: the next progress write saves the rows)."""
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,8 @@ STATUS_COLUMN = {
 
 STATE_COLUMNS = ("email", "status", "confidence", "sub_status")
 """A row's outcome as a pass leaves it (``retry-state.parquet``, beside ``row``)."""
+RowOutcome = tuple[str, str, str, str | None]
+"""(email, status, confidence, sub-status of a lookup the server put off)"""
 
 
 class _Progress:
@@ -90,8 +93,7 @@ class _Progress:
         self.job = job
         self.billing = billing
         self.directory = directory
-        # row -> (email, status, confidence, sub-status of a lookup the server put off)
-        self.rows: dict[int, tuple[str, str, str, str | None]] = {}
+        self.rows: dict[int, RowOutcome] = {}
         self.counts: Counter[str] = Counter()
         self._flushed_at = -math.inf  # monotonic
         self._flushing = False
@@ -117,7 +119,7 @@ class _Progress:
 
     def frame(self) -> pl.DataFrame:
         """Every row's outcome so far: what a pass leaves for the next one."""
-        return _frame(list(self.rows.items()))
+        return _frame(self.rows)
 
     def restore(self, earlier: pl.DataFrame) -> None:
         """The outcomes of rows an earlier pass settled (a retry pass asks only the rest)."""
@@ -160,22 +162,27 @@ class _Progress:
                 return
             started = time.monotonic()
             self._changed = False
-            items = list(self.rows.items())  # (a copy: the rows go on changing meanwhile)
-            await asyncio.to_thread(_save, self.directory, self.job.attempt, items)
+            rows = dict(self.rows)  # (a copy, ~6 ms for 100,000 rows: they go on changing)
+            try:
+                await asyncio.to_thread(_save, self.directory, self.job.attempt, rows)
+            except OSError as exc:  # (for a Ctrl-C only: never the job's failure)
+                log.warning("finder job %s: rows not saved (%s)", self.job.id, exc)
+                self._changed = True
             self._saved_at = time.monotonic()
             self._save_cost = self._saved_at - started
 
 
-def _frame(items: list[tuple[int, tuple[str, str, str, str | None]]]) -> pl.DataFrame:
+def _frame(rows: dict[int, RowOutcome]) -> pl.DataFrame:
     return pl.DataFrame(
-        [(row, *cells) for row, cells in sorted(items)],
+        [(row, *rows[row]) for row in sorted(rows)],
         schema={"row": pl.Int64, **dict.fromkeys(STATE_COLUMNS, pl.String)},
         orient="row",
     )
 
 
-def _save(directory: Path, attempt: int, items: list[tuple[int, Any]]) -> None:
-    save_finder_rows(directory, attempt, _frame(items))
+def _save(directory: Path, attempt: int, rows: dict[int, RowOutcome]) -> None:
+    """(In a worker thread: ~0.15 s for 100,000 rows, mostly building the frame.)"""
+    save_finder_rows(directory, attempt, _frame(rows))
 
 
 @flow(name="find-emails", persist_result=False, log_prints=True)
