@@ -162,8 +162,10 @@ def _cancel(settings, store, runner, kind: str, job_id: int, partial: Path) -> N
     settled, total, written = done.settled_rows, done.total_rows, done.partial_csv
     if kind == "finder":  # (it charges as it goes: the finds handed over, and no other)
         charged = (
-            f"{done.credits_used} credit(s) charged for the {done.finds} address(es) found "
-            "in its partial results, nothing else"
+            f"{done.credits_used} credit(s) charged for the {done.finds} address(es) found, "
+            "in its partial results; nothing else"
+            if done.finds
+            else "nothing was charged"
         )
     else:
         charged = "the rest was refunded"

@@ -206,7 +206,8 @@ def test_ctrl_c_in_find_file_keeps_the_rows_looked_up_and_charges_their_finds(
     assert code == 130, said
     partial = tmp_path / "people.found.partial.csv"
     assert "job 1 cancelled after 1 of 2 rows" in said, said
-    assert f"{_find_price()} credit(s) charged for the 1 address(es) found" in said, said
+    charged = f"{_find_price()} credit(s) charged for the 1 address(es) found, in its partial"
+    assert f"{charged} results; nothing else" in said, said
     assert f"partial results (1 rows): {partial}" in said, said
     assert not (tmp_path / "people.found.csv").exists()
     rows = _rows(partial)
@@ -269,6 +270,7 @@ def test_ctrl_c_in_find_file_before_any_row_is_settled_writes_no_partial_file(
     assert code == 130, said
     assert "job 1 cancelled after 0 of 1 rows" in said, said
     assert "no row was settled: no partial results file" in said, said
+    assert "nothing was charged" in said, said
     assert not list(tmp_path.glob("people.found*"))
     job, owed = _finder_job(tmp_path)
     assert job.failed_reason == "cancelled by its owner after 0 of 1 rows"
