@@ -110,12 +110,12 @@ def _retry_options(retry_unknowns: bool) -> dict[str, object]:
 
 
 def _run_here(  # type: ignore[no-untyped-def]
-    settings, store, kind: str, job_id: int, total: int, partial: Path | None = None
+    settings, store, kind: str, job_id: int, total: int, partial: Path
 ):
     """Run a job's flow in this process with a progress bar; the finished job row.
 
-    Ctrl-C stops the job for its owner (``partial``: where a bulk job's verified rows go):
-    see :func:`_cancel`."""
+    Ctrl-C stops the job for its owner (``partial``: where its settled rows go): see
+    :func:`_cancel`."""
     from verimail.runners.local import LocalRunner
     from verimail.store import jobs as job_store
 
@@ -141,39 +141,39 @@ def _run_here(  # type: ignore[no-untyped-def]
     return current
 
 
-def _cancel(settings, store, runner, kind: str, job_id: int, partial: Path | None) -> None:  # type: ignore[no-untyped-def]
-    """Ctrl-C: record the job as cancelled by its owner, its verified rows kept (history
-    and ``partial``) and the rest refunded (``jobs/cancel.py``), say so, and exit 130.
+def _cancel(settings, store, runner, kind: str, job_id: int, partial: Path) -> None:  # type: ignore[no-untyped-def]
+    """Ctrl-C: record the job as cancelled by its owner, its settled rows kept in
+    ``partial`` (a bulk job's in the history too), say what it was charged, and exit 130
+    (``jobs/cancel.py``).
 
     Ends with ``os._exit``: the flow still runs in a worker thread of this process, which
     the interpreter would wait for at exit (minutes, for a job parked on a slow server);
     everything it could write is settled by then, and the job is no longer its to finish."""
-    from verimail.jobs.cancel import cancel_bulk_job
-    from verimail.schemas.jobs import BulkJob
-    from verimail.store import jobs as job_store
+    from verimail.jobs.cancel import cancel_bulk_job, cancel_finder_job
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a second Ctrl-C must not cut this short)
-    console.print("stopping: keeping what was verified…", highlight=False)
-    if kind == "bulk" and partial is not None:
-        done = cancel_bulk_job(settings, store, job_id, partial)
-        settled, total, written = done.settled_rows, done.total_rows, done.partial_csv
-        refunded = "the rest was refunded"
-        if not done.recorded:  # (it ended as the key was pressed: its page says how)
-            console.print(f"job {job_id} had ended already: verimail history job {job_id}", **PLAIN)
-            runner.shutdown()
-            os._exit(CANCELLED_EXIT)
-    else:  # (a failed finder job refunds every find: a cancelled one charges nothing)
-        job = job_store.get_job_any(store.engine, job_id)
-        assert job is not None
-        waiting = BulkJob.of(job).retry_waiting or 0  # (parked rows: not settled)
-        settled, total, written = job.processed_emails - waiting, job.total_emails, None
-        job_store.mark_failed(
-            store.engine, job_id, f"cancelled by its owner after {settled} of {total} rows"
+    console.print("stopping: keeping what was settled…", highlight=False)
+    cancel = cancel_finder_job if kind == "finder" else cancel_bulk_job
+    done = cancel(settings, store, job_id, partial)
+    if not done.recorded:  # (it ended as the key was pressed: its page says how)
+        console.print(f"job {job_id} had ended already: verimail history job {job_id}", **PLAIN)
+        runner.shutdown()
+        os._exit(CANCELLED_EXIT)
+    settled, total, written = done.settled_rows, done.total_rows, done.partial_csv
+    if kind == "finder":  # (it charges as it goes: the finds handed over, and no other)
+        charged = (
+            f"{done.credits_used} credit(s) charged for the {done.finds} address(es) found, "
+            "in its partial results; nothing else"
+            if done.finds
+            else "nothing was charged"
         )
-        refunded = "its finds were refunded"
-    console.print(f"job {job_id} cancelled after {settled} of {total} rows; {refunded}.", **PLAIN)
+    else:
+        charged = "the rest was refunded"
+    console.print(f"job {job_id} cancelled after {settled} of {total} rows; {charged}.", **PLAIN)
     if written is not None:
         console.print(f"partial results ({settled} rows): {written}", **PLAIN)
+    else:
+        console.print("no row was settled: no partial results file", **PLAIN)
     runner.shutdown()  # (stops the parked job's timer and this process's Prefect server)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -272,7 +272,9 @@ def find_command(
     """Find a person's email address at a company domain (never a role inbox).
 
     "verimail find FIRST LAST DOMAIN" looks one person up with the engine directly;
-    "verimail find --file people.csv" runs the find-emails flow on a CSV here.
+    "verimail find --file people.csv" runs the find-emails flow on a CSV here. Ctrl-C
+    cancels its job: the rows looked up so far go to <results>.partial.csv, only the
+    addresses found in it are charged, and the command exits 130.
     """
     if file is None:
         if not (first_name and last_name and domain):
@@ -331,7 +333,8 @@ def find_command(
         options={"source": "cli", **_retry_options(retry_unknowns)},
     )
     console.print(retry_notice(settings, retry_unknowns), **PLAIN)
-    current = _run_here(settings, store, "finder", job.id, rows.height)
+    partial = target.with_name(f"{target.stem}.partial.csv")
+    current = _run_here(settings, store, "finder", job.id, rows.height, partial)
     shutil.copyfile(current.result_path or "", target)
     console.print(
         f"{current.found_count} found, {current.catch_all_count} catch-all guesses, "

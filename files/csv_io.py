@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import os
 import re
 import secrets
@@ -53,6 +54,7 @@ __all__ = [
     "distinct_in_order",
     "find_person_columns",
     "finder_columns",
+    "finder_result_names",
     "inspect_csv",
     "load_emails",
     "load_person_rows",
@@ -65,6 +67,7 @@ __all__ = [
     "save_upload_sync",
     "unique_emails",
     "values_for_rows",
+    "write_finder_results",
     "write_results_csv",
 ]
 
@@ -524,3 +527,45 @@ def write_results_csv(
         tmp.unlink(missing_ok=True)
         raise
     return written
+
+
+FINDER_OUTCOMES = ("email", "status", "confidence")
+"""What the Email Finder appends to each row (one frame column each, beside ``row``)."""
+
+
+def finder_result_names(columns: Sequence[str]) -> tuple[str, str, str]:
+    """``email, status, confidence``; if the file has any of them, all three prefixed
+    ``finder_``, then ``finder1_``… until none is taken (a results file with two columns
+    of one name is ambiguous to whoever reads it)."""
+    taken = {c.strip().lower() for c in columns}
+    prefixes = itertools.chain([""], (f"finder{n or ''}_" for n in itertools.count()))
+    for prefix in prefixes:
+        names = (f"{prefix}email", f"{prefix}status", f"{prefix}confidence")
+        if not taken.intersection(names):
+            return names
+    raise AssertionError("unreachable")
+
+
+def write_finder_results(
+    src: Path, info: CsvInfo, dest: Path, outcomes: pl.DataFrame, *, partial: bool = False
+) -> int:
+    """The Email Finder's results file: ``src`` plus :func:`finder_result_names`, filled
+    from ``outcomes`` (``row`` and :data:`FINDER_OUTCOMES`, one row per data row looked up);
+    the data rows written. ``partial`` (a job its owner stopped): the rows without an
+    outcome are left out; else every row must have one."""
+    frame = (
+        _row_index(info.row_count)
+        .to_frame()
+        .join(outcomes.select("row", *FINDER_OUTCOMES), on="row", how="left")
+        .sort("row")
+    )
+    looked_up = frame.get_column("status").is_not_null()
+    if not partial and not looked_up.all():
+        raise ValueError(f"{int((~looked_up).sum())} rows have no outcome")
+    names = finder_result_names(info.columns)
+    columns = {
+        n: frame.get_column(c).to_list() for n, c in zip(names, FINDER_OUTCOMES, strict=True)
+    }
+    return write_results_csv(
+        src, info, dest, columns, keep=looked_up.to_list() if partial else None
+    )

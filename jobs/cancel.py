@@ -1,11 +1,21 @@
-"""A bulk job stopped by its owner (Ctrl-C in ``verimail bulk``): nothing verified is lost.
+"""A job stopped by its owner (Ctrl-C in ``verimail bulk`` or ``verimail find --file``):
+nothing settled is lost.
 
 A run held by a slow server was stopped after 22 minutes and ended silently: no results
 file, the 49 settled rows of 50 not in the history, the job left to the reaper. Now the
-job is recorded as failed, "cancelled by its owner after N of M rows"; what it verified
-(the run's result parts, or what a parked job kept for its next pass, less the addresses
-still waiting for it) goes into the history and a partial results CSV; the rest of the
-reservation is refunded, in the same transaction as the failure.
+job is recorded as failed, "cancelled by its owner after N of M rows", and what it settled
+goes into a partial results CSV, in the same order and with the same columns as the
+finished file would have, less the rows not settled (not looked up yet, or parked for a
+retry pass because a server put them off):
+
+- a bulk job: the run's result parts, or what a parked job kept for its next pass; its
+  verified rows also go into the history, and the rest of the reservation is refunded in
+  the same transaction as the failure;
+- a finder job: the rows its run saved as it went (:func:`save_finder_rows`, each time
+  its progress is written: the run is in another thread, its outcomes in its memory), or
+  what a parked job kept; the finds handed over in the partial CSV stay charged, every
+  other find (one charged after the rows were saved) is given back with the failure, so
+  the account pays for exactly the addresses it received.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ from verimail.files.bulk_io import (
     read_parts,
     write_partial_results,
 )
+from verimail.files.csv_io import finder_columns, write_finder_results
 from verimail.jobs import retries
 from verimail.jobs.create import stored_info
 from verimail.store import jobs as job_store
@@ -39,6 +50,8 @@ class Cancelled:
     total_rows: int
     partial_csv: Path | None
     recorded: bool  # False: the job had ended already (completed or failed) and is left alone
+    finds: int = 0  # a finder job's: the addresses found in the partial CSV (all charged)
+    credits_used: int = 0  # a finder job's: what those finds cost
 
 
 def settled_results(settings: Settings, job: job_store.Job) -> pl.DataFrame:
@@ -52,17 +65,40 @@ def settled_results(settings: Settings, job: job_store.Job) -> pl.DataFrame:
         frame = read_parts(parts)
     else:
         return RESULT_SCHEMA.to_frame()
-    return frame.filter(~pl.col("sub_status").is_in(retries.RETRYABLE))
+    return _settled(frame)
+
+
+def _settled(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` without the rows put off (a finder row settled has no sub-status)."""
+    return frame.filter(~pl.col("sub_status").is_in(retries.RETRYABLE).fill_null(False))
+
+
+def _open_job(store: Store, job_id: int) -> job_store.Job:
+    job = job_store.get_job_any(store.engine, job_id)
+    assert job is not None
+    return job
+
+
+def _upload(settings: Settings, job: job_store.Job) -> Path:
+    return Path(job.upload_path or job_dir(settings.data_dir, job.id) / "upload.csv")
+
+
+def _ended(job: job_store.Job) -> Cancelled:
+    """A job that ended as the key was pressed: left as it ended."""
+    return Cancelled(job.processed_emails, job.total_emails, None, recorded=False)
+
+
+def _reason(settled: int, total: int) -> str:
+    return f"cancelled by its owner after {settled} of {total} rows"
 
 
 def cancel_bulk_job(settings: Settings, store: Store, job_id: int, partial_csv: Path) -> Cancelled:
     """Stop job ``job_id`` for its owner: history, ``partial_csv`` (only when some rows were
     settled) and the job failed with the unsettled rows refunded."""
-    job = job_store.get_job_any(store.engine, job_id)
-    assert job is not None
+    job = _open_job(store, job_id)
     if job.finished:
-        return Cancelled(job.processed_emails, job.total_emails, None, recorded=False)
-    upload = Path(job.upload_path or job_dir(settings.data_dir, job.id) / "upload.csv")
+        return _ended(job)
+    upload = _upload(settings, job)
     job_input = read_job_input(
         upload, job.email_column, settings.upload_max_rows, stored_info(settings, job)
     )
@@ -81,7 +117,78 @@ def cancel_bulk_job(settings: Settings, store: Store, job_id: int, partial_csv: 
         )
         write_partial_results(upload, job_input, by_address, partial_csv)
         written = partial_csv
-    reason = f"cancelled by its owner after {settled} of {job.total_emails} rows"
     unsettled = job.credits_reserved - job.credits_refunded - settled
-    recorded = job_store.mark_failed(store.engine, job.id, reason, max(unsettled, 0))
+    recorded = job_store.mark_failed(
+        store.engine, job.id, _reason(settled, job.total_emails), max(unsettled, 0)
+    )
     return Cancelled(settled, job.total_emails, written, recorded)
+
+
+# --- a finder job ------------------------------------------------------------------------
+
+
+FINDER_ROWS = "finder-rows.run-{attempt}.parquet"
+"""A finder run's row outcomes so far, in its job's folder: one file per run, so a run
+taken for dead that wakes up cannot overwrite what the run that has the job saved."""
+
+
+def finder_rows_path(directory: Path, attempt: int) -> Path:
+    return directory / FINDER_ROWS.format(attempt=attempt)
+
+
+def save_finder_rows(directory: Path, attempt: int, rows: pl.DataFrame) -> None:
+    """Keep run ``attempt``'s row outcomes (``row``, ``email``, ``status``, ``confidence``,
+    ``sub_status``) where a cancellation in another thread reads them (atomically)."""
+    retries.write_atomically(rows, finder_rows_path(directory, attempt))
+
+
+def drop_finder_rows(directory: Path) -> None:
+    """The job is complete: its runs' saved rows are in its results file now."""
+    for path in directory.glob(FINDER_ROWS.format(attempt="*")):
+        path.unlink(missing_ok=True)
+
+
+def settled_finder_rows(settings: Settings, job: job_store.Job) -> pl.DataFrame:
+    """The finder job's rows settled so far (what its run saved last, or what a parked job
+    kept for its next pass), without the rows a later pass was still to look up."""
+    directory = job_dir(settings.data_dir, job.id)
+    # (The run saves at the end of each pass too: its file is never older than the state.)
+    for path in (finder_rows_path(directory, job.attempt), retries.state_path(directory)):
+        if path.is_file():
+            return _settled(pl.read_parquet(path))
+    return pl.DataFrame(schema={"row": pl.Int64, "status": pl.String})
+
+
+def cancel_finder_job(
+    settings: Settings, store: Store, job_id: int, partial_csv: Path
+) -> Cancelled:
+    """Stop finder job ``job_id`` for its owner: ``partial_csv`` (only when some rows were
+    settled) and the job failed, charged for the finds in ``partial_csv`` and no other."""
+    job = _open_job(store, job_id)
+    if job.finished:
+        return _ended(job)
+    outcomes = settled_finder_rows(settings, job)
+    written = None
+    if outcomes.height:
+        upload = _upload(settings, job)
+        info, _ = finder_columns(
+            upload, job.options or {}, settings.upload_max_rows, stored_info(settings, job)
+        )
+        write_finder_results(upload, info, partial_csv, outcomes, partial=True)
+        written = partial_csv
+    found = outcomes.filter(pl.col("status") == "found").get_column("row").to_list()
+    recorded = job_store.mark_failed(
+        store.engine, job.id, _reason(outcomes.height, job.total_emails), 0, keep_finds=found
+    )
+    if not recorded:  # (it ended meanwhile: its own results, or its refunds, stand)
+        if written is not None:
+            written.unlink(missing_ok=True)
+        return _ended(_open_job(store, job_id))
+    return Cancelled(
+        outcomes.height,
+        job.total_emails,
+        written,
+        recorded,
+        finds=len(found),
+        credits_used=_open_job(store, job_id).credits_used,
+    )

@@ -12,6 +12,7 @@ Credits were reserved once at creation and are settled once, when the last pass 
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -117,7 +118,16 @@ def state_path(directory: Path) -> Path:
 
 def save_state(directory: Path, by_address: pl.DataFrame) -> None:
     """Keep the run's results beside the job (atomically) for the next pass."""
-    path = state_path(directory)
-    partial = path.with_suffix(".partial")
-    by_address.write_parquet(partial)
-    partial.replace(path)
+    write_atomically(by_address, state_path(directory))
+
+
+def write_atomically(frame: pl.DataFrame, path: Path) -> None:
+    """``frame`` to Parquet at ``path``, put in place whole: a reader (the next pass, or a
+    cancellation in another thread) sees the old file or the new one, never half of one."""
+    partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")  # (writers may race)
+    try:
+        frame.write_parquet(partial)
+        partial.replace(path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -483,6 +483,7 @@ def mark_failed(
     refund: int | Literal["unverified"] | None = None,
     *,
     attempt: int | None = None,
+    keep_finds: Collection[int] = (),
     now: datetime | None = None,
 ) -> bool:
     """pending|processing → failed, refunding in the same transaction; given ``attempt``,
@@ -495,6 +496,10 @@ def mark_failed(
     refund rows that were verified; None refunds the whole unsettled reservation. It is
     capped at what was reserved and not yet refunded. Idempotent: a job already failed (or
     completed) is left alone, returns False and is never refunded twice.
+
+    ``keep_finds``: a finder job's rows whose finds were handed over all the same (a job
+    its owner stopped: its partial results); their charges stay, every other find is
+    given back.
     """
     now = now or utcnow()
     with write_tx(engine) as conn:
@@ -508,9 +513,8 @@ def mark_failed(
             wanted = unsettled if refund is None else refund
         refunded = refund_reservation_in(conn, job, wanted, "refund of a failed job", now)
         # (A finder job reserves nothing: its finds come back as ledger refunds under their
-        # own references, and its credits_used drops to 0.)
-        if job.kind == "finder_csv":
-            refund_finds_in(conn, job, now)
+        # own references, and its credits_used drops to what the kept finds cost.)
+        kept = refund_finds_in(conn, job, now, keep_finds) if job.kind == "finder_csv" else 0
         total_refunded = job.credits_refunded + refunded
         conn.execute(
             update(jobs)
@@ -520,7 +524,7 @@ def mark_failed(
                 failed_reason=reason,
                 credits_refunded=total_refunded,
                 # (its last flushed count could still hold a find a run had given back)
-                credits_used=0
+                credits_used=kept
                 if job.kind == "finder_csv"
                 else max(job.credits_reserved - total_refunded, 0),
                 completed_at=now,

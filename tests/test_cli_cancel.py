@@ -1,8 +1,9 @@
 """Issue 36 point 1: `verimail bulk` held by one address on a server answering 421. The
 command says at the start how long retries may take, `--no-retry-unknowns` ends after one
 pass, and Ctrl-C keeps what was verified: the job recorded as cancelled, the rest refunded,
-the settled rows in a partial CSV and the history, exit 130. The installed command in a
-subprocess, against the testbed, on the session's Prefect."""
+the settled rows in a partial CSV and the history, exit 130; `verimail find --file` keeps
+the rows it looked up in a partial CSV too, charged for the finds in it and no other. The
+installed command in a subprocess, against the testbed, on the session's Prefect."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from cli_helpers import VERIMAIL_BIN, WIDTH_ENV, folded, run_verimail
 from verimail.config import Settings
 from verimail.store import jobs as job_store
 from verimail.store.billing.ledger import ledger
+from verimail.store.billing.prices import price
 from verimail.store.db import init_store
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
@@ -65,6 +67,12 @@ def _env(tb, tmp_path) -> dict[str, str]:  # type: ignore[no-untyped-def]
 def _ctrl_c_once_parked(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
     """Run ``verimail *args``, send SIGINT once its progress shows the job waiting for a
     retry pass (read from its output, no sleeps); (exit status, output before, all)."""
+    return _ctrl_c_once_shown(args, env, "waiting to retry 1 put off")
+
+
+def _ctrl_c_once_shown(args: list[str], env: dict[str, str], shown: str) -> tuple[int, str, str]:
+    """Run ``verimail *args``, send SIGINT once a line of its output holds ``shown`` (no
+    sleeps); (exit status, output before, all)."""
     process = subprocess.Popen(
         [str(VERIMAIL_BIN), *args],
         env={**env, **WIDTH_ENV},
@@ -77,7 +85,7 @@ def _ctrl_c_once_parked(args: list[str], env: dict[str, str]) -> tuple[int, str,
         assert process.stderr is not None
         for line in process.stderr:  # (plain progress lines: stderr is no terminal here)
             lines.append(line)
-            if "waiting to retry 1 put off" in line:
+            if shown in line:
                 break
         else:
             raise AssertionError("".join(lines))
@@ -150,22 +158,120 @@ def test_ctrl_c_keeps_the_settled_rows_refunds_the_rest_and_exits_130(testbed_fa
     assert "busy.test" not in history.stdout
 
 
-def test_ctrl_c_in_find_file_records_the_job_cancelled_and_exits_130(testbed_factory, tmp_path):
-    """`verimail find --file` stopped while it waits on the 421 server: the finder job is
-    recorded as cancelled by its owner (a failed finder job refunds its finds), not left
-    for the reaper, and the command exits 130."""
-    env = _env(testbed_factory(_world()), tmp_path)
-    people = tmp_path / "people.csv"
-    people.write_text("first_name,last_name,domain\nAlice,Smith,acme.test\nAnn,Lee,busy.test\n")
-    code, start, said = _ctrl_c_once_parked(["find", "--file", str(people)], env)
-    assert "up to 2 later pass(es)" in start
-    assert code == 130, said
-    assert "job 1 cancelled after 1 of 2 rows; its finds were refunded" in said, said
+PEOPLE = (
+    "first_name,last_name,domain,email,Note\n"  # (an "email" column: finder_* names)
+    "Alice,Smith,acme.test,old@acme.test,first\n"
+    "Ann,Lee,busy.test,,second\n"
+)
+
+
+def _finder_job(tmp_path) -> tuple[job_store.Job, int]:  # type: ignore[no-untyped-def]
+    """Job 1 as the cancellation left it, and the credits its finds still owe the ledger
+    (charges less refunds under its rows' references)."""
     store = init_store(Settings(data_dir=tmp_path / "data"))
     try:
         job = job_store.get_job_any(store.engine, 1)
-        assert job is not None and job.status == "failed", job
-        assert job.failed_reason == "cancelled by its owner after 1 of 2 rows"
-        assert job.credits_used == 0  # (its finds refunded)
+        assert job is not None
+        entries = [
+            e
+            for e in ledger(store.engine, job.account_id)
+            if (e.reference or "").startswith("job:1:row:")
+        ]
+        return job, -sum(e.delta for e in entries)
     finally:
         store.close()
+
+
+def _find_price() -> int:
+    return price("find", 1, Settings())
+
+
+def _rows(path) -> list[list[str]]:  # type: ignore[no-untyped-def]
+    with open(path, newline="") as fh:
+        return list(csv.reader(fh))
+
+
+def test_ctrl_c_in_find_file_keeps_the_rows_looked_up_and_charges_their_finds(
+    testbed_factory, tmp_path
+):
+    """`verimail find --file` stopped while it waits on the 421 server: the row looked up
+    goes to the partial CSV (the upload's columns, then the finder's), the row parked for a
+    retry pass does not; the job is recorded as cancelled by its owner, charged for the
+    find it handed over and nothing else, and the command exits 130."""
+    env = _env(testbed_factory(_world()), tmp_path)
+    people = tmp_path / "people.csv"
+    people.write_text(PEOPLE)
+    code, start, said = _ctrl_c_once_parked(["find", "--file", str(people)], env)
+    assert "up to 2 later pass(es)" in start
+    assert code == 130, said
+    partial = tmp_path / "people.found.partial.csv"
+    assert "job 1 cancelled after 1 of 2 rows" in said, said
+    charged = f"{_find_price()} credit(s) charged for the 1 address(es) found, in its partial"
+    assert f"{charged} results; nothing else" in said, said
+    assert f"partial results (1 rows): {partial}" in said, said
+    assert not (tmp_path / "people.found.csv").exists()
+    rows = _rows(partial)
+    assert rows[0] == [
+        "first_name", "last_name", "domain", "email", "Note",
+        "finder_email", "finder_status", "finder_confidence",
+    ]  # fmt: skip
+    assert len(rows) == 2 and rows[1][:7] == [
+        "Alice", "Smith", "acme.test", "old@acme.test", "first", "alice@acme.test", "found",
+    ]  # fmt: skip
+    assert float(rows[1][7]) > 0
+    job, owed = _finder_job(tmp_path)
+    assert job.status == "failed", job
+    assert job.failed_reason == "cancelled by its owner after 1 of 2 rows"
+    assert job.credits_used == owed == _find_price()  # (the find delivered; the ledger agrees)
+
+
+def test_ctrl_c_mid_pass_in_find_file_keeps_the_rows_its_run_saved(testbed_factory, tmp_path):
+    """Stopped while the run still waits for a slow server's greeting (the run in a thread
+    of the command, its outcomes in its memory): the row it found is in the partial CSV,
+    from the rows the run saved with its progress."""
+    world = World.of(
+        [
+            HostSpec("mx.acme.test", HostBehaviour(mailboxes={"alice"})),
+            HostSpec("mx.slow.test", HostBehaviour(mailboxes={"ann"}, greeting_delay=600)),
+        ],
+        [
+            DomainSpec("acme.test", mx=[(10, "mx.acme.test")]),
+            DomainSpec("slow.test", mx=[(10, "mx.slow.test")]),
+        ],
+    )
+    env = {**_env(testbed_factory(world), tmp_path), "VERIMAIL_SMTP_CONNECT_TIMEOUT": "600"}
+    people = tmp_path / "people.csv"
+    people.write_text("first_name,last_name,domain\nAnn,Lee,slow.test\nAlice,Smith,acme.test\n")
+    out = tmp_path / "found.csv"
+    args = ["find", "--file", str(people), "--out", str(out)]
+    code, _, said = _ctrl_c_once_shown(args, env, "progress 1/2:")
+    assert code == 130, said
+    partial = tmp_path / "found.partial.csv"
+    assert f"partial results (1 rows): {partial}" in said, said
+    rows = _rows(partial)
+    assert [row[:5] for row in rows] == [
+        ["first_name", "last_name", "domain", "email", "status"],
+        ["Alice", "Smith", "acme.test", "alice@acme.test", "found"],
+    ]
+    job, owed = _finder_job(tmp_path)
+    assert job.failed_reason == "cancelled by its owner after 1 of 2 rows"
+    assert job.credits_used == owed == _find_price()
+
+
+def test_ctrl_c_in_find_file_before_any_row_is_settled_writes_no_partial_file(
+    testbed_factory, tmp_path
+):
+    """Its one row parked for a retry pass: nothing was looked up to the end, so there is
+    no partial file, the command says so, and nothing is charged."""
+    env = _env(testbed_factory(_world()), tmp_path)
+    people = tmp_path / "people.csv"
+    people.write_text("first_name,last_name,domain\nAnn,Lee,busy.test\n")
+    code, _, said = _ctrl_c_once_parked(["find", "--file", str(people)], env)
+    assert code == 130, said
+    assert "job 1 cancelled after 0 of 1 rows" in said, said
+    assert "no row was settled: no partial results file" in said, said
+    assert "nothing was charged" in said, said
+    assert not list(tmp_path.glob("people.found*"))
+    job, owed = _finder_job(tmp_path)
+    assert job.failed_reason == "cancelled by its owner after 0 of 1 rows"
+    assert job.credits_used == owed == 0

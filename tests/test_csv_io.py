@@ -29,6 +29,7 @@ from verimail.files.csv_io import (
     save_upload_sync,
     unique_emails,
     values_for_rows,
+    write_finder_results,
     write_results_csv,
 )
 from verimail.files.csv_records import iter_raw_records, split_terminator
@@ -674,6 +675,27 @@ def test_keep_leaves_out_rows_byte_for_byte(tmp_path: Path) -> None:
     assert out.read_bytes() == b"id,email,Safe to Send\r\n1,a@x.org,Yes\r\n4,d@w.org,Yes"
     with pytest.raises(ValueError, match="keep has 1 flags"):
         write_results_csv(path, info, out, {"Safe to Send": ["Yes"] * 4}, keep=[True])
+
+
+def test_finder_results_partial_keeps_the_rows_looked_up_in_order(tmp_path: Path) -> None:
+    """A finder job stopped by its owner: the rows with an outcome (given in any order),
+    in the file's order, under the finished file's column names; rows not looked up are
+    left out. A finished file must have every row."""
+    data = b"first,last,domain,status\r\nA,B,x.test,old\r\nC,D,y.test,\r\nE,F,z.test,new"
+    path, info = _inspect(tmp_path, data, need_email=False)
+    outcomes = pl.DataFrame(
+        {"row": [2, 0], "email": ["e.f@z.test", ""], "status": ["found", "not_found"],
+         "confidence": ["0.90", "0.00"], "sub_status": [None, None]},
+        schema_overrides={"sub_status": pl.String},
+    )  # fmt: skip
+    out = tmp_path / "out.csv"
+    assert write_finder_results(path, info, out, outcomes, partial=True) == 2
+    assert out.read_bytes() == (
+        b"first,last,domain,status,finder_email,finder_status,finder_confidence\r\n"
+        b"A,B,x.test,old,,not_found,0.00\r\nE,F,z.test,new,e.f@z.test,found,0.90"
+    )
+    with pytest.raises(ValueError, match="1 rows have no outcome"):
+        write_finder_results(path, info, out, outcomes)
 
 
 def test_appended_values_are_quoted_only_when_needed(tmp_path: Path) -> None:

@@ -14,8 +14,9 @@ from hardening_helpers import take_for_dead
 from sqlalchemy import update
 
 from verimail.config import using_settings
+from verimail.files.csv_io import finder_result_names
 from verimail.flows import finder as finder_module
-from verimail.flows.finder import _appended_names, find_emails
+from verimail.flows.finder import find_emails
 from verimail.store.accounts import set_finder
 from verimail.store.billing.ledger import ledger
 from verimail.store.billing.movements import charge_once
@@ -115,6 +116,8 @@ async def test_finder_csv_end_to_end(settings):
         latin_file = await app.client.get(f"{latin_url}/download", headers=customer.headers)
         assert latin_file.headers["content-type"] == "text/csv; charset=windows-1252"
         assert latin_file.text.splitlines()[1].startswith("José,Núñez,acme.test,")
+    # (the rows a run saved for a Ctrl-C are in the results now: not kept beside them)
+    assert not list(settings.data_dir.glob("jobs/*/finder-rows*"))
 
 
 async def test_a_row_and_the_single_lookup_read_a_domain_alike(settings):
@@ -406,17 +409,17 @@ async def test_a_finder_run_frozen_while_writing_cannot_replace_the_later_runs_f
     tb = _slow_world(testbed_factory, "mx.icy.test", 0.0)
     settings = testbed_settings(tb, tmp_path, finder_charge=10, job_stale_after=120)
     run_2_results = tmp_path / "run-2-results.csv"
-    real_write = finder_module.write_results_csv
+    real_write = finder_module.write_finder_results
 
-    def frozen_while_writing(upload, info, out, columns):
+    def frozen_while_writing(upload, info, out, outcomes):
         store = running["app"].store
         job_id = int(out.parent.name)  # (<data_dir>/jobs/<id>/.run-1.results.csv)
         assert take_for_dead(store, job_id) == 2
         run_2_results.write_text("run 2's results\n")
         assert mark_completed(store.engine, job_id, {}, str(run_2_results), 0, attempt=2)
-        return real_write(upload, info, out, columns)
+        return real_write(upload, info, out, outcomes)
 
-    monkeypatch.setattr(finder_module, "write_results_csv", frozen_while_writing)
+    monkeypatch.setattr(finder_module, "write_finder_results", frozen_while_writing)
     running: dict[str, Any] = {}
     people = "first_name,last_name,domain\n" + "".join(
         f"{first},{last},icy.test\n" for first, last in (name.split(".") for name in STAFF)
@@ -474,13 +477,13 @@ async def test_a_finder_job_shows_rows_and_credits_as_they_go(
 def test_result_columns_never_repeat_a_column_of_the_file():
     """The appended columns get a prefix until none of them is taken, so a results file
     never has two columns of one name."""
-    assert _appended_names(("name", "domain")) == ("email", "status", "confidence")
-    assert _appended_names(("Email ", "domain")) == (
+    assert finder_result_names(("name", "domain")) == ("email", "status", "confidence")
+    assert finder_result_names(("Email ", "domain")) == (
         "finder_email",
         "finder_status",
         "finder_confidence",
     )
-    assert _appended_names(("email", "finder_email", "finder1_status")) == (
+    assert finder_result_names(("email", "finder_email", "finder1_status")) == (
         "finder2_email",
         "finder2_status",
         "finder2_confidence",

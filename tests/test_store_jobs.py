@@ -352,6 +352,29 @@ def test_a_failed_finder_job_uses_nothing_whatever_its_last_progress_said(
     assert balance(store.engine, account_id).total == before
 
 
+def test_a_finder_job_failed_with_kept_finds_charges_those_and_no_other(
+    store: Store, account_id: int
+) -> None:
+    """A finder job its owner stopped hands over the finds of its partial results: their
+    charges stay (and are its credits_used), a find charged after the rows were read is
+    given back, and the ledger says the same as the job row."""
+    job = jb.create_job(store.engine, account_id, "finder_csv", 3, reserve=0)
+    assert job is not None and jb.mark_processing(store.engine, job.id)
+    run = jb.get_job_any(store.engine, job.id)
+    assert run is not None
+    before = balance(store.engine, account_id).total
+    for row in (0, 2):
+        reference = finder_row_reference(job.id, row)
+        assert charge_for_run(store.engine, run, 10, reference=reference) == "charged"
+    assert jb.mark_failed(store.engine, job.id, "cancelled", 0, keep_finds=[0, 1])
+    failed = jb.get_job_any(store.engine, job.id)
+    assert failed is not None and failed.credits_used == 10
+    assert balance(store.engine, account_id).total == before - 10
+    assert _refund_rows(store, job.id) == 0  # (nothing reserved, nothing of it refunded)
+    assert not jb.mark_failed(store.engine, job.id, "again")  # (and never twice)
+    assert balance(store.engine, account_id).total == before - 10
+
+
 def test_only_the_run_that_has_a_finder_job_pays_or_refunds(store: Store, account_id: int) -> None:
     """A finder run charges each find under its row, and gives back a charge it no longer
     finds; once recovery resumed the job as run 2, run 1 can do neither (the check is in

@@ -11,11 +11,13 @@ transition; the job row's ``credits_refunded`` records it and a CHECK keeps it w
 A finder job reserves nothing: each verified find is charged once, under its row
 (:func:`finder_row_reference`), by the run that reports it (:func:`charge_for_run`), and
 given back if a later run no longer finds it (:func:`refund_for_run`) or the job fails
-(:func:`refund_finds_in`: a failed job reports no finds).
+(:func:`refund_finds_in`: a failed job reports no finds, a cancelled one only those of its
+partial results).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -127,10 +129,16 @@ def refund_for_run(
         return refund_once_in(conn, job.account_id, reference=reference, reason=reason)
 
 
-def refund_finds_in(conn: Connection, job: Row[Any], now: datetime) -> int:
-    """Give back every find a failed finder job charged: a find is charged only when it is
-    reported, and a failed job reports none (its results are not written)."""
-    return sum(
+def refund_finds_in(
+    conn: Connection, job: Row[Any], now: datetime, keep: Collection[int] = ()
+) -> int:
+    """Give back every find a failed finder job charged, but those on the rows in ``keep``;
+    the credits the kept finds cost. A find is charged only when it is reported: a failed
+    job reports none (its results are not written), a job its owner stopped reports the
+    finds of its partial results (``jobs/cancel.py``), and only those."""
+    kept = {finder_row_reference(job.id, row) for row in keep}
+    charged = charges_under_in(conn, job.account_id, finder_references(job.id))
+    for reference in charged.keys() - kept:
         refund_once_in(
             conn,
             job.account_id,
@@ -138,5 +146,4 @@ def refund_finds_in(conn: Connection, job: Row[Any], now: datetime) -> int:
             reason="refund of a failed finder job (its finds are not reported)",
             now=now,
         )
-        for reference in charges_under_in(conn, job.account_id, finder_references(job.id))
-    )
+    return sum(amount for reference, amount in charged.items() if reference in kept)
