@@ -38,7 +38,7 @@ from verimail.flows.job_run import (
     run_as_owner,
     start_job,
 )
-from verimail.flows.shard import verify_shard
+from verimail.flows.shard import run_shard
 from verimail.flows.summary import artifact_key, name_this_run, run_name
 from verimail.jobs import retries
 from verimail.jobs.context import db_retried, store_for
@@ -160,7 +160,8 @@ async def _sharded_pass(
     """A big job's first pass: its shards made (once), then run — each a ``verify-shard``
     run in the work pool, this run ending at once so that it holds no worker (the run that
     finishes the last shard starts this flow again to merge), or, with the local runner,
-    as subflows — and, once every shard is done, their results merged into the job's."""
+    all at once inside this run — and, once every shard is done, their results merged into
+    the job's."""
     directory = job_dir(settings.data_dir, job.id)
     shards = await asyncio.to_thread(job_shards.shards_of, store.engine, job.id)
     if not shards:
@@ -185,7 +186,7 @@ async def _sharded_pass(
         await _to_the_pool(store, todo)
         return {"job_id": job.id, "status": "sharded", "shards": len(shards)}
     if todo:
-        await asyncio.gather(*(_as_subflow(store, s) for s in todo))
+        await asyncio.gather(*(_in_this_run(store, s) for s in todo))
         shards = await asyncio.to_thread(job_shards.shards_of, store.engine, job.id)
         if any(s.status != "done" for s in shards):  # (taken over by another process)
             return {"job_id": job.id, "status": "sharded", "shards": len(shards)}
@@ -230,16 +231,17 @@ async def _to_the_pool(store: Store, shards: list[job_shards.Shard]) -> None:
         )
 
 
-async def _as_subflow(store: Store, shard: job_shards.Shard) -> None:
-    """Run a shard as a subflow of this run (the local runner); a shard an earlier run of
-    this process left running (it died) is given to this run first."""
+async def _in_this_run(store: Store, shard: job_shards.Shard) -> None:
+    """Run a shard as a part of this run (the local runner: not a subflow, see
+    ``flows/shard.py``); a shard an earlier run of this process left running (it died) is
+    given to this run first."""
     attempt = shard.attempt
     if shard.status == "running":
         taken = await asyncio.to_thread(job_shards.assign, store.engine, shard.job_id, shard.shard)
         if taken is None:
             return
         attempt = taken
-    await verify_shard(job_id=shard.job_id, shard=shard.shard, attempt=attempt, merge=False)
+    await run_shard(shard.job_id, shard.shard, attempt)
 
 
 async def _retry_pass(

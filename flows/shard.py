@@ -3,7 +3,9 @@
 A bulk job of more than ``job_shard_size`` distinct addresses is cut into shards by
 domain (``tasks/shards.py``); ``bulk-verify`` makes them and, with workers, hands each to
 the work pool as a run of this flow and ends — the job holds no worker while its shards
-run. With the local runner the same shards run as its subflows.
+run. With the local runner the same shards run inside the job's own run, all at once
+(:func:`run_shard`; not as concurrent subflows, whose start Prefect 3.8 sometimes never
+finished: a job sat with one shard never begun on a busy machine).
 
 A shard run verifies the shard's addresses with the verify pipeline, saving its results
 in the job's folder as they come (``files/shards.py``), its progress added up into the
@@ -40,8 +42,7 @@ PROGRESS_SECONDS = 1.0  # at most one progress write per this many seconds
 @flow(name="verify-shard", persist_result=False, log_prints=True)
 async def verify_shard(job_id: int, shard: int, attempt: int, merge: bool = True) -> dict[str, Any]:
     """Verify shard ``shard`` of bulk job ``job_id`` as its run ``attempt``; with
-    ``merge``, the run that finishes the job's last shard starts the job's merge (a
-    subflow of the job's own run leaves that to the job).
+    ``merge``, the run that finishes the job's last shard starts the job's merge.
 
     Args:
         job_id: The big bulk job the shard belongs to (its number). Shard runs are started
@@ -49,9 +50,16 @@ async def verify_shard(job_id: int, shard: int, attempt: int, merge: bool = True
         shard: Which of the job's shards (from 0), as the job's run planned them.
         attempt: The job's run this shard run works for; a shard run of an earlier run
             stops at once.
-        merge: Whether the run that finishes the job's last shard starts the job's merge
-            (off for a shard run inside the job's own run).
+        merge: Whether the run that finishes the job's last shard starts the job's merge.
     """
+    return await run_shard(job_id, shard, attempt, merge=merge, own_run=True)
+
+
+async def run_shard(
+    job_id: int, shard: int, attempt: int, *, merge: bool = False, own_run: bool = False
+) -> dict[str, Any]:
+    """The work of :func:`verify_shard`; ``own_run``: it is the shard's own flow run (named
+    for the shard), not a part of the job's run (the local runner's shards)."""
     settings = current_settings()
     store = store_for(settings)
     outcome: dict[str, Any] = {"job_id": job_id, "shard": shard, "attempt": attempt}
@@ -60,7 +68,8 @@ async def verify_shard(job_id: int, shard: int, attempt: int, merge: bool = True
     if claimed is None or job is None:  # (done, or a later run has it, or the job ended)
         return {**outcome, "status": "superseded"}
     what = f"job {job_id} shard {shard + 1}/{(job.options or {})['shards']['total']}"
-    await name_this_run(f"{run_name(job)} · shard {shard + 1}")
+    if own_run:
+        await name_this_run(f"{run_name(job)} · shard {shard + 1}")
     try:
         left = await as_owner(
             store,

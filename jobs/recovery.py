@@ -43,7 +43,7 @@ def recover_stale_jobs(settings: Settings, runner: JobRunner) -> list[tuple[int,
     if held is not None:
         held_jobs = held()
         job_store.keep_alive(store.engine, held_jobs)
-        job_shards.keep_alive_of_jobs(store.engine, held_jobs)  # (their subflow shards)
+        job_shards.keep_alive_of_jobs(store.engine, held_jobs)  # (the shards their runs run)
     held_shards = getattr(runner, "held_shards", None)
     if held_shards is not None:
         job_shards.keep_alive(store.engine, held_shards())

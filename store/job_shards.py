@@ -262,8 +262,8 @@ def keep_alive_of_jobs(
     engine: Engine, job_ids: Sequence[int], *, now: datetime | None = None
 ) -> int:
     """Beat every shard of the jobs a live runner holds: the local runner runs a job's
-    shards as subflows of the job's own run, so the process that holds the job holds its
-    shards too — a subflow slow to start is not a shard whose runner died."""
+    shards inside the job's own run, so the process that holds the job holds its
+    shards too — a shard slow to start is not a shard whose runner died."""
     if not job_ids:
         return 0
     return _beat(engine, job_shards.c.job_id.in_(list(job_ids)), now)

@@ -362,7 +362,7 @@ def test_a_shard_whose_run_died_is_run_again_alone(testbed_factory, testbed_sett
 
     class StillHolding:
         """A process whose run of the job is alive (the local runner runs the job's shards
-        as that run's subflows): its shards are its own however long since their last beat."""
+        inside that run): its shards are its own however long since their last beat."""
 
         def held_jobs(self) -> list[int]:
             return [job.id]
