@@ -14,11 +14,6 @@ adds its network distance to every SMTP reply.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import tempfile
-from collections import Counter
-from pathlib import Path
 from typing import Any
 
 from bench.common import (
@@ -28,10 +23,9 @@ from bench.common import (
     fmt_float,
     fmt_int,
     publish,
-    run_measured,
 )
 from bench.socks_proxy import SocksProxy
-from bench.throughput import ENGINE_OK, agreement
+from bench.throughput import run_side
 from bench.world import RemoteTestbed, WorldSpec, build_world
 from verimail.testbed.world import GeneratedAddress
 
@@ -43,43 +37,12 @@ def run_once(
     timeout: float,
 ) -> dict[str, Any]:
     """One ``verify_many`` run in a fresh process, direct or through ``proxy``."""
-    with tempfile.TemporaryDirectory(prefix="verimail-bench-egress-") as tmp:
-        src = Path(tmp, "addresses.txt")
-        src.write_text("\n".join(a.address for a in addresses) + "\n", encoding="utf-8")
-        statuses_path = Path(tmp, "statuses.json")
-        data_dir = Path(tmp, "data")
-        data_dir.mkdir()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("VERIMAIL_")}
-        if proxy is not None:
-            env["VERIMAIL_SMTP_PROXY"] = proxy.url
-        connections = len(proxy.destinations()) if proxy is not None else 0
-        tb.reset()
-        figures = run_measured(
-            [
-                "bench.verify_worker",
-                "--side",
-                "engine",
-                "--addresses",
-                str(src),
-                "--nameserver",
-                tb.nameserver,
-                "--smtp-port",
-                str(tb.smtp_port),
-                "--data-dir",
-                str(data_dir),
-                "--statuses",
-                str(statuses_path),
-            ],
-            timeout=timeout,
-            env=env,
-        )
-        statuses = json.loads(statuses_path.read_text())
-    figures["testbed"] = tb.stats()
+    env = {"VERIMAIL_SMTP_PROXY": proxy.url} if proxy is not None else {}
+    connections = len(proxy.destinations()) if proxy is not None else 0
+    figures = run_side("engine", tb, addresses, timeout, env, own_settings_only=True)
     figures["proxy_connections"] = (
         len(proxy.destinations()) - connections if proxy is not None else 0
     )
-    figures["agreement"] = agreement(addresses, statuses, ENGINE_OK)
-    figures["statuses"] = dict(Counter(statuses))
     return figures
 
 

@@ -67,9 +67,13 @@ def run_side(
     addresses: list[GeneratedAddress],
     timeout: float,
     env: dict[str, str] | None = None,
+    *,
+    own_settings_only: bool = False,
 ) -> dict[str, Any]:
     """One measured run of the engine or the flow, with the testbed's view of it; ``env``:
-    more ``VERIMAIL_*`` variables for the run's process (a setting of the run before)."""
+    more ``VERIMAIL_*`` variables for the run's process (a setting of the run before);
+    ``own_settings_only``: the caller's ``VERIMAIL_*`` variables are not passed on (a
+    proxy set in the shell must not reach the direct run it is compared with)."""
     with tempfile.TemporaryDirectory(prefix=f"verimail-bench-{side}-") as tmp:
         src = Path(tmp, "addresses.txt")
         src.write_text("\n".join(a.address for a in addresses) + "\n", encoding="utf-8")
@@ -95,7 +99,7 @@ def run_side(
                 str(statuses_path),
             ],
             timeout=timeout,
-            env=None if env is None else {**os.environ, **env},
+            env=_run_env(env, own_settings_only),
         )
         after = tb.stats()
         if side == "engine-stream":  # [address, status] lines, in the order results came
@@ -108,6 +112,15 @@ def run_side(
     figures["agreement"] = agreement(addresses, statuses, ENGINE_OK)
     figures["statuses"] = dict(Counter(statuses))
     return figures
+
+
+def _run_env(env: dict[str, str] | None, own_settings_only: bool) -> dict[str, str] | None:
+    if env is None and not own_settings_only:
+        return None  # (the caller's environment as it is)
+    inherited = {
+        k: v for k, v in os.environ.items() if not (own_settings_only and k.startswith("VERIMAIL_"))
+    }
+    return {**inherited, **(env or {})}
 
 
 def run_peer_side(
