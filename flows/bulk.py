@@ -227,7 +227,12 @@ async def _to_the_pool(store: Store, shards: list[job_shards.Shard]) -> None:
             DEPLOYMENTS["shard"], parameters=parameters, timeout=0, as_subflow=False
         )
         await asyncio.to_thread(
-            job_shards.set_flow_run, store.engine, shard.job_id, shard.shard, str(run.id)
+            job_shards.set_flow_run,
+            store.engine,
+            shard.job_id,
+            shard.shard,
+            str(run.id),
+            shard.attempt,
         )
 
 

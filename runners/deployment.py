@@ -66,7 +66,9 @@ class DeploymentRunner:
             timeout=0,
             as_subflow=False,
         )
-        job_shards.set_flow_run(store_for(self.settings).engine, job_id, shard, str(flow_run.id))
+        job_shards.set_flow_run(
+            store_for(self.settings).engine, job_id, shard, str(flow_run.id), attempt
+        )
 
     def held_shards(self) -> list[tuple[int, int]]:
         """Shards whose ``verify-shard`` run waits in the work pool (as :meth:`held_jobs`

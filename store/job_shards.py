@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import Connection, Engine, Row, and_, case, insert, select, tuple_, update
+from sqlalchemy import Connection, Engine, Row, and_, case, insert, not_, select, tuple_, update
 
 from verimail.store.db import utcnow, write_tx
 from verimail.store.job_lock import lock_job, options_of, run_owns, store_options
@@ -212,10 +212,15 @@ def _add_up(conn: Connection, job: Row[Any], now: datetime) -> int:
     return len(rows) - done
 
 
-def set_flow_run(engine: Engine, job_id: int, shard: int, flow_run_id: str) -> None:
+def set_flow_run(engine: Engine, job_id: int, shard: int, flow_run_id: str, attempt: int) -> None:
+    """The flow run that does run ``attempt`` of a shard; nothing once a later run was
+    assigned (a run handed to the pool late must not stand for the run that replaced it:
+    the reaper would watch the wrong run)."""
     with write_tx(engine) as conn:
         conn.execute(
-            update(job_shards).where(_where(job_id, shard)).values(flow_run_id=flow_run_id)
+            update(job_shards)
+            .where(_where(job_id, shard), job_shards.c.attempt == attempt)
+            .values(flow_run_id=flow_run_id)
         )
 
 
@@ -223,8 +228,15 @@ def stale_shards(
     engine: Engine, older_than: timedelta, *, now: datetime | None = None
 ) -> list[Shard]:
     """Shards of open jobs that are not done and whose run went quiet: no beat (and no
-    assignment) for ``older_than``."""
+    assignment) for ``older_than``. A shard not handed to a run yet (pending, no flow run)
+    is its job's run's while that run beats: it is handing the shards to the work pool,
+    a Prefect call each, which on a busy server takes longer than ``older_than``."""
     cutoff = (now or utcnow()) - older_than
+    being_handed_out = and_(
+        job_shards.c.status == "pending",
+        job_shards.c.flow_run_id.is_(None),
+        jobs.c.heartbeat_at >= cutoff,
+    )
     query = (
         select(job_shards)
         .join(jobs, jobs.c.id == job_shards.c.job_id)
@@ -232,6 +244,7 @@ def stale_shards(
             jobs.c.status == "processing",
             job_shards.c.status != "done",
             job_shards.c.heartbeat_at < cutoff,
+            not_(being_handed_out),
         )
         .order_by(job_shards.c.job_id, job_shards.c.shard)
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import io
 import shutil
+from datetime import timedelta
 
 import polars as pl
 import pytest
@@ -287,6 +288,39 @@ def test_a_second_merge_of_a_sharded_job_changes_nothing(
     )
     assert retries.state_path(directory).read_bytes() == state
     assert not (directory / "results.parquet").exists()
+
+
+def test_shards_being_handed_to_the_pool_are_not_taken_for_dead(testbed_settings, tmp_path, tb):
+    """While the job's run beats, its shards not handed to a run yet are its own (each
+    hand-over is a Prefect call, slow on a busy server: they were "resumed" while the run
+    was still handing them out, and the runs it handed over were superseded one by one);
+    once that run is quiet, they are the reaper's. A flow run handed over for a shard's
+    earlier run never replaces the flow run of its later one."""
+    settings = testbed_settings(tb, tmp_path)
+    store = store_for(settings)
+    account = accounts.create_account(store.engine, settings, plan="enterprise")
+    job = job_store.create_job(store.engine, account.id, "bulk_json", 4, reserve=4)
+    job_store.mark_processing(store.engine, job.id)
+    assert job_shards.create_shards(store.engine, job.id, 1, [(2, 2), (2, 2)])
+    later = utcnow() + timedelta(seconds=10)  # (the shards' last beat: 10 s ago by then)
+    with store.engine.begin() as conn:
+        conn.execute(
+            update(tables.jobs).where(tables.jobs.c.id == job.id).values(heartbeat_at=later)
+        )
+    quiet = timedelta(seconds=5)
+    assert job_shards.stale_shards(store.engine, quiet, now=later) == []
+    job_shards.set_flow_run(store.engine, job.id, 0, "run-of-shard-0", 1)
+    handed = job_shards.stale_shards(store.engine, quiet, now=later)
+    assert [s.shard for s in handed] == [0]  # (its run's heartbeat is its own now)
+    job_quiet = later + timedelta(seconds=10)
+    assert [s.shard for s in job_shards.stale_shards(store.engine, quiet, now=job_quiet)] == [0, 1]
+
+    assert job_shards.assign(store.engine, job.id, 1) == 2
+    job_shards.set_flow_run(store.engine, job.id, 1, "run-for-attempt-1", 1)  # (too late)
+    assert job_shards.shards_of(store.engine, job.id)[1].flow_run_id is None
+    job_shards.set_flow_run(store.engine, job.id, 1, "run-for-attempt-2", 2)
+    assert job_shards.shards_of(store.engine, job.id)[1].flow_run_id == "run-for-attempt-2"
+    forget(settings)
 
 
 def _slow_world() -> World:
