@@ -1,5 +1,7 @@
 """A real SOCKS5 proxy on loopback for the suite and the egress benchmark: ``pproxy`` (a
-dev dependency, no code of ours) run as a subprocess, its verbose log kept in a file.
+dev dependency, no code of ours) run as a subprocess, its verbose log kept in a file; and
+``asyncio-socks-server`` (:class:`DialingSocksProxy`), which answers a request only once it
+has dialled the destination.
 
 ``pproxy -v`` logs a line per connection it makes (``socks5 127.0.0.1:41234 ->
 127.0.0.9:2525``) and per destination its block rule refuses (``BLOCK 127.0.0.9 from
@@ -22,6 +24,7 @@ from pathlib import Path
 
 _CONNECTED = re.compile(r"socks5 \S+ -> ([0-9a-f.:]+):(\d+)")
 _BLOCKED = re.compile(r"BLOCK (\S+) from")
+_STREAM = re.compile(r"Established TCP stream between \(.*?\) and \('([0-9a-f.:]+)', (\d+)\)")
 START_TIMEOUT = 20.0
 # pproxy installs uvloop when it can import it (uvicorn[standard] brings it), then asks for
 # the event loop the old way, which uvloop refuses: run it on asyncio's own loop.
@@ -76,6 +79,11 @@ class SocksProxy:
         command += ["--auth", "0"]  # (else pproxy trusts an address that once logged in)
         if self.block:
             command += ["-b", "{" + self.block + "}"]
+        self._launch(command, "Serving on")
+        return self
+
+    def _launch(self, command: list[str], ready: str) -> None:
+        """Start ``command``, its output in the log, and wait for ``ready`` in it."""
         with self._log.open("ab") as log:
             self._process = subprocess.Popen(
                 command,
@@ -84,12 +92,11 @@ class SocksProxy:
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
         deadline = time.monotonic() + START_TIMEOUT
-        while "Serving on" not in self.log():
+        while ready not in self.log():
             if self._process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"pproxy did not start: {self.log()[-500:]}")
-            time.sleep(0.02)  # (polling its log: pproxy says nothing else when ready)
-        return self
+                raise RuntimeError(f"the SOCKS5 proxy did not start: {self.log()[-500:]}")
+            time.sleep(0.02)  # (polling its log: the proxy says nothing else when ready)
 
     def stop(self) -> None:
         """Stop the proxy (the log stays readable until :meth:`remove`)."""
@@ -126,3 +133,25 @@ class SocksProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.remove()
+
+
+class DialingSocksProxy(SocksProxy):
+    """``asyncio-socks-server`` (a dev dependency) on ``host``: unlike pproxy, it dials the
+    destination before it answers the SOCKS request, as RFC 1928 has it (and Dante does),
+    so a destination that refuses the connection comes back as reply 5, "connection
+    refused". No authentication and no rules."""
+
+    def start(self) -> DialingSocksProxy:
+        self.port = self.port or free_port(self.host)
+        command = [sys.executable, "-m", "asyncio_socks_server", "-H", self.host]
+        command += ["-P", str(self.port), "--access-log"]
+        self._launch(command, "Server launched")
+        return self
+
+    def refused(self) -> int:
+        """How many destinations refused the connections it made for us."""
+        return self.log().count("Connection was refused")
+
+    def destinations(self) -> list[str]:
+        """``ip:port`` of every connection the proxy made, in order."""
+        return [f"{ip}:{port}" for ip, port in _STREAM.findall(self.log())]

@@ -14,7 +14,7 @@ import pytest
 from api_helpers import clean_env, env_for_testbed
 from cli_helpers import folded, run_verimail
 
-from bench.socks_proxy import SocksProxy
+from bench.socks_proxy import DialingSocksProxy, SocksProxy
 from verimail.config import Settings
 from verimail.engine import Egress, Engine, Routes, find_email
 from verimail.engine.smtp.findings import probe_address
@@ -133,6 +133,44 @@ async def test_a_destination_the_proxy_refuses_is_never_invalid(
     assert carol.sub_status in (SubStatus.CONNECTION_FAILED, SubStatus.EGRESS_FAILED)
     assert beta in blocked
     assert tb.host_stats("mx.beta.test").sessions == 0
+
+
+async def test_a_destination_refused_behind_a_proxy_that_dials_first_reads_as_direct(
+    testbed_factory, tmp_path, testbed_settings
+):
+    """A SOCKS5 server that dials before it answers (asyncio-socks-server, as RFC 1928 and
+    Dante do) replies 5, "connection refused", for a mail server that is down: that is the
+    server's refusal, not the proxy's fault — the verdicts are a direct run's (the next MX
+    host answers; a domain with no other host is `unknown` / connection_failed), never
+    egress_failed."""
+    down = "127.0.0.250"  # (no mail server of the testbed there)
+    tb = testbed_factory(
+        World.of(
+            [HostSpec("mx.alpha.test", HostBehaviour(mailboxes={"alice"}))],
+            [
+                DomainSpec("backup.test", mx=[(10, "mx.down.test"), (20, "mx.alpha.test")]),
+                DomainSpec("dead.test", mx=[(10, "mx.down.test")]),
+                DomainSpec("mx.down.test", a=[down]),
+            ],
+        )
+    )
+    emails = ["alice@backup.test", "nobody@backup.test", "alice@dead.test"]
+    direct = await Engine(testbed_settings(tb, tmp_path)).verify_many(emails)
+    with DialingSocksProxy("127.0.0.2") as proxy:
+        settings = testbed_settings(tb, tmp_path, smtp_proxy=proxy.url)
+        batch = await Engine(settings).verify_many(emails)
+        refused, reached = proxy.refused(), proxy.destinations()
+    assert (
+        _verdicts(batch)
+        == _verdicts(direct)
+        == [
+            (Status.VALID, SubStatus.OK),
+            (Status.INVALID, SubStatus.MAILBOX_NOT_FOUND),
+            (Status.UNKNOWN, SubStatus.CONNECTION_FAILED),
+        ]
+    )
+    assert refused >= 1  # (the proxy dialled the server that is down, and said so)
+    assert f"{tb.address_of('mx.alpha.test')}:{tb.smtp_port}" in reached  # (through it)
 
 
 async def test_the_proxy_is_never_asked_for_an_address_the_guard_refuses(
