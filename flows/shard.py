@@ -27,6 +27,7 @@ from verimail.config import Settings, current_settings
 from verimail.files.bulk_io import job_dir
 from verimail.files.shards import read_shard_input, shard_results
 from verimail.flows.deployments import DEPLOYMENTS, from_deployment
+from verimail.flows.job_run import pass_greylist_retries
 from verimail.flows.summary import name_this_run, run_name
 from verimail.jobs.context import db_retried, store_for
 from verimail.jobs.heartbeat import Superseded, as_owner
@@ -75,7 +76,7 @@ async def run_shard(
             store,
             job,
             settings.job_stale_after,
-            _verify(settings, store, claimed, what),
+            _verify(settings, store, claimed, what, pass_greylist_retries(settings, job, 0)),
             attempt=attempt,
             beat=lambda: job_shards.beat(store.engine, job_id, shard, attempt),
             what=what,
@@ -88,9 +89,12 @@ async def run_shard(
     return outcome
 
 
-async def _verify(settings: Settings, store: Store, shard: job_shards.Shard, what: str) -> int:
-    """The shard's addresses that earlier runs did not save, verified; returns how many
-    of the job's shards are left to do (0: this was the last)."""
+async def _verify(
+    settings: Settings, store: Store, shard: job_shards.Shard, what: str, greylist_retries: int
+) -> int:
+    """The shard's addresses that earlier runs did not save, verified (``greylist_retries``
+    in-pass retries of a greylisted recipient: the job's first pass's); returns how many of
+    the job's shards are left to do (0: this was the last)."""
     directory = job_dir(settings.data_dir, shard.job_id)
     given = await asyncio.to_thread(read_shard_input, directory, shard.shard)
     addresses = given.get_column("normalised").to_list()
@@ -105,7 +109,7 @@ async def _verify(settings: Settings, store: Store, shard: job_shards.Shard, wha
     )
     del given, earlier, saved
     shown = time.monotonic()
-    async for settled in verify_pass(todo, what=what):
+    async for settled in verify_pass(todo, what=what, greylist_retries=greylist_retries):
         parts.add(settled)
         await asyncio.to_thread(parts.flush)  # (saved as it comes: a later run keeps it)
         tally.add(settled)

@@ -176,8 +176,9 @@ GREY_EMAILS = [
 async def test_the_merge_parks_what_the_shards_were_put_off_by(
     testbed_factory, testbed_settings, tmp_path
 ):
-    """Deferred retries of a sharded job: each shard verifies once; the merge collects what
-    the servers put off and parks the job, and a retry pass of the job settles it (the
+    """Deferred retries of a sharded job: each shard verifies once, with no in-pass
+    greylisting retry (``job_greylist_retries``); the merge collects what the servers put
+    off and parks the job, and a retry pass of the job settles it (the
     parent collects: one retry pass, not one per shard — docs/deployment.md)."""
     hosts = {
         "ok.test": HostBehaviour(mailboxes={"alice"}),
@@ -187,7 +188,7 @@ async def test_the_merge_parks_what_the_shards_were_put_off_by(
     settings = testbed_settings(
         tb,
         tmp_path,
-        smtp_greylist_retries=0,
+        smtp_greylist_retries=3,  # (a single's; a job pass a deferred one follows waits none)
         job_retry_delay=2.0,
         job_retry_passes=2,
         job_retry_max_wait=10.0,
