@@ -226,5 +226,7 @@ async def _park(store: Store, job: job_store.Job, summary: Outcome, kind: str) -
             timeout=0,
             as_subflow=False,
         )
-        await asyncio.to_thread(job_store.set_flow_run_id, store.engine, job.id, str(scheduled.id))
+        await asyncio.to_thread(
+            job_store.set_flow_run_id, store.engine, job.id, str(scheduled.id), attempt=job.attempt
+        )
     return {**summary, "next_retry_at": summary["next_retry_at"].isoformat()}

@@ -150,4 +150,6 @@ async def _merge_on_the_pool(store: Store, job_id: int) -> None:
         timeout=0,
         as_subflow=False,
     )
-    await asyncio.to_thread(job_store.set_flow_run_id, store.engine, job_id, str(merging.id))
+    await asyncio.to_thread(
+        job_store.set_flow_run_id, store.engine, job_id, str(merging.id), attempt=job.attempt
+    )

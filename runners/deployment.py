@@ -54,7 +54,9 @@ class DeploymentRunner:
             timeout=0,
             as_subflow=False,
         )
-        job_store.set_flow_run_id(store_for(self.settings).engine, job_id, str(flow_run.id))
+        job_store.set_flow_run_id(
+            store_for(self.settings).engine, job_id, str(flow_run.id), attempt=attempt
+        )
 
     def submit_shard(self, job_id: int, shard: int, attempt: int) -> None:
         """A ``verify-shard`` run of a big job's shard in the work pool."""

@@ -534,9 +534,20 @@ def mark_failed(
     return True
 
 
-def set_flow_run_id(engine: Engine, job_id: int, flow_run_id: str) -> bool:
-    """Record which Prefect flow run works on the job (shown in the UI and logs)."""
+def set_flow_run_id(
+    engine: Engine, job_id: int, flow_run_id: str, *, attempt: int | None = None
+) -> bool:
+    """Record which Prefect flow run works on the job (shown in the UI and logs); given
+    ``attempt``, only while the job is still that run's. The deployment runner reads the
+    recorded run's state to tell a job queued for a worker from a dead one: a run handed
+    to the pool after the job passed to a later run (the reaper resumed it meanwhile) must
+    not stand for the later run — once it ended, the job looked dead and was resumed again,
+    until it failed as out of attempts."""
     with write_tx(engine) as conn:
+        if attempt is not None:
+            job = lock_job(conn, job_id)
+            if job is None or not run_owns(job, attempt):
+                return False
         result = conn.execute(
             update(jobs).where(jobs.c.id == job_id).values(flow_run_id=flow_run_id)
         )

@@ -32,6 +32,7 @@ from verimail.store import accounts, job_shards, tables
 from verimail.store import jobs as job_store
 from verimail.store.billing.movements import grant
 from verimail.store.db import utcnow
+from verimail.store.job_retries import claim_for_resume
 from verimail.tasks.shards import pack
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
@@ -295,8 +296,8 @@ def test_shards_being_handed_to_the_pool_are_not_taken_for_dead(testbed_settings
     """While the job's run beats, its shards not handed to a run yet are its own (each
     hand-over is a Prefect call, slow on a busy server: they were "resumed" while the run
     was still handing them out, and the runs it handed over were superseded one by one);
-    once that run is quiet, they are the reaper's. A flow run handed over for a shard's
-    earlier run never replaces the flow run of its later one."""
+    once that run is quiet, they are the reaper's. A flow run handed over for an earlier
+    run of a shard, or of the job, never replaces the flow run of its later one."""
     settings = testbed_settings(tb, tmp_path)
     store = store_for(settings)
     account = accounts.create_account(store.engine, settings, plan="enterprise")
@@ -321,6 +322,13 @@ def test_shards_being_handed_to_the_pool_are_not_taken_for_dead(testbed_settings
     assert job_shards.shards_of(store.engine, job.id)[1].flow_run_id is None
     job_shards.set_flow_run(store.engine, job.id, 1, "run-for-attempt-2", 2)
     assert job_shards.shards_of(store.engine, job.id)[1].flow_run_id == "run-for-attempt-2"
+
+    # The same for the job: its merge handed to the pool after the reaper resumed the job.
+    seen = job_store.get_job_any(store.engine, job.id).heartbeat_at
+    assert claim_for_resume(store.engine, job.id, seen) == 2
+    assert job_store.set_flow_run_id(store.engine, job.id, "resumed-run", attempt=2)
+    assert not job_store.set_flow_run_id(store.engine, job.id, "late-merge", attempt=1)
+    assert job_store.get_job_any(store.engine, job.id).flow_run_id == "resumed-run"
     forget(settings)
 
 
