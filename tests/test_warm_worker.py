@@ -1,0 +1,158 @@
+"""The warm worker (`verimail worker`, issue 33.2) for real: deployments on a Prefect server,
+`verimail worker` processes on the pool, the API handing bulk jobs to them with
+`run_deployment`, the store on PostgreSQL — as `test_deployment_mode.py` runs Prefect's
+process worker.
+
+- A job submitted through the API completes on a warm worker with the right results, and a
+  flow run of another deployment in the same pool is left where it was (Scheduled).
+- Two warm workers on one pool take several jobs between them and run each flow run once:
+  one Running state per run, each address asked once, each job on its first attempt.
+- SIGTERM stops a worker cleanly (exit 0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+from uuid import UUID
+
+import pytest
+from api_helpers import api_world, env_for_testbed, poll_job, running_app
+
+from verimail.runners.testing import warm_worker, worker_env
+from verimail.store import jobs as job_store
+from verimail.store.testing import temporary_database_url
+from verimail.testbed.server import Testbed
+
+pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.prefect]
+
+
+def _pool() -> str:
+    return f"verimail-warm-{os.getpid()}"
+
+
+async def _register(pool: str) -> None:
+    from verimail.runners.deploy import register_deployments
+
+    assert await asyncio.to_thread(register_deployments, pool, schedule=False)
+
+
+def _env(tb: Testbed, url: str, data: Path) -> dict[str, str]:
+    return worker_env(env_for_testbed(tb), database_url=url, data_dir=data)
+
+
+def _foreign_run(pool: str) -> UUID:
+    """A flow run of a deployment that is not verimail's, in ``pool``, due now."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        flow_id = client.create_flow_from_name("someone-else")
+        deployment = client.create_deployment(
+            flow_id, "someone-else", work_pool_name=pool, entrypoint="elsewhere.py:flow"
+        )
+        return client.create_flow_run_from_deployment(deployment).id
+
+
+def _state_types(run_id: UUID, *, final: bool = False, timeout: float = 60.0) -> list[str]:
+    """The run's state types, oldest first; with ``final``, once it is in a final state (the
+    job is completed by the flow a moment before the flow run itself ends)."""
+    from prefect.client.orchestration import get_client
+
+    deadline = time.monotonic() + timeout
+    with get_client(sync_client=True) as client:
+        while True:
+            states = client.read_flow_run_states(run_id)
+            types = [s.type.value for s in sorted(states, key=lambda s: s.timestamp)]
+            if not final or types[-1] in FINAL or time.monotonic() > deadline:
+                return types
+            time.sleep(0.1)  # (polling Prefect: nothing to wait on but its answer)
+
+
+FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+
+
+def _log(path: Path) -> str:
+    return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+
+
+async def test_a_job_runs_on_the_warm_worker_and_other_runs_are_left(
+    testbed_factory, testbed_settings, tmp_path
+):
+    tb = testbed_factory(api_world())
+    pool = _pool()
+    log = tmp_path / "warm.log"
+    with temporary_database_url("postgres", tmp_path) as url:
+        settings = testbed_settings(
+            tb, tmp_path, database_url=url, runner="deployment", prefect_work_pool=pool
+        )
+        await _register(pool)
+        foreign = await asyncio.to_thread(_foreign_run, pool)
+        with warm_worker(pool, _env(tb, url, tmp_path), log) as worker:
+            async with running_app(settings) as app:
+                customer = app.customer(credits=50)
+                created = await app.client.post(
+                    "/api/verify/bulk",
+                    headers=customer.headers,
+                    json={"emails": ["alice@acme.test", "nobody@acme.test"]},
+                )
+                assert created.status_code == 200, created.text
+                job_id = created.json()["job_id"]
+                done = await poll_job(
+                    app.client, f"/api/verify/bulk/{job_id}", customer.headers, timeout=240
+                )
+                job = job_store.get_job_any(app.store.engine, int(job_id))
+            assert done["status"] == "completed", (done, _log(log))
+            assert [r["status"] for r in done["results"]] == ["valid", "invalid"]
+            assert job is not None and job.flow_run_id
+            states = await asyncio.to_thread(_state_types, UUID(job.flow_run_id), final=True)
+            assert states.count("RUNNING") == 1 and states[-1] == "COMPLETED", states
+            # The other deployment's run was due all along: the worker polled past it.
+            assert await asyncio.to_thread(_state_types, foreign) == ["SCHEDULED"]
+            worker.send_signal(signal.SIGTERM)
+            assert await asyncio.to_thread(worker.wait, 60) == 0, _log(log)
+        assert "stopped (1 run(s) taken)" in _log(log)
+
+
+async def test_two_warm_workers_run_each_flow_run_once(testbed_factory, testbed_settings, tmp_path):
+    tb = testbed_factory(api_world())
+    pool = _pool()
+    jobs = 6
+    with temporary_database_url("postgres", tmp_path) as url:
+        settings = testbed_settings(
+            tb, tmp_path, database_url=url, runner="deployment", prefect_work_pool=pool
+        )
+        await _register(pool)
+        env = _env(tb, url, tmp_path)
+        logs = [tmp_path / "w1.log", tmp_path / "w2.log"]
+        with warm_worker(pool, env, logs[0]), warm_worker(pool, env, logs[1]):
+            async with running_app(settings) as app:
+                customer = app.customer(credits=50)
+                ids = []
+                for n in range(jobs):  # one address each, each its own mailbox
+                    created = await app.client.post(
+                        "/api/verify/bulk",
+                        headers=customer.headers,
+                        json={"emails": [f"user{n}@acme.test"]},
+                    )
+                    assert created.status_code == 200, created.text
+                    ids.append(int(created.json()["job_id"]))
+                done = [
+                    await poll_job(
+                        app.client, f"/api/verify/bulk/{i}", customer.headers, timeout=240
+                    )
+                    for i in ids
+                ]
+                rows = [job_store.get_job_any(app.store.engine, i) for i in ids]
+            both = "".join(_log(p) for p in logs)
+            assert all(d["status"] == "completed" for d in done), (done, both)
+            for job in rows:
+                assert job is not None and (job.options or {}).get("attempts", 1) == 1
+                run_id = UUID(str(job.flow_run_id))
+                states = await asyncio.to_thread(_state_types, run_id, final=True)
+                assert states.count("PENDING") == 1 and states.count("RUNNING") == 1, states
+                assert states[-1] == "COMPLETED", states
+        asked = [a for a in tb.host_stats("mx.acme.test").rcpts if not a.startswith("vm-probe-")]
+        assert sorted(asked) == sorted(f"user{n}@acme.test" for n in range(jobs))  # each once
