@@ -30,7 +30,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from verimail.config import Settings, using_settings
 from verimail.flows.deployments import DEPLOYMENTS
@@ -139,9 +139,6 @@ class WarmWorker:
         """Claim the pool's due runs of our deployments, as many as there are free threads,
         and start each in a thread; returns how many. The pool is asked even when every
         thread is busy: Prefect counts a poll as the deployments' sign of life ("Ready")."""
-        from prefect.client.schemas.responses import SetStateStatus
-        from prefect.states import Pending
-
         due = client.get_scheduled_flow_runs_for_work_pool(
             self.pool, scheduled_before=datetime.now(UTC)
         )
@@ -153,15 +150,40 @@ class WarmWorker:
             name = self._deployment_name(client, run.deployment_id)
             if name is None:
                 continue  # (another deployment's run: another worker's)
-            if client.set_flow_run_state(run.id, Pending()).status != SetStateStatus.ACCEPT:
+            claimed = self._claim(client, run.id)
+            if claimed is None:
                 continue  # (another worker claimed it first)
-            claimed = client.read_flow_run(run.id)
+            log.info("flow run %s (%s) claimed", claimed.id, name)
             with self._lock:
                 self._running.add(claimed.id)
             self._threads.submit(self._run_flow_run, self.flows[name], claimed)
             self.started += 1
             started += 1
         return started
+
+    def _claim(self, client: Any, run_id: UUID) -> Any:
+        """Move the run to Pending for this worker; the run if it is ours now, else None.
+
+        Prefect grants Pending once. The proposal names this claim, so an answer that did not
+        come back (a timeout, or the client's retry of it answered "already Pending" — seen
+        with a Prefect server on SQLite under load, its answer a minute late) is settled by
+        reading the run: Pending under this claim's name is ours."""
+        from prefect.client.schemas.responses import SetStateStatus
+        from prefect.states import Pending
+
+        mark = f"claimed by {self.name} ({uuid4().hex[:12]})"
+        try:
+            if client.set_flow_run_state(run_id, Pending(message=mark)).status == (
+                SetStateStatus.ACCEPT
+            ):
+                return client.read_flow_run(run_id)
+        except Exception as exc:
+            log.warning("claiming flow run %s: %r; reading it back", run_id, exc)
+        run = client.read_flow_run(run_id)
+        state = run.state
+        if state is not None and state.is_pending() and state.message == mark:
+            return run
+        return None
 
     def _deployment_name(self, client: Any, deployment_id: UUID | None) -> str | None:
         """The name of one of our deployments with this id, else None. Ours are looked up by
@@ -193,7 +215,32 @@ class WarmWorker:
                     asyncio.run(result)
         except BaseException as exc:
             log.warning("flow run %s ended with %r", flow_run.id, exc)
+        else:
+            log.info("flow run %s ended", flow_run.id)
         finally:
+            _settle_cancelling(flow_run.id)
             with self._lock:
                 self._running.discard(flow_run.id)
             self._ended.set()
+
+
+CANCELLED_LATE = (
+    "Cancelled in Prefect while it ran: the warm worker does not stop a run mid-way (no process "
+    "of its own to kill); it ran to its end. Stop a job in verimail to stop it mid-way."
+)
+
+
+def _settle_cancelling(run_id: UUID) -> None:
+    """A run cancelled in the Prefect UI while it ran ends as Cancelled, not left Cancelling
+    for ever (Prefect refuses its flow's own final state then; the process worker would have
+    killed its process and marked it so)."""
+    from prefect.client.orchestration import get_client
+    from prefect.states import Cancelled
+
+    try:
+        with get_client(sync_client=True) as client:
+            state = client.read_flow_run(run_id).state
+            if state is not None and state.is_cancelling():
+                client.set_flow_run_state(run_id, Cancelled(message=CANCELLED_LATE))
+    except Exception as exc:
+        log.warning("could not settle cancelled flow run %s: %r", run_id, exc)

@@ -8,6 +8,8 @@ process worker.
 - Two warm workers on one pool take several jobs between them and run each flow run once:
   one Running state per run, each address asked once, each job on its first attempt.
 - SIGTERM stops a worker cleanly (exit 0).
+- A run cancelled in the Prefect UI is not stopped mid-way: its job completes, and the flow
+  run ends Cancelled rather than staying Cancelling.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from verimail.runners.testing import warm_worker, worker_env
 from verimail.store import jobs as job_store
 from verimail.store.testing import temporary_database_url
 from verimail.testbed.server import Testbed
+from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.prefect]
 
@@ -74,6 +77,19 @@ def _state_types(run_id: UUID, *, final: bool = False, timeout: float = 60.0) ->
 FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 
+def _online_and_ready(pool: str) -> bool:
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL
+
+    from verimail.flows.deployments import DEPLOYMENTS
+    from verimail.runners.worker import worker_online
+
+    with get_client(sync_client=True) as client:
+        deployments = [client.read_deployment_by_name(n) for n in DEPLOYMENTS.values()]
+    ready = {getattr(d.status, "value", d.status) for d in deployments}
+    return worker_online(str(PREFECT_API_URL.value()), pool) and ready == {"READY"}
+
+
 def _log(path: Path) -> str:
     return path.read_text(errors="replace")[-3000:] if path.exists() else ""
 
@@ -111,6 +127,8 @@ async def test_a_job_runs_on_the_warm_worker_and_other_runs_are_left(
             assert states.count("RUNNING") == 1 and states[-1] == "COMPLETED", states
             # The other deployment's run was due all along: the worker polled past it.
             assert await asyncio.to_thread(_state_types, foreign) == ["SCHEDULED"]
+            # Its heartbeats and polls: the worker Online, the deployments Ready in the UI.
+            assert await asyncio.to_thread(_online_and_ready, pool)
             worker.send_signal(signal.SIGTERM)
             assert await asyncio.to_thread(worker.wait, 60) == 0, _log(log)
         assert "stopped (1 run(s) taken)" in _log(log)
@@ -156,3 +174,62 @@ async def test_two_warm_workers_run_each_flow_run_once(testbed_factory, testbed_
                 assert states[-1] == "COMPLETED", states
         asked = [a for a in tb.host_stats("mx.acme.test").rcpts if not a.startswith("vm-probe-")]
         assert sorted(asked) == sorted(f"user{n}@acme.test" for n in range(jobs))  # each once
+
+
+SLOW_HOST = "mx.tortoise.test"
+
+
+def _slow_world(rows: int) -> World:
+    mailboxes = {f"user{i}" for i in range(0, rows, 2)}
+    return World.of(
+        [HostSpec(SLOW_HOST, HostBehaviour(mailboxes=mailboxes, reply_delay=0.1))],
+        [DomainSpec("tortoise.test", mx=[(10, SLOW_HOST)])],
+    )
+
+
+def _cancel(run_id: UUID) -> None:
+    """What the Prefect UI's "Cancel" does: the run to Cancelling."""
+    from prefect.client.orchestration import get_client
+    from prefect.states import Cancelling
+
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_state(run_id, Cancelling())
+
+
+async def test_a_run_cancelled_in_prefect_is_not_killed_mid_way(
+    testbed_factory, testbed_settings, tmp_path
+):
+    rows = 24
+    tb = testbed_factory(_slow_world(rows))
+    pool = _pool()
+    log = tmp_path / "warm.log"
+    with temporary_database_url("postgres", tmp_path) as url:
+        settings = testbed_settings(
+            tb, tmp_path, database_url=url, runner="deployment", prefect_work_pool=pool
+        )
+        await _register(pool)
+        with warm_worker(pool, _env(tb, url, tmp_path), log):
+            async with running_app(settings) as app:
+                customer = app.customer(credits=100)
+                emails = [f"user{i}@tortoise.test" for i in range(rows)]
+                created = await app.client.post(
+                    "/api/verify/bulk", headers=customer.headers, json={"emails": emails}
+                )
+                job_id = int(created.json()["job_id"])
+                reached = await asyncio.to_thread(
+                    tb.wait_until, lambda t: t.host_stats(SLOW_HOST).active >= 1, 120
+                )
+                assert reached, _log(log)
+                job = job_store.get_job_any(app.store.engine, job_id)
+                assert job is not None
+                run_id = UUID(str(job.flow_run_id))
+                await asyncio.to_thread(_cancel, run_id)
+                done = await poll_job(
+                    app.client, f"/api/verify/bulk/{job_id}", customer.headers, timeout=240
+                )
+                states = await asyncio.to_thread(_state_types, run_id, final=True)
+        # Not killed mid-way: the job ran to its end (every row, charged as usual), and the
+        # flow run ended Cancelled (not left Cancelling), saying why.
+        assert done["status"] == "completed", (done, _log(log))
+        assert done["processed_emails"] == rows
+        assert states[-2:] == ["CANCELLING", "CANCELLED"], (states, _log(log))
