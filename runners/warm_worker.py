@@ -26,7 +26,6 @@ import logging
 import os
 import socket
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -86,7 +85,6 @@ class WarmWorker:
         self._stopping = threading.Event()
         self._ended = threading.Event()  # a run ended
         self._foreign: set[UUID] = set()  # other deployments' ids: not asked about again
-        self._last_heartbeat = 0.0
         self.started = 0  # flow runs claimed and handed to a thread, in all
 
     def stop(self) -> None:
@@ -111,29 +109,45 @@ class WarmWorker:
                 client.read_work_pool(self.pool)
             except ObjectNotFound:
                 raise PoolNotFound(self.pool) from None
-            while True:
-                try:
-                    self._heartbeat(client)
-                    if not self.stopping:
-                        self.poll_once(client)
-                except Exception as exc:  # (Prefect unreachable a moment: try again)
-                    log.warning("polling work pool %s failed: %r", self.pool, exc)
-                if not self.stopping:
-                    self._stopping.wait(self.poll)
-                elif not self.running():
-                    break
-                else:  # (stopping: wait for the runs it has to end, beating meanwhile)
-                    self._ended.wait(self.poll)
-                    self._ended.clear()
+            done = threading.Event()
+            beats = threading.Thread(
+                target=self._beat, args=(done,), name="verimail-worker-heartbeat", daemon=True
+            )
+            beats.start()
+            try:
+                self._loop(client)
+            finally:
+                done.set()
         self._threads.shutdown(wait=True)
 
-    def _heartbeat(self, client: Any) -> None:
-        if time.monotonic() - self._last_heartbeat < HEARTBEAT_SECONDS:
-            return
-        client.send_worker_heartbeat(
-            self.pool, self.name, heartbeat_interval_seconds=HEARTBEAT_SECONDS
-        )
-        self._last_heartbeat = time.monotonic()
+    def _loop(self, client: Any) -> None:
+        while True:
+            if not self.stopping:
+                try:
+                    self.poll_once(client)
+                except Exception as exc:  # (Prefect unreachable a moment: try again)
+                    log.warning("polling work pool %s failed: %r", self.pool, exc)
+                self._stopping.wait(self.poll)
+            elif not self.running():
+                return
+            else:  # (stopping: wait for the runs it has to end, beating meanwhile)
+                self._ended.wait(self.poll)
+                self._ended.clear()
+
+    def _beat(self, done: threading.Event) -> None:
+        """Worker heartbeats, on a thread of their own: a heartbeat Prefect is slow to answer
+        (its client retries a 503 for a minute) must not hold up the polls."""
+        from prefect.client.orchestration import get_client
+
+        with get_client(sync_client=True) as client:
+            while not done.is_set():
+                try:
+                    client.send_worker_heartbeat(
+                        self.pool, self.name, heartbeat_interval_seconds=HEARTBEAT_SECONDS
+                    )
+                except Exception as exc:
+                    log.warning("worker heartbeat failed: %r", exc)
+                done.wait(HEARTBEAT_SECONDS)
 
     def poll_once(self, client: Any) -> int:
         """Claim the pool's due runs of our deployments, as many as there are free threads,
