@@ -46,11 +46,12 @@ def worker_command(
 
     def on_signal(signum: int, _frame: object) -> None:
         if worker.stopping:  # a second signal: now, leaving the runs' jobs to the reaper
-            console.print(f"stopped with {len(worker.running())} run(s) unfinished")
+            console.print(f"stopped with {len(worker.running())} run(s) unfinished", soft_wrap=True)
             os._exit(128 + signum)
         console.print(
             f"stopping: no new runs; waiting for {len(worker.running())} run(s) to end "
-            "(signal again to stop now)"
+            "(signal again to stop now)",
+            soft_wrap=True,
         )
         worker.stop()
 
@@ -73,4 +74,4 @@ def worker_command(
     except (httpx.HTTPError, PrefectHTTPStatusError) as exc:
         console.print(f"Cannot reach Prefect at {url}: {exc}", style="red", highlight=False)
         raise typer.Exit(1) from None
-    console.print(f"worker {worker.name} stopped ({worker.started} run(s) taken)")
+    console.print(f"worker {worker.name} stopped ({worker.started} run(s) taken)", soft_wrap=True)

@@ -77,17 +77,25 @@ def _state_types(run_id: UUID, *, final: bool = False, timeout: float = 60.0) ->
 FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 
-def _online_and_ready(pool: str) -> bool:
+def _online_and_ready(pool: str, timeout: float = 60.0) -> tuple[bool, set[str]]:
+    """Whether a worker of ``pool`` is Online, and the statuses of our four deployments,
+    once both are as the warm worker's heartbeats and polls make them (Prefect marks the
+    deployments Ready in a background task of its own, a moment after a poll)."""
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL
 
     from verimail.flows.deployments import DEPLOYMENTS
     from verimail.runners.worker import worker_online
 
+    deadline = time.monotonic() + timeout
     with get_client(sync_client=True) as client:
-        deployments = [client.read_deployment_by_name(n) for n in DEPLOYMENTS.values()]
-    ready = {getattr(d.status, "value", d.status) for d in deployments}
-    return worker_online(str(PREFECT_API_URL.value()), pool) and ready == {"READY"}
+        while True:
+            deployments = [client.read_deployment_by_name(n) for n in DEPLOYMENTS.values()]
+            ready = {str(getattr(d.status, "value", d.status)) for d in deployments}
+            online = worker_online(str(PREFECT_API_URL.value()), pool)
+            if (online and ready == {"READY"}) or time.monotonic() > deadline:
+                return online, ready
+            time.sleep(0.2)  # (polling Prefect: nothing to wait on but its answer)
 
 
 def _log(path: Path) -> str:
@@ -128,7 +136,7 @@ async def test_a_job_runs_on_the_warm_worker_and_other_runs_are_left(
             # The other deployment's run was due all along: the worker polled past it.
             assert await asyncio.to_thread(_state_types, foreign) == ["SCHEDULED"]
             # Its heartbeats and polls: the worker Online, the deployments Ready in the UI.
-            assert await asyncio.to_thread(_online_and_ready, pool)
+            assert await asyncio.to_thread(_online_and_ready, pool) == (True, {"READY"})
             worker.send_signal(signal.SIGTERM)
             assert await asyncio.to_thread(worker.wait, 60) == 0, _log(log)
         assert "stopped (1 run(s) taken)" in _log(log)
@@ -233,3 +241,40 @@ async def test_a_run_cancelled_in_prefect_is_not_killed_mid_way(
         assert done["status"] == "completed", (done, _log(log))
         assert done["processed_emails"] == rows
         assert states[-2:] == ["CANCELLING", "CANCELLED"], (states, _log(log))
+
+
+async def test_sigterm_lets_the_running_job_end(testbed_factory, testbed_settings, tmp_path):
+    """SIGTERM mid-job: the worker claims nothing more, the job it runs ends on its first
+    run (the reaper never had to resume it), then the worker exits 0."""
+    rows = 24
+    tb = testbed_factory(_slow_world(rows))
+    pool = _pool()
+    log = tmp_path / "warm.log"
+    with temporary_database_url("postgres", tmp_path) as url:
+        settings = testbed_settings(
+            tb, tmp_path, database_url=url, runner="deployment", prefect_work_pool=pool
+        )
+        await _register(pool)
+        with warm_worker(pool, _env(tb, url, tmp_path), log) as worker:
+            async with running_app(settings) as app:
+                customer = app.customer(credits=100)
+                emails = [f"user{i}@tortoise.test" for i in range(rows)]
+                created = await app.client.post(
+                    "/api/verify/bulk", headers=customer.headers, json={"emails": emails}
+                )
+                job_id = int(created.json()["job_id"])
+                reached = await asyncio.to_thread(
+                    tb.wait_until, lambda t: t.host_stats(SLOW_HOST).active >= 1, 120
+                )
+                assert reached, _log(log)
+                worker.send_signal(signal.SIGTERM)
+                done = await poll_job(
+                    app.client, f"/api/verify/bulk/{job_id}", customer.headers, timeout=240
+                )
+                job = job_store.get_job_any(app.store.engine, job_id)
+            assert await asyncio.to_thread(worker.wait, 60) == 0, _log(log)
+        assert done["status"] == "completed", (done, _log(log))
+        assert done["processed_emails"] == rows
+        assert job is not None and (job.options or {}).get("attempts", 1) == 1
+        assert "waiting for 1 run(s) to end" in _log(log)
+        assert "stopped (1 run(s) taken)" in _log(log)
