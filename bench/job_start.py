@@ -8,11 +8,16 @@ through the real API (``verimail serve``, uvicorn, SQLite store) against a testb
 - ``deployment``: the same API with ``runner=deployment``, a Prefect server of its own, and
   one ``prefect worker`` (``--limit 1``, polling every ``--poll`` s: the recipe of
   ``runners/testing.py``); a first job warms it, then ``--jobs`` of each kind.
+- ``--worker warm`` (or ``both``): the deployment mode with ``verimail worker`` (the warm
+  worker, ``runners/warm_worker.py``: ``--limit 1``, polling every ``--poll`` s) in the
+  place of Prefect's process worker; ``both`` measures the two one after the other, each on
+  a Prefect server of its own.
 
 The times are the first API poll (every 20 ms) that shows the change, so each is late by up
 to 20 ms plus one request.
 
-``python -m bench.job_start [--mode local|deployment|both] [--jobs 5] [--poll 10]``
+``python -m bench.job_start [--mode local|deployment|both] [--worker process|warm|both]
+[--jobs 5] [--poll 10]``
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ KINDS = (
     ("json", "JSON list"),
 )
 POLL = 0.02  # seconds between the bench's polls of the job
+WORKER_MODES = {"process": "deployment", "warm": "deployment, warm worker"}
 
 
 def _emails(n: int) -> list[str]:
@@ -147,11 +153,13 @@ def _local(tb: RemoteTestbed, work: Path, jobs: int) -> list[dict[str, Any]]:
         return _measure(base, key, jobs)
 
 
-def _deployment(tb: RemoteTestbed, work: Path, jobs: int, poll: float) -> list[dict[str, Any]]:
+def _deployment(
+    tb: RemoteTestbed, work: Path, jobs: int, poll: float, worker_kind: str = "process"
+) -> list[dict[str, Any]]:
     from prefect.testing.utilities import prefect_test_harness
 
     from verimail.runners.deploy import register_deployments
-    from verimail.runners.testing import prefect_worker, worker_env
+    from verimail.runners.testing import prefect_worker, warm_worker, worker_env
 
     pool = f"verimail-bench-start-{os.getpid()}"
     data = work / "data"
@@ -179,7 +187,11 @@ def _deployment(tb: RemoteTestbed, work: Path, jobs: int, poll: float) -> list[d
             data_dir=data,
             PREFECT_WORKER_QUERY_SECONDS=f"{poll:g}",
         )
-        with prefect_worker(pool, worker, work / "worker.log", limit=1), _serve(env, work) as base:
+        if worker_kind == "warm":
+            started = warm_worker(pool, worker, work / "worker.log", limit=1, poll=poll)
+        else:
+            started = prefect_worker(pool, worker, work / "worker.log", limit=1)
+        with started, _serve(env, work) as base:
             runs = _measure(base, key, jobs)
         for run in runs:
             run.update(asyncio.run(_prefect_split(run["job_id"])))
@@ -228,11 +240,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--mode", choices=["local", "deployment", "both"], default="both")
     parser.add_argument("--jobs", type=int, default=5, help="measured jobs of each kind")
     parser.add_argument(
+        "--worker",
+        choices=["process", "warm", "both"],
+        default="process",
+        help="deployment mode's worker: Prefect's process worker, verimail's warm worker, both",
+    )
+    parser.add_argument(
         "--poll", type=float, default=10.0, help="the worker's poll interval (deployment)"
     )
     add_output_args(parser)
     args = parser.parse_args(argv)
-    modes = ["local", "deployment"] if args.mode == "both" else [args.mode]
+    workers = ["process", "warm"] if args.worker == "both" else [args.worker]
+    deployment = [WORKER_MODES[w] for w in workers]
+    modes = {"local": ["local"], "deployment": deployment}.get(args.mode, ["local", *deployment])
     results: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="verimail-bench-start-") as tmp:
         root = Path(tmp)
@@ -245,7 +265,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 if mode == "local":
                     results[mode] = _local(tb, work, args.jobs)
                 else:
-                    results[mode] = _deployment(tb, work, args.jobs, args.poll)
+                    kind = "warm" if mode == WORKER_MODES["warm"] else "process"
+                    results[mode] = _deployment(tb, work, args.jobs, args.poll, kind)
     table = Table(
         f"Submit → processing and submit → completed of a {ROWS}-row job, s (median / worst "
         f"of {args.jobs})",
@@ -263,13 +284,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
     split = Table(
         "Deployment mode: where a run's start went, s (median / worst), from Prefect's states",
-        ["job", "submit request (run_deployment)", "created → Pending (worker's poll)",
-         "Pending → Running (flow-run process start)", "submit → processing"],
+        ["worker", "job", "submit request (run_deployment)", "created → Pending (worker's poll)",
+         "Pending → Running (flow-run process or thread start)", "submit → processing"],
     )  # fmt: skip
-    for kind, label in KINDS:
-        runs = results.get("deployment", [])
-        if runs:
+    for mode in (m for m in modes if m != "local"):
+        runs = results[mode]
+        for kind, label in KINDS:
             split.add(
+                mode,
                 label,
                 _cells(runs, kind, "submit_request"),
                 _cells(runs, kind, "to_pickup"),
@@ -289,7 +311,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         args,
         title=f"Job start: a {ROWS}-row job, submit to processing and to completed",
         command=command_text("bench.job_start", argv),
-        tables=[table, split] if "deployment" in results else [table],
+        tables=[table, split] if set(results) - {"local"} else [table],
         reading=reading,
         extra={"results": results},
     )

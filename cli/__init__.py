@@ -42,6 +42,7 @@ def _register() -> None:
     from verimail.cli.passwords import set_password_command
     from verimail.cli.serve import serve_command
     from verimail.cli.verify import verify_command
+    from verimail.cli.worker import worker_command
     from verimail.testbed.cli import app as testbed_app
 
     app.add_typer(testbed_app, name="testbed")
@@ -57,6 +58,7 @@ def _register() -> None:
     app.command("bulk")(bulk_command)
     app.add_typer(history_app, name="history")
     app.command("deploy")(deploy_command)
+    app.command("worker")(worker_command)
 
 
 def settings_problems(exc: ValidationError) -> list[str]:

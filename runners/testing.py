@@ -1,6 +1,6 @@
-"""Prefect worker processes for tests and benchmarks (here so the deployment-mode tests and
-``bench.greylisting --one-worker`` share one recipe, as ``store/testing.py`` does for
-throw-away databases).
+"""Prefect worker processes (and verimail's warm worker) for tests and benchmarks (here so
+the deployment-mode tests and ``bench.greylisting --one-worker`` share one recipe, as
+``store/testing.py`` does for throw-away databases).
 
 A worker is ``prefect worker start --pool …`` from this interpreter's environment, on the
 Prefect server this process uses (``PREFECT_API_URL``), polling every second; whatever is
@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 PREFECT = str(Path(sys.executable).parent / "prefect")
+VERIMAIL = str(Path(sys.executable).parent / "verimail")
 
 
 def worker_env(
@@ -54,6 +55,25 @@ def prefect_worker(
     command = [PREFECT, "worker", "start", "--pool", pool]
     if limit is not None:
         command += ["--limit", str(limit)]
+    with log.open("ab") as out:
+        worker = subprocess.Popen(
+            command, env=dict(env), stdout=out, stderr=subprocess.STDOUT, cwd=log.parent
+        )
+    try:
+        yield worker
+    finally:
+        kill_tree(worker.pid)
+        worker.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def warm_worker(
+    pool: str, env: Mapping[str, str], log: Path, *, limit: int = 2, poll: float = 0.2
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A ``verimail worker`` process (the warm worker) on ``pool``, as :func:`prefect_worker`
+    starts Prefect's; whatever is left of it is killed at the end (a test that wants to see
+    it stop on SIGTERM sends it and waits first)."""
+    command = [VERIMAIL, "worker", "--pool", pool, "--limit", str(limit), "--poll", f"{poll:g}"]
     with log.open("ab") as out:
         worker = subprocess.Popen(
             command, env=dict(env), stdout=out, stderr=subprocess.STDOUT, cwd=log.parent
