@@ -15,10 +15,13 @@ process worker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import pytest
@@ -204,50 +207,16 @@ def _cancel(run_id: UUID) -> None:
         client.set_flow_run_state(run_id, Cancelling())
 
 
-async def test_a_run_cancelled_in_prefect_is_not_killed_mid_way(
-    testbed_factory, testbed_settings, tmp_path
-):
-    rows = 24
-    tb = testbed_factory(_slow_world(rows))
-    pool = _pool()
-    log = tmp_path / "warm.log"
-    with temporary_database_url("postgres", tmp_path) as url:
-        settings = testbed_settings(
-            tb, tmp_path, database_url=url, runner="deployment", prefect_work_pool=pool
-        )
-        await _register(pool)
-        with warm_worker(pool, _env(tb, url, tmp_path), log):
-            async with running_app(settings) as app:
-                customer = app.customer(credits=100)
-                emails = [f"user{i}@tortoise.test" for i in range(rows)]
-                created = await app.client.post(
-                    "/api/verify/bulk", headers=customer.headers, json={"emails": emails}
-                )
-                job_id = int(created.json()["job_id"])
-                reached = await asyncio.to_thread(
-                    tb.wait_until, lambda t: t.host_stats(SLOW_HOST).active >= 1, 120
-                )
-                assert reached, _log(log)
-                job = job_store.get_job_any(app.store.engine, job_id)
-                assert job is not None
-                run_id = UUID(str(job.flow_run_id))
-                await asyncio.to_thread(_cancel, run_id)
-                done = await poll_job(
-                    app.client, f"/api/verify/bulk/{job_id}", customer.headers, timeout=240
-                )
-                states = await asyncio.to_thread(_state_types, run_id, final=True)
-        # Not killed mid-way: the job ran to its end (every row, charged as usual), and the
-        # flow run ended Cancelled (not left Cancelling), saying why.
-        assert done["status"] == "completed", (done, _log(log))
-        assert done["processed_emails"] == rows
-        assert states[-2:] == ["CANCELLING", "CANCELLED"], (states, _log(log))
+ROWS = 24
 
 
-async def test_sigterm_lets_the_running_job_end(testbed_factory, testbed_settings, tmp_path):
-    """SIGTERM mid-job: the worker claims nothing more, the job it runs ends on its first
-    run (the reaper never had to resume it), then the worker exits 0."""
-    rows = 24
-    tb = testbed_factory(_slow_world(rows))
+@contextlib.asynccontextmanager
+async def _slow_job_on_a_warm_worker(
+    testbed_factory, testbed_settings, tmp_path: Path
+) -> AsyncIterator[tuple[Any, Any, str, Any, Path]]:
+    """A warm worker on a fresh pool running a bulk job of :data:`ROWS` addresses on a slow
+    host, already talking to it: (app, customer, the job's URL, the worker, its log)."""
+    tb = testbed_factory(_slow_world(ROWS))
     pool = _pool()
     log = tmp_path / "warm.log"
     with temporary_database_url("postgres", tmp_path) as url:
@@ -258,23 +227,57 @@ async def test_sigterm_lets_the_running_job_end(testbed_factory, testbed_setting
         with warm_worker(pool, _env(tb, url, tmp_path), log) as worker:
             async with running_app(settings) as app:
                 customer = app.customer(credits=100)
-                emails = [f"user{i}@tortoise.test" for i in range(rows)]
+                emails = [f"user{i}@tortoise.test" for i in range(ROWS)]
                 created = await app.client.post(
                     "/api/verify/bulk", headers=customer.headers, json={"emails": emails}
                 )
-                job_id = int(created.json()["job_id"])
+                url_of_job = f"/api/verify/bulk/{created.json()['job_id']}"
                 reached = await asyncio.to_thread(
                     tb.wait_until, lambda t: t.host_stats(SLOW_HOST).active >= 1, 120
                 )
                 assert reached, _log(log)
-                worker.send_signal(signal.SIGTERM)
-                done = await poll_job(
-                    app.client, f"/api/verify/bulk/{job_id}", customer.headers, timeout=240
-                )
-                job = job_store.get_job_any(app.store.engine, job_id)
-            assert await asyncio.to_thread(worker.wait, 60) == 0, _log(log)
-        assert done["status"] == "completed", (done, _log(log))
-        assert done["processed_emails"] == rows
-        assert job is not None and (job.options or {}).get("attempts", 1) == 1
-        assert "waiting for 1 run(s) to end" in _log(log)
-        assert "stopped (1 run(s) taken)" in _log(log)
+                yield app, customer, url_of_job, worker, log
+
+
+async def test_a_run_cancelled_in_prefect_is_not_killed_mid_way(
+    testbed_factory, testbed_settings, tmp_path
+):
+    async with _slow_job_on_a_warm_worker(testbed_factory, testbed_settings, tmp_path) as (
+        app,
+        customer,
+        url,
+        _worker,
+        log,
+    ):
+        job = job_store.get_job_any(app.store.engine, int(url.rsplit("/", 1)[1]))
+        assert job is not None
+        run_id = UUID(str(job.flow_run_id))
+        await asyncio.to_thread(_cancel, run_id)
+        done = await poll_job(app.client, url, customer.headers, timeout=240)
+        states = await asyncio.to_thread(_state_types, run_id, final=True)
+    # Not killed mid-way: the job ran to its end (every row, charged as usual), and the
+    # flow run ended Cancelled (not left Cancelling), saying why.
+    assert done["status"] == "completed", (done, _log(log))
+    assert done["processed_emails"] == ROWS
+    assert states[-2:] == ["CANCELLING", "CANCELLED"], (states, _log(log))
+
+
+async def test_sigterm_lets_the_running_job_end(testbed_factory, testbed_settings, tmp_path):
+    """SIGTERM mid-job: the worker claims nothing more, the job it runs ends on its first
+    run (the reaper never had to resume it), then the worker exits 0."""
+    async with _slow_job_on_a_warm_worker(testbed_factory, testbed_settings, tmp_path) as (
+        app,
+        customer,
+        url,
+        worker,
+        log,
+    ):
+        worker.send_signal(signal.SIGTERM)
+        done = await poll_job(app.client, url, customer.headers, timeout=240)
+        job = job_store.get_job_any(app.store.engine, int(url.rsplit("/", 1)[1]))
+        assert await asyncio.to_thread(worker.wait, 60) == 0, _log(log)
+    assert done["status"] == "completed", (done, _log(log))
+    assert done["processed_emails"] == ROWS
+    assert job is not None and (job.options or {}).get("attempts", 1) == 1
+    assert "waiting for 1 run(s) to end" in _log(log)
+    assert "stopped (1 run(s) taken)" in _log(log)
