@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from api_helpers import clean_env, env_for_testbed
+from api_helpers import RawTcpServer, clean_env, env_for_testbed, wait_until
 from cli_helpers import folded, run_verimail
 
 from bench.socks_proxy import DialingSocksProxy, SocksProxy
@@ -113,6 +114,31 @@ async def test_an_unreachable_proxy_is_egress_failed(testbed_factory, tmp_path, 
     assert "could not be reached" in batch.results[0].reason
 
 
+class _SilentProxy(RawTcpServer):
+    """Takes the connection and reads the SOCKS greeting, never answers: a proxy that hangs,
+    or one still waiting for a firewalled server (it answers only once it reached it)."""
+
+    def handle(self, conn: socket.socket) -> None:
+        while conn.recv(4096):
+            pass
+
+
+async def test_a_proxy_that_never_answers_is_a_timeout(testbed_factory, tmp_path, testbed_settings):
+    """No answer within the connect time-out reads as a direct dial's time-out (a silent
+    proxy and a firewalled server cannot be told apart), never egress_failed, whichever of
+    the two deadlines (ours, the SOCKS client's) expires first (docs/egress.md)."""
+    tb = testbed_factory(_world())
+    silent = _SilentProxy()
+    try:
+        url = f"socks5://{silent.address}"
+        settings = testbed_settings(tb, tmp_path, smtp_proxy=url, smtp_connect_timeout=0.5)
+        batch = await Engine(settings).verify_many(["alice@alpha.test"])
+    finally:
+        silent.close()
+    (result,) = batch.results
+    assert (result.status, result.sub_status) == (Status.UNKNOWN, SubStatus.TIMEOUT)
+
+
 async def test_a_destination_the_proxy_refuses_is_never_invalid(
     testbed_factory, tmp_path, testbed_settings
 ):
@@ -140,37 +166,38 @@ async def test_a_destination_refused_behind_a_proxy_that_dials_first_reads_as_di
 ):
     """A SOCKS5 server that dials before it answers (asyncio-socks-server, as RFC 1928 and
     Dante do) replies 5, "connection refused", for a mail server that is down: that is the
-    server's refusal, not the proxy's fault — the verdicts are a direct run's (the next MX
-    host answers; a domain with no other host is `unknown` / connection_failed), never
-    egress_failed."""
+    server's refusal, not the proxy's fault — read as a direct dial's (`unknown` /
+    connection_failed, never egress_failed), and the next MX host is asked.
+
+    Only the refusal is judged through this proxy: asyncio-socks-server 0.3.0 can relay a
+    server's greeting before its own SOCKS reply when the server speaks first, as SMTP
+    servers do (a race in it, seen on a busy machine: "Unexpected SOCKS version number:
+    0X32", the "2" of "220"). Verdicts through a working relay are pproxy's tests above."""
     down = "127.0.0.250"  # (no mail server of the testbed there)
     tb = testbed_factory(
         World.of(
             [HostSpec("mx.alpha.test", HostBehaviour(mailboxes={"alice"}))],
             [
-                DomainSpec("backup.test", mx=[(10, "mx.down.test"), (20, "mx.alpha.test")]),
                 DomainSpec("dead.test", mx=[(10, "mx.down.test")]),
+                DomainSpec("backup.test", mx=[(10, "mx.down.test"), (20, "mx.alpha.test")]),
                 DomainSpec("mx.down.test", a=[down]),
             ],
         )
     )
-    emails = ["alice@backup.test", "nobody@backup.test", "alice@dead.test"]
-    direct = await Engine(testbed_settings(tb, tmp_path)).verify_many(emails)
+    direct = await Engine(testbed_settings(tb, tmp_path)).verify_many(["alice@dead.test"])
     with DialingSocksProxy("127.0.0.2") as proxy:
-        settings = testbed_settings(tb, tmp_path, smtp_proxy=proxy.url)
-        batch = await Engine(settings).verify_many(emails)
-        refused, reached = proxy.refused(), proxy.destinations()
-    assert (
-        _verdicts(batch)
-        == _verdicts(direct)
-        == [
-            (Status.VALID, SubStatus.OK),
-            (Status.INVALID, SubStatus.MAILBOX_NOT_FOUND),
-            (Status.UNKNOWN, SubStatus.CONNECTION_FAILED),
-        ]
-    )
-    assert refused >= 1  # (the proxy dialled the server that is down, and said so)
-    assert f"{tb.address_of('mx.alpha.test')}:{tb.smtp_port}" in reached  # (through it)
+        # (Room for a proxy process slow to answer on a busy machine: what is tested is its
+        # reply, not its speed; the refusal itself comes at once.)
+        settings = testbed_settings(tb, tmp_path, smtp_proxy=proxy.url, smtp_connect_timeout=20)
+        dead = await Engine(settings).verify_many(["alice@dead.test"])
+        # (the proxy dialled the server that is down, and says so in its log, written late)
+        await wait_until(lambda: proxy.refused() >= 1, 30, what="the proxy's refusal")
+        before = tb.host_stats("mx.alpha.test").sessions
+        await Engine(settings).verify_many(["alice@backup.test"])
+        after = tb.host_stats("mx.alpha.test").sessions
+    assert _verdicts(dead) == _verdicts(direct) == [(Status.UNKNOWN, SubStatus.CONNECTION_FAILED)]
+    assert "way out" not in (dead.results[0].reason or ""), dead.results[0].reason
+    assert after > before  # (refused by the first MX host, it asked the next)
 
 
 async def test_the_proxy_is_never_asked_for_an_address_the_guard_refuses(

@@ -109,9 +109,10 @@ async def open_socket(egress: Egress, ip: str, port: int, timeout: float) -> soc
     try:
         return await proxy.connect(dest_host=ip, dest_port=port, timeout=timeout)
     except ProxyTimeoutError:
-        raise EgressFailed(
-            egress, "proxy_unreachable", f"{where} did not connect us within {timeout:g} s."
-        ) from None
+        # A proxy answers once it has reached the server: no answer in time is a server (or
+        # a proxy) that did not answer, read as a direct dial's time-out — as the caller's
+        # own deadline, which expires at the same moment, reads it (docs/egress.md).
+        raise TimeoutError(f"{where} did not connect us within {timeout:g} s") from None
     except ProxyConnectionError as exc:
         raise EgressFailed(
             egress, "proxy_unreachable", f"{where} could not be reached ({exc.strerror or exc})."
