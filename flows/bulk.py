@@ -42,7 +42,7 @@ from verimail.flows.shard import run_shard
 from verimail.flows.summary import artifact_key, name_this_run, run_name
 from verimail.jobs import retries
 from verimail.jobs.context import db_retried, store_for
-from verimail.jobs.create import stored_info
+from verimail.jobs.create import stored_info, stored_upload
 from verimail.jobs.forms import FormError, create_job_for_file, create_job_for_form
 from verimail.jobs.heartbeat import Superseded, complete_run, still_owned
 from verimail.jobs.tally import Tally
@@ -276,14 +276,10 @@ async def _retry_pass(
 
 async def _read_input(settings: Settings, job: job_store.Job) -> JobInput:
     """The job's upload, loaded as the inspection kept with the job says."""
-    upload = _upload(settings, job)
+    upload = stored_upload(settings, job)
     return await read_input(
         upload, job.email_column, settings.upload_max_rows, stored_info(settings, job)
     )
-
-
-def _upload(settings: Settings, job: job_store.Job) -> Path:
-    return Path(job.upload_path or job_dir(settings.data_dir, job.id) / "upload.csv")
 
 
 async def _end_pass(
@@ -327,7 +323,7 @@ async def _end_pass(
     )
     files = await write_results(
         directory,
-        _upload(settings, job),
+        stored_upload(settings, job),
         job_input,
         by_address,
         run=job.attempt,

@@ -37,7 +37,7 @@ from verimail.files.bulk_io import (
 )
 from verimail.files.csv_io import finder_columns, write_finder_results
 from verimail.jobs import retries
-from verimail.jobs.create import stored_info
+from verimail.jobs.create import stored_info, stored_upload
 from verimail.store import jobs as job_store
 from verimail.store.db import Store
 
@@ -79,10 +79,6 @@ def _open_job(store: Store, job_id: int) -> job_store.Job:
     return job
 
 
-def _upload(settings: Settings, job: job_store.Job) -> Path:
-    return Path(job.upload_path or job_dir(settings.data_dir, job.id) / "upload.csv")
-
-
 def _ended(job: job_store.Job) -> Cancelled:
     """A job that ended as the key was pressed: left as it ended."""
     return Cancelled(job.processed_emails, job.total_emails, None, recorded=False)
@@ -98,7 +94,7 @@ def cancel_bulk_job(settings: Settings, store: Store, job_id: int, partial_csv: 
     job = _open_job(store, job_id)
     if job.finished:
         return _ended(job)
-    upload = _upload(settings, job)
+    upload = stored_upload(settings, job)
     job_input = read_job_input(
         upload, job.email_column, settings.upload_max_rows, stored_info(settings, job)
     )
@@ -170,7 +166,7 @@ def cancel_finder_job(
     outcomes = settled_finder_rows(settings, job)
     written = None
     if outcomes.height:
-        upload = _upload(settings, job)
+        upload = stored_upload(settings, job)
         info, _ = finder_columns(
             upload, job.options or {}, settings.upload_max_rows, stored_info(settings, job)
         )

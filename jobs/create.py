@@ -173,6 +173,12 @@ def stored_info(settings: Settings, job: job_store.Job) -> CsvInfo | None:
     return load_info(directory)
 
 
+def stored_upload(settings: Settings, job: job_store.Job) -> Path:
+    """The file ``job`` verifies: its upload where one was kept, else the list the service
+    wrote into the job's folder (a JSON bulk job's)."""
+    return Path(job.upload_path or job_dir(settings.data_dir, job.id) / "upload.csv")
+
+
 def _keep_info(store: Store, job: job_store.Job, info: CsvInfo | None) -> None:
     """Keep ``info`` in the job's folder (where its run and its download read it). Best
     effort: the job exists already, and a run without it sniffs the file instead."""
