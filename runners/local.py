@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -68,14 +69,22 @@ class LocalRunner:
     def warm_up(self) -> threading.Thread:
         """Import Prefect and start its embedded server in a background thread."""
         thread = threading.Thread(
-            target=self._ensure_prefect, name="verimail-prefect-warm-up", daemon=True
+            target=self._warm_up_prefect, name="verimail-prefect-warm-up", daemon=True
         )
         thread.start()
         self._warm_up = thread
         return thread
 
+    def _warm_up_prefect(self) -> None:
+        try:
+            self._ensure_prefect()
+        except Exception:  # (the first run tries again, and reports what is wrong)
+            log.exception("reaching the Prefect API failed")
+
     def _ensure_prefect(self) -> None:
-        """Reach the Prefect API once, starting the embedded server if none is configured.
+        """Reach the Prefect API once, starting the embedded server if none is configured;
+        raises if it cannot be reached (a run then fails instead of starting a server of its
+        own: see :func:`_start_embedded_prefect`).
 
         Serialised: Prefect's embedded server is not safe to start from two threads at
         once (both pick the same port), so the warm-up and the first job runs take turns.
@@ -83,17 +92,15 @@ class LocalRunner:
         with self._prefect_lock:
             if self._prefect_ready:
                 return
-            try:
-                from prefect.client.orchestration import get_client
+            _start_embedded_prefect()
+            from prefect.client.orchestration import get_client
 
-                async def hello() -> None:
-                    async with get_client() as client:
-                        await client.hello()
+            async def hello() -> None:
+                async with get_client() as client:
+                    await client.hello()
 
-                asyncio.run(hello())
-                self._prefect_ready = True
-            except Exception:  # the flow run itself will report what is wrong
-                log.exception("reaching the Prefect API failed")
+            asyncio.run(hello())
+            self._prefect_ready = True
 
     def prefect_ready(self) -> None:
         """Make sure Prefect answers before asking it something from another thread."""
@@ -263,6 +270,47 @@ class LocalRunner:
         if self._warm_up is not None:
             self._warm_up.join(WARM_UP_JOIN_SECONDS)
         _stop_embedded_prefect()
+
+
+EMBEDDED_START_SECONDS = 120
+"""How long the embedded server may take to start unless
+``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS`` says otherwise (Prefect's own default, 20 s,
+was too short for a first start on a busy machine)."""
+EMBEDDED_START_SETTING = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+
+
+def _start_embedded_prefect() -> None:
+    """Start Prefect's embedded server for this process (no ``PREFECT_API_URL``), or raise.
+
+    A first start in a new ``PREFECT_HOME`` builds Prefect's database, which took longer than
+    Prefect's 20 s on a busy CI machine. Prefect then left that server running, unowned, and
+    started a second one on the next request; the first kept `verimail bulk`'s output open
+    after the command had ended, and the script waiting for it hung. Here a start gets
+    ``EMBEDDED_START_SECONDS`` (or the Prefect setting, where the environment sets it) and a
+    start that misses its deadline is stopped before the error is raised."""
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_SERVER_EPHEMERAL_ENABLED,
+        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
+    )
+
+    if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
+        return  # (a server of the deployment; or none, which Prefect reports itself)
+    from prefect.server.api.server import SubprocessASGIServer
+
+    deadline = EMBEDDED_START_SECONDS
+    if EMBEDDED_START_SETTING in os.environ:
+        deadline = PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value()
+    server = SubprocessASGIServer()
+    try:
+        server.start(timeout=deadline)
+    except BaseException as exc:
+        server.stop()
+        raise RuntimeError(
+            f"Prefect's embedded server did not start within {deadline} s ({exc}); "
+            f"{EMBEDDED_START_SETTING} sets how long it may take, PREFECT_API_URL names a "
+            "Prefect server to use instead"
+        ) from exc
 
 
 def _stop_embedded_prefect() -> None:

@@ -162,3 +162,32 @@ def test_bulk_on_its_own_prefect_server_ends_cleanly(testbed_factory, tmp_path):
     assert chatty.returncode == 0, chatty.stderr
     assert "| INFO" in chatty.stderr and "results:" in chatty.stderr
     assert "Error logging to API" not in chatty.stdout + chatty.stderr
+
+
+def test_bulk_whose_prefect_server_starts_too_slowly_fails_and_leaves_nothing_running(
+    testbed_factory, tmp_path
+):
+    """An embedded Prefect server that misses its start deadline is stopped, and the job
+    fails saying so. Prefect itself left such a server running and started another: on a
+    busy CI machine the first start took over 20 s, and the orphan held the command's
+    output open after it exited, so the caller waiting for that output hung."""
+    tb = testbed_factory(_world())
+    env = clean_env(
+        {
+            **env_for_testbed(tb),
+            "VERIMAIL_DATA_DIR": str(tmp_path / "data"),
+            "PREFECT_HOME": str(tmp_path / "prefect"),
+            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "0",  # (no start is that fast)
+        }
+    )
+    for name in ("PREFECT_API_URL", "PREFECT_LOGGING_LEVEL", "PREFECT_SERVER_ALLOW_EPHEMERAL_MODE"):
+        env.pop(name, None)
+    people = tmp_path / "list.csv"
+    people.write_text("email\nalice@acme.test\n")
+    # (Returning at all shows that no server this command started holds its output.)
+    failed = _run(["bulk", str(people)], env)
+    assert failed.returncode == 1, failed.stderr
+    text = folded(failed.stderr)
+    assert "job 1 failed" in text, failed.stderr
+    assert "embedded server did not start within 0 s" in text, failed.stderr
+    assert not (tmp_path / "list.results.csv").exists()
