@@ -36,7 +36,7 @@ def postgres_test_url() -> str:
 
 
 @cache
-def _postgres_problem(url: str) -> str | None:
+def postgres_problem(url: str) -> str | None:
     """Why PostgreSQL at ``url`` is unusable, or None; asked once per process."""
     engine = create_engine(url, connect_args={"connect_timeout": 3}, poolclass=NullPool)
     try:
@@ -56,7 +56,7 @@ def temporary_database_url(backend: Backend, directory: Path) -> Iterator[str]:
         yield f"sqlite:///{directory / 'verimail-test.db'}"
         return
     base = postgres_test_url()
-    problem = _postgres_problem(base)
+    problem = postgres_problem(base)
     if problem:
         raise unittest.SkipTest(problem)
     schema = f"t_{secrets.token_hex(6)}"

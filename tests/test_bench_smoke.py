@@ -146,8 +146,14 @@ def test_greylisting_one_worker_smoke(tmp_path):
     assert (run["workers"], run["at_once"]) == (1, 1)
 
 
+@pytest.mark.prefect
+@pytest.mark.usefixtures("prefect_harness")
 def test_scaling_smoke(tmp_path):
-    result = _run(tmp_path, "scaling", "--sizes", "100,200")
+    import prefect.settings
+
+    # The flow side uses this session's Prefect server instead of starting one per size.
+    server = {"PREFECT_API_URL": str(prefect.settings.PREFECT_API_URL.value())}
+    result = _run(tmp_path, "scaling", "--sizes", "100,200", env=server)
     assert _first_cells(result) == ["100"] * 3 + ["200"] * 3
     runs = result["extra"]["runs"]
     assert [r["call"] for r in runs] == ["verify_many", "stream", "bulk_verify flow"] * 2
