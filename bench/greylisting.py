@@ -476,11 +476,11 @@ def _prefect() -> Any:
     one), given time to start on a loaded machine."""
     import contextlib
 
-    from prefect.testing.utilities import prefect_test_harness
+    from verimail.runners.testing import prefect_server
 
     if os.environ.get("PREFECT_API_URL"):
         return contextlib.nullcontext()
-    return prefect_test_harness(server_startup_timeout=180)
+    return prefect_server()
 
 
 def _database(choice: str) -> str:

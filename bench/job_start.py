@@ -156,15 +156,13 @@ def _local(tb: RemoteTestbed, work: Path, jobs: int) -> list[dict[str, Any]]:
 def _deployment(
     tb: RemoteTestbed, work: Path, jobs: int, poll: float, worker_kind: str = "process"
 ) -> list[dict[str, Any]]:
-    from prefect.testing.utilities import prefect_test_harness
-
     from verimail.runners.deploy import register_deployments
-    from verimail.runners.testing import prefect_worker, warm_worker, worker_env
+    from verimail.runners.testing import prefect_server, prefect_worker, warm_worker, worker_env
 
     pool = f"verimail-bench-start-{os.getpid()}"
     data = work / "data"
     url = f"sqlite:///{data / 'verimail.db'}"
-    with prefect_test_harness(server_startup_timeout=180):
+    with prefect_server():
         from prefect.settings import PREFECT_API_URL
 
         register_deployments(pool, schedule=False)

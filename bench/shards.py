@@ -291,32 +291,17 @@ def _prefect(work: Path) -> Iterator[None]:
     """A Prefect server of its own for the runs, on a PostgreSQL database of its own as a
     deployment's would be (on SQLite, several workers' runs wait on its lock), or the one
     PREFECT_API_URL names."""
-    import secrets
-
-    from sqlalchemy import create_engine, make_url, text
-
     from verimail.runners.prefect_ui import prefect_ui
+    from verimail.runners.testing import prefect_database
     from verimail.store.testing import postgres_test_url
 
     if os.environ.get("PREFECT_API_URL"):
         yield
         return
-    base = make_url(postgres_test_url())
-    name = f"prefect_bench_{secrets.token_hex(4)}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        url = base.set(drivername="postgresql+asyncpg", database=name)
-        os.environ["PREFECT_API_DATABASE_CONNECTION_URL"] = url.render_as_string(
-            hide_password=False
-        )
+    with prefect_database(postgres_test_url()) as url:
+        os.environ["PREFECT_API_DATABASE_CONNECTION_URL"] = url
         with prefect_ui(_free_port(), work / "prefect"):
             yield
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -109,21 +109,17 @@ def run_flow(settings: Settings, addresses: list[str]) -> tuple[dict[str, Any], 
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     import polars as pl
-    from prefect.testing.utilities import prefect_test_harness
 
     from verimail.jobs.context import store_for
     from verimail.jobs.create import create_verify_job
     from verimail.runners.local import LocalRunner
+    from verimail.runners.testing import prefect_server
     from verimail.store import accounts
     from verimail.store import jobs as job_store
 
     harness_started = time.perf_counter()
     # A server already named by PREFECT_API_URL (the test suite's own) is used as it is.
-    server = (
-        contextlib.nullcontext()
-        if os.environ.get("PREFECT_API_URL")
-        else prefect_test_harness(server_startup_timeout=120)
-    )
+    server = contextlib.nullcontext() if os.environ.get("PREFECT_API_URL") else prefect_server()
     with server:
         harness_s = time.perf_counter() - harness_started
         store = store_for(settings)

@@ -92,12 +92,12 @@ def no_process_left_behind() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def prefect_harness() -> Iterator[None]:
     """One temporary Prefect server for the whole session (it takes ~15 s to start), on
-    PostgreSQL where it answers (``tests/prefect_server.py`` says why)."""
+    PostgreSQL where it answers (``runners/testing.py`` says why)."""
     import os
 
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    from prefect_server import prefect_server
+    from verimail.runners.testing import prefect_server
 
     with prefect_server():
         yield
