@@ -18,6 +18,7 @@ for reads.
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,6 +37,10 @@ from verimail.config import Settings
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+_MIGRATING = threading.Lock()
+"""One migration at a time in a process: alembic keeps the running one in module globals
+(``alembic.op``, ``alembic.context``), and two at once (the API's start-up and a job
+thread's first store) ran one database's steps on the other's connection."""
 """How long a SQLite writer waits for the write lock before giving up (queue, don't fail)."""
 
 _SQLITE_BEGIN_OPTION = "verimail_sqlite_begin"
@@ -141,7 +146,7 @@ def migrate(engine: Engine) -> None:
     API processes starting at once never both try to create the tables. PostgreSQL DDL is
     transactional, so a failed migration leaves nothing half-done.
     """
-    with write_tx(engine) as conn:
+    with _MIGRATING, write_tx(engine) as conn:
         if conn.dialect.name == "postgresql":
             schema = conn.execute(text("SELECT current_schema()")).scalar_one()
             digest = hashlib.sha256(f"verimail-migrate:{schema}".encode()).digest()

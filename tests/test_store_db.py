@@ -59,6 +59,32 @@ def test_migrations_create_every_table_and_are_idempotent(backend: str, tmp_path
             second.close()
 
 
+def test_two_databases_migrated_at_once_in_one_process(tmp_path: Path) -> None:
+    """Alembic keeps the running migration in module globals (``alembic.op``): two at once
+    in one process (the API's start-up and a job thread's first store, two apps of the
+    suite) cleared each other's, and one failed with "'NoneType' object has no attribute
+    'create_table'"."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    together = threading.Barrier(4)
+
+    def start(i: int) -> str | None:
+        settings = Settings(
+            data_dir=tmp_path / f"d{i}", database_url=f"sqlite:///{tmp_path}/db{i}.sqlite"
+        )
+        together.wait()
+        store = init_store(settings)
+        try:
+            return current_revision(store.engine)
+        finally:
+            store.close()
+
+    with ThreadPoolExecutor(4) as pool:
+        revisions = list(pool.map(start, range(4)))
+    assert revisions == ["0005"] * 4
+
+
 def test_migrated_schema_matches_tables_py(store: Store) -> None:
     """The hand-written migration and tables.py must not drift apart."""
     with store.engine.connect() as conn:
