@@ -23,7 +23,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from verimail.store.testing import postgres_problem, postgres_test_url
+from verimail.store.testing import created_then_dropped, postgres_problem, postgres_test_url
 
 PREFECT = str(Path(sys.executable).parent / "prefect")
 VERIMAIL = str(Path(sys.executable).parent / "verimail")
@@ -83,18 +83,11 @@ def prefect_database(base: str) -> Iterator[str]:
     a schema: Prefect's migrations create an extension), as an asyncpg URL; dropped
     afterwards."""
     name = f"prefect_test_{secrets.token_hex(6)}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-        url = make_url(base).set(drivername="postgresql+asyncpg", database=name)
-        try:
-            yield url.render_as_string(hide_password=False)
-        finally:
-            with admin.connect() as conn:
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        admin.dispose()
+    url = make_url(base).set(drivername="postgresql+asyncpg", database=name)
+    with created_then_dropped(
+        base, f'CREATE DATABASE "{name}"', f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'
+    ):
+        yield url.render_as_string(hide_password=False)
 
 
 @contextlib.contextmanager

@@ -60,16 +60,26 @@ def temporary_database_url(backend: Backend, directory: Path) -> Iterator[str]:
     if problem:
         raise unittest.SkipTest(problem)
     schema = f"t_{secrets.token_hex(6)}"
+    url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
+    with created_then_dropped(
+        base, f'CREATE SCHEMA "{schema}"', f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'
+    ):
+        yield url.render_as_string(hide_password=False)
+
+
+@contextmanager
+def created_then_dropped(base: str, create: str, drop: str) -> Iterator[None]:
+    """``create`` run on the PostgreSQL server of ``base`` now, ``drop`` at the end (outside
+    a transaction: ``CREATE DATABASE`` cannot run in one)."""
     admin = create_engine(base, isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-        url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
+            conn.execute(text(create))
         try:
-            yield url.render_as_string(hide_password=False)
+            yield
         finally:
             with admin.connect() as conn:
-                conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+                conn.execute(text(drop))
     finally:
         admin.dispose()
 

@@ -137,21 +137,27 @@ def test_bulk_find_and_history_commands(testbed_factory, tmp_path):
     assert runs.returncode == 0 and re.search(r"│ 1 +│", runs.stdout), runs.stdout  # no new job
 
 
-def test_bulk_on_its_own_prefect_server_ends_cleanly(testbed_factory, tmp_path):
-    """With no PREFECT_API_URL the command starts a Prefect server of its own and stops it
-    after the run. The runs' last log lines are sent first: left queued, Prefect sent them at
-    exit to the stopped server, retrying for up to a minute (the command hung after its
-    results), then printed "Error logging to API". Prefect's INFO lines are not shown."""
-    tb = testbed_factory(_world())
+def _on_its_own_prefect(tb, tmp_path, **extra: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """The command's environment with no Prefect server named: it starts its own."""
     env = clean_env(
         {
             **env_for_testbed(tb),
             "VERIMAIL_DATA_DIR": str(tmp_path / "data"),
             "PREFECT_HOME": str(tmp_path / "prefect"),
+            **extra,
         }
     )
     for name in ("PREFECT_API_URL", "PREFECT_LOGGING_LEVEL", "PREFECT_SERVER_ALLOW_EPHEMERAL_MODE"):
         env.pop(name, None)
+    return env
+
+
+def test_bulk_on_its_own_prefect_server_ends_cleanly(testbed_factory, tmp_path):
+    """With no PREFECT_API_URL the command starts a Prefect server of its own and stops it
+    after the run. The runs' last log lines are sent first: left queued, Prefect sent them at
+    exit to the stopped server, retrying for up to a minute (the command hung after its
+    results), then printed "Error logging to API". Prefect's INFO lines are not shown."""
+    env = _on_its_own_prefect(testbed_factory(_world()), tmp_path)
     people = tmp_path / "list.csv"
     people.write_text("email\nalice@acme.test\nnobody@acme.test\n")
     quiet = _run(["bulk", str(people)], env)
@@ -171,17 +177,11 @@ def test_bulk_whose_prefect_server_starts_too_slowly_fails_and_leaves_nothing_ru
     fails saying so. Prefect itself left such a server running and started another: on a
     busy CI machine the first start took over 20 s, and the orphan held the command's
     output open after it exited, so the caller waiting for that output hung."""
-    tb = testbed_factory(_world())
-    env = clean_env(
-        {
-            **env_for_testbed(tb),
-            "VERIMAIL_DATA_DIR": str(tmp_path / "data"),
-            "PREFECT_HOME": str(tmp_path / "prefect"),
-            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "0",  # (no start is that fast)
-        }
+    env = _on_its_own_prefect(
+        testbed_factory(_world()),
+        tmp_path,
+        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="0",  # (no start is that fast)
     )
-    for name in ("PREFECT_API_URL", "PREFECT_LOGGING_LEVEL", "PREFECT_SERVER_ALLOW_EPHEMERAL_MODE"):
-        env.pop(name, None)
     people = tmp_path / "list.csv"
     people.write_text("email\nalice@acme.test\n")
     # (Returning at all shows that no server this command started holds its output.)
