@@ -37,11 +37,12 @@ from verimail.config import Settings
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+"""How long a SQLite writer waits for the write lock before giving up (queue, don't fail)."""
+
 _MIGRATING = threading.Lock()
 """One migration at a time in a process: alembic keeps the running one in module globals
 (``alembic.op``, ``alembic.context``), and two at once (the API's start-up and a job
 thread's first store) ran one database's steps on the other's connection."""
-"""How long a SQLite writer waits for the write lock before giving up (queue, don't fail)."""
 
 _SQLITE_BEGIN_OPTION = "verimail_sqlite_begin"
 
