@@ -38,6 +38,7 @@ from bench.common import (
     stop_process,
 )
 from bench.world import RemoteTestbed
+from verimail.runners.testing import free_port
 
 VERIMAIL = Path(sys.executable).parent / "verimail"
 ADDRESS = "alice@fast.test"
@@ -56,14 +57,6 @@ def _cpu_s(pid: int) -> float:
     """CPU seconds (user + system) a process has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _env(tb: RemoteTestbed, data_dir: Path) -> dict[str, str]:
@@ -190,7 +183,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         with RemoteTestbed(world_yaml=str(world)) as tb:
             env = _env(tb, work / "data")
             key = _account(env, work, credits=10_000_000)
-            port = _free_port()
+            port = free_port()
             log = (work / "serve.log").open("wb")
             server = subprocess.Popen(
                 [VERIMAIL, "serve", "--host", "127.0.0.1", "--port", str(port), *QUIET],

@@ -33,7 +33,6 @@ from bench.api import (
     _account,
     _cpu_s,
     _env,
-    _free_port,
     _httpx,
     _wait_healthy,
     _wrk,
@@ -49,6 +48,7 @@ from bench.common import (
     stop_process,
 )
 from bench.world import RemoteTestbed
+from verimail.runners.testing import free_port
 
 SERVERS = ("before", "after")
 
@@ -73,7 +73,7 @@ def _median_run(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _start(which: str, env: dict[str, str], work: Path) -> tuple[subprocess.Popen, str, Any]:
-    port = _free_port()
+    port = free_port()
     if which == "after":
         command = [str(VERIMAIL), "serve", "--host", "127.0.0.1", "--port", str(port), *QUIET]
     else:

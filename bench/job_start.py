@@ -37,9 +37,10 @@ from typing import Any
 
 import httpx
 
-from bench.api import QUIET, VERIMAIL, _account, _env, _free_port, _wait_healthy
+from bench.api import QUIET, VERIMAIL, _account, _env, _wait_healthy
 from bench.common import Table, add_output_args, command_text, publish
 from bench.world import RemoteTestbed
+from verimail.runners.testing import free_port
 
 ROWS = 10
 WORLD_YAML = """\
@@ -106,7 +107,7 @@ def _time_job(client: httpx.Client, kind: str, limit: float = 300.0) -> dict[str
 @contextlib.contextmanager
 def _serve(env: dict[str, str], cwd: Path) -> Iterator[str]:
     """``verimail serve`` on a free port until the block ends; its base URL."""
-    port = _free_port()
+    port = free_port()
     log_path = cwd / "serve.log"
     with log_path.open("wb") as log:
         server = subprocess.Popen(

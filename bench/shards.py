@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 import polars as pl
 
-from bench.api import VERIMAIL, _account, _env, _free_port, _wait_healthy
+from bench.api import VERIMAIL, _account, _env, _wait_healthy
 from bench.common import (
     Table,
     add_output_args,
@@ -45,6 +45,7 @@ from bench.common import (
     stop_process,
 )
 from bench.world import RemoteTestbed, WorldSpec, build_world
+from verimail.runners.testing import free_port
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 POLITENESS = {  # production defaults (bench_settings), written out for the processes
@@ -187,7 +188,7 @@ def run_job(
         if shard_size is not None:
             env["VERIMAIL_JOB_SHARD_SIZE"] = str(shard_size)
         key = _account(env, work, credits=len(addresses) + 10)
-        port = _free_port()
+        port = free_port()
         base = f"http://127.0.0.1:{port}"
         log = (work / "serve.log").open("wb")
         server = subprocess.Popen(
@@ -300,7 +301,7 @@ def _prefect(work: Path) -> Iterator[None]:
         return
     with prefect_database(postgres_test_url()) as url:
         os.environ["PREFECT_API_DATABASE_CONNECTION_URL"] = url
-        with prefect_ui(_free_port(), work / "prefect"):
+        with prefect_ui(free_port(), work / "prefect"):
             yield
 
 

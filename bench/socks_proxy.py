@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from verimail.runners.testing import free_port
 
 _CONNECTED = re.compile(r"socks5 \S+ -> ([0-9a-f.:]+):(\d+)")
 _BLOCKED = re.compile(r"BLOCK (\S+) from")
@@ -32,12 +33,6 @@ _LAUNCH = (
     "import sys; sys.modules['uvloop'] = None; sys.argv[0] = 'pproxy'; "
     "from pproxy.server import main; main()"
 )
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
 
 
 class SocksProxy:

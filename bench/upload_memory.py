@@ -22,8 +22,9 @@ from typing import Any
 
 import httpx
 
-from bench.api import _account, _free_port
+from bench.api import _account
 from bench.common import Table, add_output_args, command_text, fmt_int, publish, stop_process
+from verimail.runners.testing import free_port
 
 
 def _rss_mib(pid: int) -> float:
@@ -62,7 +63,7 @@ def _run(work: Path, name: str, code: Path | None, upload: Path, uploads: int) -
     if code is not None:
         env["PYTHONPATH"] = str(code)
     key = _account(env, work, credits=1)
-    port = _free_port()
+    port = free_port()
     serve = [sys.executable, "-c", "from verimail.cli import main; main()", "serve"]
     with (work / f"serve-{name}.log").open("wb") as log:
         server = subprocess.Popen(

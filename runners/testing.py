@@ -106,7 +106,7 @@ def _server_on(database_url: str) -> Iterator[None]:
         stack.enter_context(
             temporary_settings(updates={PREFECT_SERVER_DATABASE_CONNECTION_URL: database_url})
         )
-        server = SubprocessASGIServer(port=_free_port())
+        server = SubprocessASGIServer(port=free_port())
         # As Prefect's harness: code that asks for "the" embedded server finds this one
         # instead of starting a second, unowned server.
         prior = SubprocessASGIServer._instances.get(None)
@@ -133,9 +133,11 @@ def _server_on(database_url: str) -> Iterator[None]:
                 SubprocessASGIServer._instances.pop(None, None)
 
 
-def _free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that nothing listens on right now (for the suite's and the
+    benchmarks' servers)."""
     with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
+        probe.bind((host, 0))
         return int(probe.getsockname()[1])
 
 

@@ -27,6 +27,7 @@ from fastapi import FastAPI
 
 from verimail.api.app import create_app
 from verimail.config import Settings
+from verimail.runners.testing import free_port
 from verimail.store.accounts import create_account, create_api_key
 from verimail.store.billing.ledger import ledger
 from verimail.store.billing.pools import balance
@@ -154,13 +155,6 @@ async def wait_until(predicate: Any, timeout: float = 10.0, what: str = "conditi
 
 
 # --- processes ---------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 TEST_RETRY_WINDOW = {"job_retry_delay": 0.5}
