@@ -5,10 +5,11 @@ What to re-verify, in this order: a customer's list on its schedule (``account_i
 weekly schedule, with no parameters — every address whose latest verification is older
 than ``older_than_days``. Runs of the last three are operator work: nothing is charged.
 
-A list's scheduled run plans the schedule's next run (``flows/planned_runs.py``), then
+A list's scheduled run plans the schedule's next run (``flows/planner.py``), then
 makes a re-verification job of the owner's, charged like any bulk job (skipped, with the
 reason in its history and this run's log, when the balance is short), and runs it as a
-``bulk-verify`` subflow: the job's download and its webhook carry the transitions.
+``bulk-verify`` subflow (whose next runs, a deferred retry pass, this run hands on): the
+job's download and its webhook carry the transitions.
 
 Writes the new results to the history and a change report CSV
 (``<data_dir>/reports/reverify-<time>.csv``: email, previous_status, status,
@@ -38,8 +39,7 @@ from verimail.files.bulk_io import job_dir, read_job_input, results_frame
 from verimail.files.csv_io import distinct_in_order
 from verimail.files.history import latest_statuses, query
 from verimail.files.upload_errors import UploadError
-from verimail.flows import planned_runs
-from verimail.flows.bulk import bulk_verify
+from verimail.flows import planner
 from verimail.flows.failures import refused
 from verimail.flows.summary import name_this_run, publish_table, transition_rows
 from verimail.jobs import retries
@@ -120,7 +120,8 @@ async def reverify_stored(
     if list_job_id is not None:
         if account_id is None:
             return refused("A list's scheduled run needs both its account and its list.")
-        return await run_scheduled(settings, account_id, list_job_id)
+        outcome = await run_scheduled(settings, account_id, list_job_id)
+        return await planner.hand_over(settings, outcome)
     if retry_of is not None:
         return await _retry_pass(settings, retry_of, retry_pass)
     what = (
@@ -248,14 +249,14 @@ async def _park(
         return None
     retry_pass, at, waited = planned
     try:
-        run_id = await planned_runs.create_planned_run(
-            settings,
-            reverify_stored,
+        request = planner.RunRequest(
+            "reverify",
             {"retry_of": done.report, "retry_pass": retry_pass},
-            at,
-            name=f"reverify {done.what}: retry pass {retry_pass}",
-            tags=[planned_runs.RETRY_RUN_TAG],
+            f"reverify {done.what} · retry pass {retry_pass} of {settings.job_retry_passes}",
+            at=at,
+            tags=(planner.RETRY_RUN_TAG,),
         )
+        run_id = await planner.plan_later(settings, request)
     except Exception as exc:
         get_run_logger().warning(
             "could not plan retry pass %s of %s: %s", retry_pass, done.report, exc
@@ -379,9 +380,7 @@ async def run_scheduled(settings: Settings, account_id: int, list_job: int) -> d
         return {"list_job_id": list_job, "skipped": changed}
     # The successor first: a run that fails below must not end the schedule.
     when = lists.next_after(schedule.next_run_at, schedule.every_days, datetime.now(UTC))
-    planned = await planned_runs.plan_list_run(
-        settings, store, reverify_stored, account_id, list_job, when
-    )
+    planned = await planner.plan_list_run(settings, store, account_id, list_job, when)
     if not await asyncio.to_thread(
         reverify_store.set_flow_run,
         store.engine,
@@ -390,7 +389,7 @@ async def run_scheduled(settings: Settings, account_id: int, list_job: int) -> d
         when,
         expected=me,
     ):  # (changed or cancelled this very moment: neither run is the schedule's)
-        await planned_runs.cancel_run(planned.flow_run_id, "the schedule changed meanwhile")
+        await planner.cancel_run(planned.flow_run_id, "the schedule changed meanwhile")
         logger.info("list %s: nothing to do: %s", list_job, changed)
         return {"list_job_id": list_job, "skipped": changed}
     previous = await asyncio.to_thread(
@@ -422,7 +421,7 @@ async def run_scheduled(settings: Settings, account_id: int, list_job: int) -> d
         logger.warning("list %s of account %s skipped: %s", list_job, account_id, reason)
         return {"list_job_id": list_job, "skipped": reason, "next_run_at": when.isoformat()}
     logger.info("list %s of account %s: re-verifying as job %s", list_job, account_id, job.id)
-    await bulk_verify(job_id=job.id, attempt=job.attempt)
+    ran = await planner.run_inline(planner.job_request(settings, job))
     done = await asyncio.to_thread(job_store.get_job_any, store.engine, job.id)
     return {
         "list_job_id": list_job,
@@ -430,4 +429,5 @@ async def run_scheduled(settings: Settings, account_id: int, list_job: int) -> d
         "status": done.status if done else None,
         "transitions": (done.options or {}).get("transitions") if done else None,
         "next_run_at": when.isoformat(),
+        "next_runs": ran.get("next_runs") if isinstance(ran, dict) else None,
     }

@@ -26,6 +26,7 @@ from typing import Any, Literal, Protocol
 from verimail.config import Settings
 from verimail.files.bulk_io import INFO_FILE, job_dir, load_info, save_info
 from verimail.files.csv_detect import CsvInfo
+from verimail.schemas.flows import flow_of_job
 from verimail.store import jobs as job_store
 from verimail.store.billing.pools import balance
 from verimail.store.billing.prices import price
@@ -33,9 +34,11 @@ from verimail.store.db import Store
 
 log = logging.getLogger(__name__)
 
-RunKind = Literal["bulk", "finder"]
-RUN_KIND: dict[str, RunKind] = {"bulk_csv": "bulk", "bulk_json": "bulk", "finder_csv": "finder"}
-"""The flow that works each kind of job (a JSON bulk job is verified like a CSV one)."""
+
+def run_kind(job: job_store.Job) -> str:
+    """The key of the flow that works ``job`` (``schemas/flows.py``: a JSON bulk job is
+    verified like a CSV one); a runner's ``kind``."""
+    return flow_of_job(job.kind).key
 
 
 class JobRunner(Protocol):
@@ -156,7 +159,7 @@ def submit(store: Store, runner: JobRunner, job: job_store.Job) -> None:
     refunds its reservation, if any) and :class:`NotStarted` says so: no job is left
     ``pending`` and nothing stays charged."""
     try:
-        runner.submit(RUN_KIND[job.kind], job.id, job.attempt)
+        runner.submit(run_kind(job), job.id, job.attempt)
     except Exception as exc:
         log.exception("could not start job %s", job.id)
         settled = "its credits were refunded" if job.credits_reserved else "nothing was charged"

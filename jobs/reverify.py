@@ -7,7 +7,7 @@ the list's previous run (``options["reverify_of"]``): the ``bulk-verify`` flow w
 ``previous_status`` / ``status_changed`` into its files and the transitions onto the job.
 
 A schedule is one planned Prefect flow run of ``reverify-stored`` at a time
-(``flows/planned_runs.py``); when it runs it first plans its successor (``every_days``
+(``flows/planner.py``); when it runs it first plans its successor (``every_days``
 later, :func:`next_after`), then re-verifies (``flows/reverify.py``).
 """
 

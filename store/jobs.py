@@ -43,6 +43,7 @@ from verimail.store.job_lock import (
     lock_job,
     options_of,
     run_owns,
+    store_options,
 )
 from verimail.store.tables import JOB_KINDS, jobs
 
@@ -339,6 +340,16 @@ def mark_processing(
     if flow_run_id is not None:
         values["flow_run_id"] = flow_run_id
     return _set_if(engine, job_id, "pending", values)
+
+
+def remember_first_run(engine: Engine, job_id: int, flow_run_id: str) -> None:
+    """Keep the flow run that started the job (the run a person started, or the API's):
+    the job's summary lands there, whichever run ends the job. The first call wins."""
+    with write_tx(engine) as conn:
+        job = lock_job(conn, job_id)
+        if job is None or "first_flow_run_id" in options_of(job):
+            return
+        store_options(conn, job_id, {**options_of(job), "first_flow_run_id": flow_run_id})
 
 
 def update_progress(
