@@ -25,8 +25,8 @@ The table, first matching row wins (in brackets: what a sender does next):
 | other 5xx | rejected_other [hold] |
 | 452 4.5.3, "too many", a bare 452: :func:`asks_new_session` | (a new session) |
 | 4xx over quota (4.2.2, or the words) | mailbox_full [hold] |
-| 4xx about our sender or HELO name | temp_failure [retry] |
 | 4xx (not 421) saying greylisting (Mimecast's "internal resource …" too) | greylisted |
+| 4xx about our sender or HELO name | temp_failure [retry] |
 | 4xx of a busy or broken server ("busy", "resources", "local problem") | temp_failure |
 | 4xx (not 421) saying only "try (again) later", 4.7.1, 4.2.0 | greylisted [retry] |
 | 421, other 4xx | temp_failure [retry] |
@@ -255,10 +255,10 @@ def _temporary(code: int, message: str) -> SmtpOutcome:
     # was down or busy.
     if code == 421:
         return SmtpOutcome.TEMP_FAILURE
-    if _SENDER_TEXT.search(message) or _HELO_OR_RELAY_TEXT.search(message):
-        return SmtpOutcome.TEMP_FAILURE  # (about us, for now: "450 4.7.1 Helo command rejected")
     if _SAYS_GREYLIST.search(message):
         return SmtpOutcome.GREYLISTED
+    if _SENDER_TEXT.search(message) or _HELO_OR_RELAY_TEXT.search(message):
+        return SmtpOutcome.TEMP_FAILURE  # (about us, for now: "450 4.7.1 Helo command rejected")
     if _BUSY_TEXT.search(message) or _RATE_TEXT.search(message):
         return SmtpOutcome.TEMP_FAILURE
     if _GREYLIST_TEXT.search(message):
