@@ -15,8 +15,13 @@ import asyncio
 from verimail.jobs.context import db_retried
 from verimail.jobs.heartbeat import Superseded
 from verimail.store import jobs as job_store
-from verimail.store.billing import job_charges
-from verimail.store.billing.ledger import charges_under
+from verimail.store.billing import (
+    charge_for_run,
+    charges_under,
+    finder_references,
+    finder_row_reference,
+    refund_for_run,
+)
 from verimail.store.db import Store
 
 
@@ -33,11 +38,11 @@ class FinderBilling:
         self.lock = asyncio.Lock()
 
     def _reference(self, row: int) -> str:
-        return job_charges.finder_row_reference(self.job.id, row)
+        return finder_row_reference(self.job.id, row)
 
     @property
     def _prefix(self) -> str:
-        return job_charges.finder_references(self.job.id)
+        return finder_references(self.job.id)
 
     async def load(self) -> None:
         """What earlier runs of this job paid for (a resumed job)."""
@@ -65,7 +70,7 @@ class FinderBilling:
             if self.exhausted:
                 return False
             outcome = await db_retried(
-                job_charges.charge_for_run,
+                charge_for_run,
                 self.store.engine,
                 self.job,
                 self.price,
@@ -88,7 +93,7 @@ class FinderBilling:
             if row not in self.paid:
                 return
             given = await db_retried(
-                job_charges.refund_for_run,
+                refund_for_run,
                 self.store.engine,
                 self.job,
                 reference=self._reference(row),

@@ -260,3 +260,23 @@ def test_the_documented_edges_are_the_imports() -> None:
         f"the imports changed the parts' edges: paste this between the markers of "
         f"docs/ARCHITECTURE.md (and redraw its picture if an arrow changed):\n\n{table}\n"
     )
+
+
+def test_billing_has_one_door() -> None:
+    """Every surface takes billing's names from ``verimail.store.billing`` (its
+    ``__init__.py``, the door: quote, reserve, settle, refund, cancel), never from a module
+    inside it, and nothing outside ``store/billing/`` reads the ledger's table: a rule of
+    credits written elsewhere fails here. The store's own transitions reach in for the steps
+    that run inside their transactions."""
+    reaching = []
+    for part, path in _modules():
+        where = path.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                module, names = node.module, {alias.name for alias in node.names}
+                if part != "store" and module.startswith("verimail.store.billing."):
+                    reaching.append(f"{where} imports {module}")
+                if module == "verimail.store.tables" and "credit_ledger" in names:
+                    if not where.startswith("store/billing/"):
+                        reaching.append(f"{where} reads credit_ledger")
+    assert not reaching, reaching
