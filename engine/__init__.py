@@ -47,7 +47,7 @@ _HOMES: dict[str, str] = {
     "Leases": "leases",
     # where SMTP sessions leave from (direct, SOCKS5 proxies) and their routes
     "Egress": "smtp.egress",
-    "EgressFailed": "smtp.egress",
+    "EgressFailed": "smtp.egress_kinds.failed",
     "Routes": "smtp.egress",
     "configured_egresses": "smtp.egress",
     "open_socket": "smtp.egress",
@@ -135,13 +135,8 @@ if TYPE_CHECKING:
     from verimail.engine.netguard import IPNetwork, connect_allowed
     from verimail.engine.prepared import EngineStats, Prepared, SmtpShare
     from verimail.engine.smtp.domain_session import DomainSession
-    from verimail.engine.smtp.egress import (
-        Egress,
-        EgressFailed,
-        Routes,
-        configured_egresses,
-        open_socket,
-    )
+    from verimail.engine.smtp.egress import Egress, Routes, configured_egresses, open_socket
     from verimail.engine.smtp.egress_check import Check, EgressMonitor, run_checks
+    from verimail.engine.smtp.egress_kinds.failed import EgressFailed
     from verimail.engine.smtp.findings import GroupResult, HostGroup
     from verimail.engine.smtp.host_slots import urgent
