@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -280,3 +281,17 @@ def test_billing_has_one_door() -> None:
                 if module == "verimail.store.tables" and "credit_ledger" in names and outside:
                     reaching.append(f"{where} reads credit_ledger")
     assert not reaching, reaching
+
+
+def test_every_package_of_ours_is_installed() -> None:
+    """pyproject.toml lists the packages setuptools installs one by one: a folder of code
+    left off the list works in the editable checkout and is missing from a wheel."""
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    ours = {
+        ".".join(["verimail", *init.parent.relative_to(ROOT).parts])
+        for init in ROOT.rglob("__init__.py")
+        if not {".venv", "tests", "bench"} & set(init.relative_to(ROOT).parts)
+    }
+    assert ours <= listed, sorted(ours - listed)
