@@ -134,15 +134,15 @@ class Leases:
         for script in (ACQUIRE_SCRIPT, RENEW_SCRIPT):
             self._client.script_load(script)
 
-    async def take(self, host: str, cap: int, urgent: bool = False) -> str | None:
-        """Wait for one of the host's ``cap`` slots; its lease id, or None when Redis is
-        down (the caller goes on with its own slots). Urgent takers keep asking at the
+    async def take(self, name: str, cap: int, urgent: bool = False) -> str | None:
+        """Wait for one of ``name``'s ``cap`` leases (a host's slots); its id, or None when
+        Redis is down (the caller goes on with its own slots). Urgent takers keep asking at the
         shortest pause rather than backing off, so they tend to be first."""
         member = uuid.uuid4().hex
         pause = POLL_FIRST
         while not self.down:
             try:
-                taken = await self._try(host, cap, member)
+                taken = await self._try(name, cap, member)
             except Exception as exc:
                 self._failed(exc)
                 return None
@@ -154,16 +154,12 @@ class Leases:
 
     async def take_now(self, name: str, cap: int) -> str | None:
         """One try at one of ``name``'s ``cap`` leases: its id, or None when all are held.
-        A Redis failure is raised (and makes the client ``down``)."""
+        A Redis failure is raised: the holder words and pauses it (the API's limiter)."""
         member = uuid.uuid4().hex
-        try:
-            return member if await self._try(name, cap, member) else None
-        except Exception as exc:
-            self._failed(exc)
-            raise
+        return member if await self._try(name, cap, member) else None
 
-    async def _try(self, host: str, cap: int, member: str) -> bool:
-        key = self.key(host)
+    async def _try(self, name: str, cap: int, member: str) -> bool:
+        key = self.key(name)
         asking = asyncio.ensure_future(
             asyncio.to_thread(self._acquire, keys=[key], args=[cap, self._lease_seconds, member])
         )
@@ -172,15 +168,15 @@ class Leases:
         except asyncio.CancelledError:
             # The script runs on in its thread and may still add the lease: give it
             # back once it has, or the slot stays taken for LEASE_SECONDS everywhere.
-            asking.add_done_callback(lambda done: self._drop_if_taken(done, host, member))
+            asking.add_done_callback(lambda done: self._drop_if_taken(done, name, member))
             raise
         if taken:
             self._hold(key, member)
         return bool(taken)
 
-    def _drop_if_taken(self, asking: asyncio.Future[object], host: str, member: str) -> None:
+    def _drop_if_taken(self, asking: asyncio.Future[object], name: str, member: str) -> None:
         if not asking.cancelled() and asking.exception() is None and asking.result():
-            self.give_back(host, member)
+            self.give_back(name, member)
 
     def _hold(self, key: str, member: str) -> None:
         with self._held_lock:
@@ -205,11 +201,11 @@ class Leases:
                     self._failed(exc)
                     break
 
-    def give_back(self, host: str, member: str) -> Future[None]:
+    def give_back(self, name: str, member: str) -> Future[None]:
         """Drop the lease, from a worker thread: it runs while a session closes, even under
         cancellation, so it must not await, and must not block the loop if Redis hangs.
         A holder that must see it gone before it answers awaits the future it returns."""
-        key = self.key(host)
+        key = self.key(name)
         with self._held_lock:
             self._held.pop(member, None)
 
