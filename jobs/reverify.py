@@ -32,7 +32,7 @@ from verimail.jobs.forms import FormError, shared_file
 from verimail.store import jobs as job_store
 from verimail.store import reverify as reverify_store
 from verimail.store.accounts import get_account
-from verimail.store.billing.pools import balance
+from verimail.store.billing import balance
 from verimail.store.db import Store
 
 VERIFIABLE_KINDS = ("bulk_csv", "bulk_json")
