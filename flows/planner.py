@@ -96,7 +96,8 @@ def job_request(
         name = f"{_job_words(job)} · retry pass {retry_pass} of {settings.job_retry_passes}"
         what += f"-retry-{retry_pass}"
     flow = flow_of_job(job.kind).key
-    return RunRequest(flow, parameters, name, _key(settings, what), at, job_id=job.id)
+    tags = (job_tag(settings, job.id),)
+    return RunRequest(flow, parameters, name, _key(settings, what), at, tags, job_id=job.id)
 
 
 def merge_request(settings: Settings, job: job_store.Job) -> RunRequest:
@@ -105,7 +106,8 @@ def merge_request(settings: Settings, job: job_store.Job) -> RunRequest:
     parameters = {"job_id": job.id, "attempt": job.attempt}
     what = f"job-{job.id}-run-{job.attempt}-merge"
     name = f"{_job_words(job)} · merge"
-    return RunRequest("bulk", parameters, name, _key(settings, what), job_id=job.id)
+    tags = (job_tag(settings, job.id),)
+    return RunRequest("bulk", parameters, name, _key(settings, what), tags=tags, job_id=job.id)
 
 
 def shard_request(
@@ -115,7 +117,15 @@ def shard_request(
     parameters = {"job_id": job.id, "shard": shard, "attempt": attempt}
     what = f"job-{job.id}-shard-{shard}-run-{attempt}"
     name = f"{_job_words(job)} · shard {shard + 1} of {total}"
-    return RunRequest("shard", parameters, name, _key(settings, what), job_id=job.id, shard=shard)
+    tags = (job_tag(settings, job.id),)
+    key = _key(settings, what)
+    return RunRequest("shard", parameters, name, key, tags=tags, job_id=job.id, shard=shard)
+
+
+def job_tag(settings: Settings, job_id: int) -> str:
+    """The tag every run of a job carries (``verimail-<installation>-job-12``): a job's runs
+    at a glance in the Prefect UI's filter, whatever their names."""
+    return _key(settings, f"job-{job_id}")
 
 
 def _job_words(job: job_store.Job) -> str:
