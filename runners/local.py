@@ -27,6 +27,7 @@ from verimail.jobs.context import attempt_of, store_for
 from verimail.jobs.heartbeat import was_superseded
 from verimail.jobs.notify import notify_job_soon
 from verimail.jobs.reverify import any_list_due
+from verimail.runners.prefect_retries import retry_prefect_api_errors
 from verimail.store import jobs as job_store
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ class LocalRunner:
         self._warm_up: threading.Thread | None = None
         self._timers: list[threading.Timer] = []  # parked jobs' next passes
         self._closed = False
+        self._stopping = threading.Event()  # (ends a wait to try a run again)
 
     def warm_up(self) -> threading.Thread:
         """Import Prefect and start its embedded server in a background thread."""
@@ -154,11 +156,20 @@ class LocalRunner:
     def _run(self, kind: str, job_id: int, attempt: int | None, retry_pass: int = 0) -> None:
         error: BaseException | None = None
         outcome: Any = None
-        try:
+        extra = {"retry_pass": retry_pass} if retry_pass else {}
+
+        def start() -> Any:
             self._ensure_prefect()
-            extra = {"retry_pass": retry_pass} if retry_pass else {}
             with using_settings(self.settings):
-                outcome = asyncio.run(_flow_for(kind)(job_id=job_id, attempt=attempt, **extra))
+                return asyncio.run(_flow_for(kind)(job_id=job_id, attempt=attempt, **extra))
+
+        try:
+            outcome = retry_prefect_api_errors(
+                start,
+                still_wanted=lambda: _unfinished(self.settings, job_id),
+                stopping=self._stopping,
+                what=f"job {job_id} ({kind})",
+            )
         except BaseException as exc:  # the flow has marked the job failed if it got that far
             error = exc
             log.warning("job %s (%s) ended with %r", job_id, kind, exc)
@@ -197,11 +208,19 @@ class LocalRunner:
     def _run_shard(self, job_id: int, shard: int, attempt: int) -> None:
         from verimail.flows.shard import verify_shard
 
-        outcome: Any = None
-        try:
+        def start() -> Any:
             self._ensure_prefect()
             with using_settings(self.settings):
-                outcome = asyncio.run(verify_shard(job_id=job_id, shard=shard, attempt=attempt))
+                return asyncio.run(verify_shard(job_id=job_id, shard=shard, attempt=attempt))
+
+        outcome: Any = None
+        try:
+            outcome = retry_prefect_api_errors(
+                start,
+                still_wanted=lambda: _unfinished(self.settings, job_id),
+                stopping=self._stopping,
+                what=f"job {job_id} shard {shard}",
+            )
         except BaseException as exc:  # (its beats stop: the reaper gives it another run)
             log.warning("job %s shard %s ended with %r", job_id, shard, exc)
         finally:
@@ -260,6 +279,7 @@ class LocalRunner:
 
     def shutdown(self) -> None:
         self._closed = True
+        self._stopping.set()
         with self._lock:
             for timer in self._timers:
                 timer.cancel()
@@ -348,6 +368,12 @@ def send_pending_logs() -> None:
     )
     drain.start()
     drain.join(LOG_DRAIN_SECONDS + 1)
+
+
+def _unfinished(settings: Settings, job_id: int) -> bool:
+    """Whether the job is still open (a run that failed to start may be tried again)."""
+    job = job_store.get_job_any(store_for(settings).engine, job_id)
+    return job is not None and not job.finished
 
 
 def _fail_if_unfinished(
