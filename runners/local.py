@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -164,12 +165,7 @@ class LocalRunner:
                 return asyncio.run(_flow_for(kind)(job_id=job_id, attempt=attempt, **extra))
 
         try:
-            outcome = retry_prefect_api_errors(
-                start,
-                still_wanted=lambda: _unfinished(self.settings, job_id),
-                stopping=self._stopping,
-                what=f"job {job_id} ({kind})",
-            )
+            outcome = self._started(start, job_id, f"job {job_id} ({kind})")
         except BaseException as exc:  # the flow has marked the job failed if it got that far
             error = exc
             log.warning("job %s (%s) ended with %r", job_id, kind, exc)
@@ -187,6 +183,15 @@ class LocalRunner:
             if parked:
                 at = datetime.fromisoformat(outcome["next_retry_at"])
                 self.submit(kind, job_id, attempt, retry_pass=outcome["retry_pass"], at=at)
+
+    def _started(self, start: Callable[[], Any], job_id: int, what: str) -> Any:
+        """``start()``, tried again while Prefect's API fails and the job is still open."""
+        return retry_prefect_api_errors(
+            start,
+            still_wanted=lambda: _unfinished(self.settings, job_id),
+            stopping=self._stopping,
+            what=what,
+        )
 
     def submit_shard(self, job_id: int, shard: int, attempt: int) -> None:
         """Run a shard of a big job on its own (the reaper's: its earlier run died); the
@@ -215,12 +220,7 @@ class LocalRunner:
 
         outcome: Any = None
         try:
-            outcome = retry_prefect_api_errors(
-                start,
-                still_wanted=lambda: _unfinished(self.settings, job_id),
-                stopping=self._stopping,
-                what=f"job {job_id} shard {shard}",
-            )
+            outcome = self._started(start, job_id, f"job {job_id} shard {shard}")
         except BaseException as exc:  # (its beats stop: the reaper gives it another run)
             log.warning("job %s shard %s ended with %r", job_id, shard, exc)
         finally:
