@@ -282,5 +282,5 @@ def test_shard_planning_smoke(tmp_path):
     assert _first_cells(result) == ["2,000"]
     plans = result["extra"]["plan_shards"]
     now = [p for p in plans if p["code"] == "this tree (now)"]
-    assert [p["dns_queries"] for p in now][0] == 0  # (rows without an @: no DNS)
+    assert now[0]["dns_queries"] == 0  # (rows without an @: no DNS)
     assert [p["shards"] for p in now] == [1, 1]
