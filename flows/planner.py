@@ -35,6 +35,7 @@ from datetime import datetime
 from typing import Any
 
 from verimail.config import Settings, using_settings
+from verimail.flows.failures import prefect_api_error
 from verimail.flows.summary import installation_id, run_name
 from verimail.jobs.context import store_for
 from verimail.jobs.reverify import run_name as list_run_name
@@ -178,7 +179,7 @@ async def submit_to_pool(settings: Settings, request: RunRequest) -> str:
             )
             break
         except Exception as exc:
-            if tries == SUBMIT_TRIES or not _transient(exc):
+            if tries == SUBMIT_TRIES or not prefect_api_error(exc):
                 raise
             log.warning("handing %r to the pool failed (%r); trying again", request.name, exc)
             await asyncio.sleep(2 ** (tries - 1))
@@ -191,17 +192,6 @@ def submit_to_pool_now(settings: Settings, request: RunRequest) -> str:
     from prefect.utilities.asyncutils import run_coro_as_sync
 
     return run_coro_as_sync(submit_to_pool(settings, request))  # type: ignore[return-value]
-
-
-def _transient(exc: BaseException) -> bool:
-    """An error of Prefect's API that a moment may clear: a 5xx, 408 or 429, or no answer."""
-    import httpx
-
-    if isinstance(exc, httpx.TransportError | TimeoutError):
-        return True
-    response = getattr(exc, "response", None)
-    status = getattr(response, "status_code", None)
-    return isinstance(status, int) and (status >= 500 or status in (408, 429))
 
 
 def load_flow(key: str) -> Any:

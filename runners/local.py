@@ -28,6 +28,7 @@ from verimail.jobs.context import store_for
 from verimail.jobs.heartbeat import was_superseded
 from verimail.jobs.notify import notify_job_soon
 from verimail.jobs.reverify import any_list_due
+from verimail.runners.prefect_retries import retry_prefect_api_errors
 from verimail.store import jobs as job_store
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ class LocalRunner:
         self._warm_up: threading.Thread | None = None
         self._timers: list[threading.Timer] = []  # parked jobs' next passes
         self._closed = False
+        self._stopping = threading.Event()  # (ends a wait to try a run again)
 
     def warm_up(self) -> threading.Thread:
         """Import Prefect and start its embedded server in a background thread."""
@@ -180,8 +182,12 @@ class LocalRunner:
         error: BaseException | None = None
         outcome: Any = None
         try:
-            self._ensure_prefect()
-            outcome = planner.run_here(self.settings, request)
+            outcome = retry_prefect_api_errors(
+                lambda: self._run_here(request),
+                still_wanted=lambda: _unfinished(self.settings, request.job_id),
+                stopping=self._stopping,
+                what=request.name,
+            )
         except BaseException as exc:  # the flow has marked the job failed if it got that far
             error = exc
             log.warning("%s ended with %r", request.name, exc)
@@ -194,6 +200,10 @@ class LocalRunner:
                 self._keys.discard(request.key)
         for next_run in _next_runs(outcome):
             self.execute(next_run)
+
+    def _run_here(self, request: planner.RunRequest) -> Any:
+        self._ensure_prefect()
+        return planner.run_here(self.settings, request)
 
     def _settle(
         self, request: planner.RunRequest, outcome: Any, error: BaseException | None
@@ -260,6 +270,7 @@ class LocalRunner:
 
     def shutdown(self) -> None:
         self._closed = True
+        self._stopping.set()
         with self._lock:
             for timer in self._timers:
                 timer.cancel()
@@ -353,6 +364,14 @@ def send_pending_logs() -> None:
     )
     drain.start()
     drain.join(LOG_DRAIN_SECONDS + 1)
+
+
+def _unfinished(settings: Settings, job_id: int | None) -> bool:
+    """Whether the job is still open (a run that failed to start may be tried again)."""
+    if job_id is None:
+        return True
+    job = job_store.get_job_any(store_for(settings).engine, job_id)
+    return job is not None and not job.finished
 
 
 def _fail_if_unfinished(
