@@ -52,5 +52,5 @@ def test_verify_file_skips_an_email_header_and_shows_pace_eta_and_counts(testbed
     # Not on a terminal: the plain progress lines of `bulk`, then the counts by status.
     progress = [line for line in out.stderr.splitlines() if line.startswith("progress ")]
     assert progress and progress[-1].startswith("progress 2/2: "), out.stderr
-    assert "ETA" in progress[-1] and progress[-1].endswith("; valid 1, invalid 1"), progress
+    assert "/s" in progress[-1] and progress[-1].endswith("; valid 1, invalid 1"), progress
     assert "total 2" in said and "valid 1 50.0%" in said, said
