@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.text import Text
 
 from verimail.cli.follow import PLAIN, RUNNER_KIND, is_parked, run_here, stop_signals, wait_until
+from verimail.cli.output import store_notice
 
 console = Console(stderr=True)
 
@@ -190,6 +191,7 @@ def bulk_command(
             "few seconds to start)…",
             **PLAIN,
         )
+        console.print(store_notice(settings), **PLAIN)
         notice = job_input.info.column_notice("--column chooses another.")
         if notice:
             console.print(Text(notice, style="yellow"))
@@ -306,6 +308,7 @@ def find_command(
 
     def announce() -> None:
         console.print(f"job {job.id}: {rows.height} rows", **PLAIN)
+        console.print(store_notice(settings), **PLAIN)
         console.print(retry_notice(settings, retry_unknowns), **PLAIN)
 
     _run_and_deliver(settings, store, job, rows.height, target, retry_unknowns, False, announce)
@@ -334,6 +337,7 @@ def retry_command(
 
     settings = get_settings()
     store = store_for(settings)
+    console.print(store_notice(settings), **PLAIN)
     job = job_store.get_job_any(store.engine, job_id)
     if job is None or job.kind not in RUNNER_KIND:
         raise typer.BadParameter(f"no bulk or finder job {job_id}", param_hint="JOB_ID")

@@ -155,3 +155,20 @@ def _whole_paragraphs() -> None:
 
     rich_utils._make_command_help = _make_command_help  # type: ignore[assignment]
     rich_utils._fix_linebreaks = _fix_linebreaks  # type: ignore[assignment]
+
+
+def store_notice(settings: Any) -> str:
+    """Which store a command reads and writes, and how to pick the other: the CLI's
+    default is ``.verimail/``, the demo's ``.verimail/demo``, and CLI jobs never showed in
+    the demo's dashboard, nor the README's ``history job 1`` the demo's job 1."""
+    where = str(settings.data_dir)
+    default_db = f"sqlite:///{settings.data_dir / 'verimail.db'}"
+    if settings.database_url and settings.database_url != default_db:
+        from sqlalchemy.engine import make_url
+
+        url = make_url(settings.database_url).render_as_string(hide_password=True)
+        where += f", database {url}"
+    return (
+        f"store: {where} (VERIMAIL_DATA_DIR picks another; the demo prints the line that "
+        "points the CLI at its own)"
+    )
