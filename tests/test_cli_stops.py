@@ -185,3 +185,29 @@ def test_no_details_keeps_the_uploads_columns_and_safe_to_send(testbed_factory, 
         ["A", "alice@acme.test", "Yes"],
         ["N", "nobody@acme.test", "No"],
     ]
+
+
+def test_find_file_ends_after_its_first_pass_too_and_retry_settles_the_row(
+    testbed_factory, tmp_path
+):
+    """`verimail find --file` likewise: the row whose server put it off is written for now,
+    and the printed `verimail retry` line looks it up again into the same file."""
+    env = _env(testbed_factory(_world()), tmp_path, VERIMAIL_JOB_RETRY_DELAY="2")
+    people = tmp_path / "people.csv"
+    people.write_text("first_name,last_name,domain\nAlice,Smith,acme.test\nBob,Lee,grey.test\n")
+    first = run_verimail(["find", "--file", str(people)], env, timeout=180)
+    assert first.returncode == 0, first.stderr
+    said = folded(first.stderr)
+    assert "1 put off by their servers" in said, said
+    found = tmp_path / "people.found.csv"
+    assert [row[3:5] for row in _rows(found)][:2] == [
+        ["email", "status"],
+        ["alice@acme.test", "found"],
+    ]
+    command = re.search(r"same file: verimail (retry 1 --out \S+)", said)
+    assert command is not None, said
+    again = run_verimail(command.group(1).split(), env, timeout=180)
+    assert again.returncode == 0, again.stderr
+    rows = _rows(found)
+    assert rows[2][4] == "found" and rows[2][3].endswith("@grey.test"), rows
+    assert _job(tmp_path).status == "completed"
