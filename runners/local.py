@@ -83,6 +83,8 @@ class LocalRunner:
         with self._prefect_lock:
             if self._prefect_ready:
                 return
+            if self._closed:  # (a server started now would outlive the shutdown's stop)
+                raise RuntimeError("the runner is shut down")
             _start_embedded_prefect()
             from prefect.client.orchestration import get_client
 
@@ -280,6 +282,10 @@ class LocalRunner:
         # ("FATAL: exception not rethrown", seen with `verimail demo --once`): let it end.
         if self._warm_up is not None:
             self._warm_up.join(WARM_UP_JOIN_SECONDS)
+        # A run's own start of the server (`verimail bulk` stopped while Prefect starts) is
+        # let end too, then stopped: stopped half-way, uvicorn kept running after the CLI.
+        if self._prefect_lock.acquire(timeout=EMBEDDED_START_SECONDS):
+            self._prefect_lock.release()
         _stop_embedded_prefect()
 
 

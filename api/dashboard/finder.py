@@ -66,7 +66,7 @@ router = APIRouter(prefix=PREFIX, route_class=DashboardRoute, include_in_schema=
 
 DISABLED_WHY = (
     f"{FINDER_DISABLED} The service's operators switch it on per account "
-    "(`verimail accounts set --id N --finder`); ask them, quoting your account id."
+    "(`verimail accounts set --account N --finder`); ask them, quoting your account id."
 )
 
 
