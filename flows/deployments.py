@@ -13,6 +13,7 @@ DEPLOYMENTS = {
     "finder": "find-emails/find-emails",
     "reverify": "reverify-stored/reverify-stored",
     "shard": "verify-shard/verify-shard",
+    "retention": "purge-expired-jobs/purge-expired-jobs",
 }
 
 

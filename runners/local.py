@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -64,6 +65,7 @@ class LocalRunner:
         self._prefect_ready = False
         self._warm_up: threading.Thread | None = None
         self._timers: list[threading.Timer] = []  # parked jobs' next passes
+        self._next_retention = 0.0  # (time.monotonic) the retention sweep's next turn
         self._closed = False
 
     def warm_up(self) -> threading.Thread:
@@ -219,6 +221,9 @@ class LocalRunner:
         from verimail.flows.planned_runs import LIST_RUN_TAG, RETRY_RUN_TAG
         from verimail.runners import sweep
 
+        if time.monotonic() >= self._next_retention:  # (this process is the retention's too)
+            self._next_retention = time.monotonic() + sweep.RETENTION_EVERY
+            sweep.purge_expired_data(self.settings)
         schedules = any_list_due(self.settings)
         passes = reverify_parking.any_pass_due(self.settings)
         if not (schedules or passes):

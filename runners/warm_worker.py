@@ -7,7 +7,7 @@ Prefect's ``process`` worker starts a new Python process per flow run, which imp
 and the flows before the flow begins (13–15 s of a 24 s start on a loaded 2-core machine,
 BENCHMARKS.md "Job start"); here a run begins within the poll interval and a round trip.
 
-What it takes: only flow runs of verimail's four deployments (``flows/deployments.py``);
+What it takes: only flow runs of verimail's five deployments (``flows/deployments.py``);
 a run of any other deployment in the pool is left for other workers. Claiming a run moves
 it to Pending, which Prefect grants once, so several warm workers (and process workers) on
 one pool never run one flow run twice. It claims no more runs than it has free threads.
@@ -42,6 +42,7 @@ FLOWS = {  # deployment name → (module, flow object's name): imported once, at
     DEPLOYMENTS["finder"]: ("verimail.flows.finder", "find_emails"),
     DEPLOYMENTS["reverify"]: ("verimail.flows.reverify", "reverify_stored"),
     DEPLOYMENTS["shard"]: ("verimail.flows.shard", "verify_shard"),
+    DEPLOYMENTS["retention"]: ("verimail.flows.retention", "purge_expired_jobs"),
 }
 
 
