@@ -5,9 +5,9 @@ highest rowid again once it is gone) while the credit ledger keeps the rows that
 (``job:<id>``, ``job:<id>:row:<n>``: billing's history is not the owner's to delete). The
 tombstone keeps the id, the account, the kind, the dates and the credit columns; it loses
 what came from the upload (the webhook URL, the column name, the failure's words, the
-options with the file's name; only the run count stays), is in no list and answers 404. ``upload_path`` is kept
-until the files are gone (:func:`files_removed`), so a sweep finishes a deletion that
-stopped half-way.
+options with the file's name; only the run count stays), is in no list and answers 404.
+``upload_path`` is kept until the files are gone (:func:`files_removed`), so a sweep
+finishes a deletion that stopped half-way.
 """
 
 from __future__ import annotations
