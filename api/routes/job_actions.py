@@ -14,12 +14,13 @@ from anyio import to_thread
 from fastapi import APIRouter, Request, Response
 
 from verimail.api.deps import AccountDep, JobId, StoreDep
-from verimail.api.errors import ApiError, error_doc
+from verimail.api.errors import ApiError, error_doc, pick_error_docs
 from verimail.api.routes import bulk, finder_csv
 from verimail.config import Settings
 from verimail.jobs.cancel import cancel_for_owner
 from verimail.jobs.delete import delete_job
 from verimail.runners.cancel_runs import cancel_job_runs
+from verimail.schemas.errors import ValidationErrorBody
 from verimail.schemas.jobs import BulkJob, FinderJob
 from verimail.store import jobs as job_store
 from verimail.store.db import Store
@@ -41,13 +42,16 @@ DELETE_DOC = (
     "unsettled addresses refunded). Afterwards the job is a 404 everywhere. Answers 204 "
     "with no body; deleting it again is a 404."
 )
-_CANCEL_ERRORS: dict[int | str, dict[str, Any]] = {
+_422 = {"model": ValidationErrorBody, "description": "A malformed request; `detail` says what."}
+_ERRORS: dict[int | str, dict[str, Any]] = {
     404: error_doc("No such job for this account (unknown ids and other accounts' jobs alike)."),
+    422: _422,
     409: error_doc("The job had already ended (completed, or failed on its own): nothing to stop."),
 }
-_DELETE_ERRORS: dict[int | str, dict[str, Any]] = {
+_CANCEL_ERRORS = pick_error_docs(_ERRORS, (404, 409, 422))
+_DELETE_ERRORS = {
     204: {"description": "Deleted: nothing of the job's data is left."},
-    404: _CANCEL_ERRORS[404],
+    **pick_error_docs(_ERRORS, (404, 422)),
 }
 
 
