@@ -317,3 +317,47 @@ async def test_retention_deletes_the_data_of_jobs_that_ended_long_enough_ago(
         assert (
             await app.client.get(f"/api/bulk/{recent}", headers=owner.headers)
         ).status_code == 200
+
+
+async def test_the_dashboard_cancels_and_deletes_a_job_behind_its_csrf_check(settings):
+    from test_dashboard import CSRF_PAGE, browser, csrf_of, logged_in, make_user, upload
+
+    async with running_app(settings) as app:
+        make_user(app, "owner@example.com")
+        make_user(app, "other@example.com")
+        async with browser(app) as owner, browser(app) as other:
+            await logged_in(owner, "owner@example.com")
+            await logged_in(other, "other@example.com")
+            uploaded = await upload(owner, LIST)
+            assert uploaded.status_code == 303, uploaded.text
+            page_url = uploaded.headers["location"]
+            job_id = int(page_url.rsplit("/", 1)[1])
+            await poll_until(
+                owner, f"{page_url}/progress", {}, lambda b: b["phase"] == "waiting_to_retry"
+            )
+            page = await owner.get(page_url)
+            assert 'data-testid="cancel-job"' in page.text and "data-confirm" in page.text
+            csrf = csrf_of(page.text)
+            # Another account cannot, even with a valid form of its own: 404.
+            theirs = csrf_of((await other.get("/dashboard/jobs")).text)
+            for action in ("cancel", "delete"):
+                refused = await other.post(f"{page_url}/{action}", data={"csrf_token": theirs})
+                assert refused.status_code == 404, refused.text
+            forged = await owner.post(f"{page_url}/cancel", data={"csrf_token": "forged"})
+            assert CSRF_PAGE in forged.text
+            assert job_store.get_job_any(app.store.engine, job_id).status == "processing"
+
+            cancelled = await owner.post(f"{page_url}/cancel", data={"csrf_token": csrf})
+            assert cancelled.status_code == 303 and cancelled.headers["location"] == page_url
+            page = await owner.get(page_url)
+            assert 'data-testid="cancel-job"' not in page.text
+            assert "Download the 2 rows settled before it was cancelled" in page.text
+            partial = await owner.get(f"{page_url}/download")
+            assert partial.status_code == 200 and "alice@acme.test" in partial.text
+
+            deleted = await owner.post(f"{page_url}/delete", data={"csrf_token": csrf})
+            assert deleted.status_code == 303
+            assert deleted.headers["location"] == "/dashboard/jobs"
+            assert (await owner.get(page_url)).status_code == 404
+            assert f"/dashboard/jobs/{job_id}" not in (await owner.get("/dashboard/jobs")).text
+            assert _files_holding_the_list(settings.data_dir) == []

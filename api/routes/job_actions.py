@@ -62,7 +62,11 @@ def _ended(job: job_store.Job, what: str) -> ApiError:
     return ApiError(409, f"{what} had already failed: {job.failed_reason or 'unknown'}")
 
 
-async def _cancel(request: Request, store: Store, job: job_store.Job, what: str) -> job_store.Job:
+async def cancel_owned(
+    request: Request, store: Store, job: job_store.Job, what: str
+) -> job_store.Job:
+    """Cancel the caller's own ``job``: the job cancelled (now or before); 409 when it had
+    ended otherwise. ``what`` names it in the refusal."""
     settings: Settings = request.app.state.settings
     done = await to_thread.run_sync(cancel_for_owner, settings, store, job.id)
     if done is None:
@@ -71,7 +75,9 @@ async def _cancel(request: Request, store: Store, job: job_store.Job, what: str)
     return done
 
 
-async def _delete(request: Request, store: Store, job: job_store.Job) -> Response:
+async def delete_owned(request: Request, store: Store, job: job_store.Job) -> Response:
+    """Delete the caller's own ``job`` (cancelled first if it runs) and cancel its planned
+    runs in Prefect: the 204."""
     settings: Settings = request.app.state.settings
     deleted = await to_thread.run_sync(delete_job, settings, store, job.id)
     await cancel_job_runs(settings, job.id, deleted.planned_runs, why="deleted by its owner")
@@ -90,7 +96,7 @@ async def cancel_bulk(
     job_id: JobId, account: AccountDep, store: StoreDep, request: Request
 ) -> BulkJob:
     job = await bulk.owned_job(store, account.id, job_id)
-    return BulkJob.of(await _cancel(request, store, job, f"Job {job_id}"))
+    return BulkJob.of(await cancel_owned(request, store, job, f"Job {job_id}"))
 
 
 @router.delete(
@@ -105,7 +111,7 @@ async def cancel_bulk(
 async def delete_bulk(
     job_id: JobId, account: AccountDep, store: StoreDep, request: Request
 ) -> Response:
-    return await _delete(request, store, await bulk.owned_job(store, account.id, job_id))
+    return await delete_owned(request, store, await bulk.owned_job(store, account.id, job_id))
 
 
 @router.post(
@@ -123,7 +129,7 @@ async def cancel_finder(
     job_id: str, account: AccountDep, store: StoreDep, request: Request
 ) -> FinderJob:
     job = await finder_csv.owned_job(store, account.id, job_id)
-    return FinderJob.of(await _cancel(request, store, job, f"Job {job_id}"))
+    return FinderJob.of(await cancel_owned(request, store, job, f"Job {job_id}"))
 
 
 @router.delete(
@@ -138,4 +144,4 @@ async def cancel_finder(
 async def delete_finder(
     job_id: str, account: AccountDep, store: StoreDep, request: Request
 ) -> Response:
-    return await _delete(request, store, await finder_csv.owned_job(store, account.id, job_id))
+    return await delete_owned(request, store, await finder_csv.owned_job(store, account.id, job_id))
