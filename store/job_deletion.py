@@ -2,7 +2,8 @@
 
 The row is not removed: its id must never be given to another job (SQLite hands out the
 highest rowid again once it is gone) while the credit ledger keeps the rows that name it
-(``job:<id>``, ``job:<id>:row:<n>``: billing's history is not the owner's to delete). The
+(``job:<id>``, ``job:<id>:row:<n>``: billing's history is not the owner's to delete; only
+a finder row's reason, which named the address found, is reworded without it). The
 tombstone keeps the id, the account, the kind, the dates and the credit columns; it loses
 what came from the upload (the webhook URL, the column name, the failure's words, the
 options with the file's name; only the run count stays), is in no list and answers 404.
@@ -20,7 +21,13 @@ from sqlalchemy import Engine, delete, select, update
 from verimail.store.db import utcnow, write_tx
 from verimail.store.job_lock import TERMINAL_STATUSES, attempts, lock_job, options_of
 from verimail.store.jobs import Job, job_from_row
-from verimail.store.tables import job_shards, jobs, reverify_runs, reverify_schedules
+from verimail.store.tables import (
+    credit_ledger,
+    job_shards,
+    jobs,
+    reverify_runs,
+    reverify_schedules,
+)
 
 
 def tombstone(engine: Engine, job_id: int, *, now: datetime | None = None) -> Job | None:
@@ -39,6 +46,12 @@ def tombstone(engine: Engine, job_id: int, *, now: datetime | None = None) -> Jo
         conn.execute(delete(job_shards).where(job_shards.c.job_id == job_id))
         conn.execute(delete(reverify_schedules).where(reverify_schedules.c.list_job_id == job_id))
         conn.execute(delete(reverify_runs).where(reverify_runs.c.list_job_id == job_id))
+        if row.kind == "finder_csv":  # (a find's ledger row named the address it found)
+            conn.execute(
+                update(credit_ledger)
+                .where(credit_ledger.c.reference.like(f"job:{job_id}:row:%"))
+                .values(reason=f"email finder: a row of job {row.public_id} (its data deleted)")
+            )
         conn.execute(
             update(jobs)
             .where(jobs.c.id == job_id)

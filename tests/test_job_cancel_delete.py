@@ -16,6 +16,7 @@ import pytest
 from api_helpers import (
     api_world,
     assert_error_body,
+    host_per_domain,
     poll_job,
     poll_until,
     running_app,
@@ -361,3 +362,63 @@ async def test_the_dashboard_cancels_and_deletes_a_job_behind_its_csrf_check(set
             assert (await owner.get(page_url)).status_code == 404
             assert f"/dashboard/jobs/{job_id}" not in (await owner.get("/dashboard/jobs")).text
             assert _files_holding_the_list(settings.data_dir) == []
+
+
+async def test_finder_jobs_cancel_charging_only_the_delivered_finds_and_delete(
+    testbed_factory, testbed_settings, tmp_path
+):
+    """Ann Lee is found at once (charged); Dora Diaz's server greylists: her row is parked
+    for a pass 15 minutes later. Cancelled meanwhile, the job hands over Ann's row and keeps
+    her find charged, nothing else."""
+    hosts = {
+        "ok.test": HostBehaviour(mailboxes={"ann.lee"}),
+        "grey.test": HostBehaviour(mailboxes={"ddiaz"}, greylist_delay=3600.0),
+    }
+    settings = testbed_settings(
+        testbed_factory(host_per_domain(hosts)), tmp_path / "data", finder_charge=10,
+        smtp_greylist_retries=0, job_retry_delay=900.0, job_retry_max_wait=2700.0,
+    )  # fmt: skip
+    people = "first_name,last_name,domain\r\nAnn,Lee,ok.test\r\nDora,Diaz,grey.test\r\n"
+    async with running_app(settings) as app:
+        owner, stranger = app.customer(credits=100), app.customer(credits=100)
+        created = await app.client.post(
+            "/api/find-email/csv",
+            headers=owner.headers,
+            files={"file": ("people.csv", people.encode(), "text/csv")},
+        )
+        public_id = created.json()["job_id"]
+        url = f"/api/find-email/csv/{public_id}"
+        await poll_until(app.client, url, owner.headers, lambda b: b["phase"] == "waiting_to_retry")
+        for method, path in (("POST", f"{url}/cancel"), ("DELETE", url)):
+            assert_error_body(await app.client.request(method, path, headers=stranger.headers), 404)
+        cancelled = await app.client.post(f"{url}/cancel", headers=owner.headers)
+        assert cancelled.status_code == 200, cancelled.text
+        body = cancelled.json()
+        assert body["status"] == "failed" and body["cancelled_at"]
+        assert body["credits_used"] == 10 and total_balance(app.store, owner.account_id) == 90
+        again = await app.client.post(f"{url}/cancel", headers=owner.headers)
+        assert again.json() == body and total_balance(app.store, owner.account_id) == 90
+        rows = list(
+            csv.reader(
+                io.StringIO((await app.client.get(f"{url}/download", headers=owner.headers)).text)
+            )
+        )
+        assert [r[:4] for r in rows[1:]] == [["Ann", "Lee", "ok.test", "ann.lee@ok.test"]]
+        job = job_store.get_job_by_public_id(app.store.engine, owner.account_id, public_id)
+        assert job is not None
+        assert (await app.client.delete(url, headers=owner.headers)).status_code == 204
+        assert_error_body(await app.client.get(url, headers=owner.headers), 404)
+        assert_error_body(await app.client.delete(url, headers=owner.headers), 404)
+        tomb = job_store.get_job_any(app.store.engine, job.id)
+        assert tomb is not None and tomb.deleted_at is not None
+        leftovers = [  # (the database is asked below: its files keep freed pages a while)
+            p
+            for p in settings.data_dir.rglob("*")
+            if p.is_file()
+            and not p.name.startswith("verimail.db")
+            and any(w in p.read_bytes() for w in (b"ann.lee@ok.test", b"Diaz"))
+        ]
+        assert leftovers == []
+        reasons = [row.reason for row in ledger(app.store.engine, owner.account_id)]
+        assert not [r for r in reasons if "ann.lee" in r], reasons
+        assert total_balance(app.store, owner.account_id) == 90  # the ledger keeps its rows
