@@ -70,7 +70,8 @@ async def cancel_owned(
     settings: Settings = request.app.state.settings
     done = await to_thread.run_sync(cancel_for_owner, settings, store, job.id)
     if done is None:
-        raise _ended(job_store.get_job_any(store.engine, job.id) or job, what)
+        current = await to_thread.run_sync(job_store.get_job_any, store.engine, job.id)
+        raise _ended(current or job, what)
     await cancel_job_runs(settings, job.id, why="cancelled by its owner")
     return done
 
