@@ -49,7 +49,8 @@ INVALID_RESULT: dict[str, Any] = {
     "safe_to_send": False,
     "status": "invalid",
     "confidence_score": 0.95,
-    "reason": "The mail server for example.com says this mailbox does not exist.",
+    "reason": "The mail server for example.com says this mailbox does not exist or is "
+    "disabled; mail to it bounces for good.",
     "domain": "example.com",
     "is_catch_all": False,
     "mx_records": ["mx1.example.com", "mx2.example.com"],

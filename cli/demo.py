@@ -98,8 +98,7 @@ def demo_key(store: Store, data_dir: Path) -> str:
 def _top_up(store: Store, key: str) -> None:
     """Keep the demo account able to run the showcase however often the demo is run."""
     from verimail.store.accounts import authenticate
-    from verimail.store.billing.movements import grant
-    from verimail.store.billing.pools import balance
+    from verimail.store.billing import balance, grant
 
     account = authenticate(store.engine, key)
     assert account is not None

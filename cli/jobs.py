@@ -213,8 +213,7 @@ def bulk_command(
     from verimail.files.upload_errors import UploadError
     from verimail.jobs.context import store_for
     from verimail.jobs.create import create_verify_job
-    from verimail.store.billing.movements import grant
-    from verimail.store.billing.prices import price
+    from verimail.store.billing import grant, quote
 
     target = _results_path(out, file.with_name(f"{file.stem}.results.csv"))
     settings = get_settings()
@@ -230,7 +229,7 @@ def bulk_command(
     count = job_input.address_rows
     store = store_for(settings)
     account = _cli_account(store, settings)
-    grant(store.engine, account.id, price("verify", count), reason=f"verimail bulk {file.name}")
+    grant(store.engine, account.id, quote("verify", count), reason=f"verimail bulk {file.name}")
     job = create_verify_job(
         store,
         account.id,
@@ -299,8 +298,7 @@ def find_command(
     from verimail.files.upload_errors import UploadError
     from verimail.jobs.context import store_for
     from verimail.jobs.create import create_finder_job
-    from verimail.store.billing.movements import grant
-    from verimail.store.billing.prices import price
+    from verimail.store.billing import grant, quote
 
     if first_name or last_name or domain:
         raise typer.BadParameter("give FIRST LAST DOMAIN, or --file people.csv, not both")
@@ -321,7 +319,7 @@ def find_command(
     store = store_for(settings)
     account = _cli_account(store, settings)
     grant(
-        store.engine, account.id, price("find", rows.height, settings), reason=f"find {file.name}"
+        store.engine, account.id, quote("find", rows.height, settings), reason=f"find {file.name}"
     )
     job = create_finder_job(
         store,

@@ -18,11 +18,11 @@ top to bottom; the first that matches decides.
 | 9 | SMTP accepted, catch-all, score ≥ 80 | likely_valid | catch_all | 0.25 + 0.65·s/100 |
 | 10 | SMTP accepted, catch-all, score < 80 | catchall | catch_all | 0.25 + 0.65·s/100 |
 | 11 | SMTP accepted, catch-all unknown | likely_valid | ok (role_based for a role) | 0.75 |
-| 12 | SMTP: no such mailbox | invalid | mailbox_not_found | 0.95 |
-| 13 | SMTP: mailbox full | risky | mailbox_full | 0.60 |
+| 12 | SMTP: no such mailbox, or a disabled one | invalid | mailbox_not_found | 0.95 |
+| 13 | SMTP: mailbox full (over quota) | risky | mailbox_full | 0.60 |
 | 14 | SMTP: other permanent rejection | risky | rejected | 0.50 |
-| 15 | SMTP: we were blocked (5.7.x, policy) | unknown | blocked | 0.20 |
-| 15b | SMTP: our sending IP refused (blocklist, 554 banner) | unknown | egress_blocked | 0.20 |
+| 15 | SMTP: we were blocked (5.7.x, policy, sender, HELO, relaying) | unknown | blocked | 0.20 |
+| 15b | SMTP: our sending IP refused (blocklist, no PTR) | unknown | egress_blocked | 0.20 |
 | 16 | SMTP: still greylisted after retries | unknown | greylisted | 0.30 |
 | 17 | SMTP: other temporary failure | unknown | temp_failure | 0.25 |
 | 18 | SMTP: timeout | unknown | timeout | 0.20 |
@@ -54,8 +54,10 @@ Notes:
 * A catch-all flag does not change rows 12–22: a rejection outweighs the flag.
 * ``catch_all_score`` (0–100) is set only in rows 9 and 10; see ``catch_all_score``.
 
-The reason is a sentence naming the domain; for SMTP rejections and deferrals it
-quotes the server's reply, collapsed to one line and cut to 120 characters.
+The reason is a sentence naming the domain and what the provider meant in plain words
+("refused our sending IP address …; every other route … was tried too"), not only the
+code; for SMTP rejections and deferrals it then quotes the server's reply, collapsed to
+one line and cut to 120 characters.
 """
 
 from __future__ import annotations
@@ -152,15 +154,16 @@ _SMTP_ROWS: dict[SmtpOutcome, _Row] = {
         Status.INVALID,
         SubStatus.MAILBOX_NOT_FOUND,
         0.95,
-        "The mail server for {domain} says this mailbox does not exist.",
+        "The mail server for {domain} says this mailbox does not exist or is disabled; "
+        "mail to it bounces for good.",
         True,
     ),
     SmtpOutcome.MAILBOX_FULL: _Row(
         Status.RISKY,
         SubStatus.MAILBOX_FULL,
         0.60,
-        "The mailbox exists but is full on the mail server for {domain}; "
-        "mail to it bounces until it is emptied.",
+        "The mailbox exists but is full (over its storage quota) on the mail server for "
+        "{domain}; mail to it bounces until it is emptied.",
         True,
     ),
     SmtpOutcome.REJECTED_OTHER: _Row(
@@ -175,32 +178,36 @@ _SMTP_ROWS: dict[SmtpOutcome, _Row] = {
         Status.UNKNOWN,
         SubStatus.BLOCKED,
         0.20,
-        "The mail server for {domain} refused to talk to our checker, so the mailbox "
-        "could not be verified.",
+        "The mail server for {domain} refused our checker by a policy of its own (our "
+        "sender address, our HELO name, relaying, or a rule about senders), so the mailbox "
+        "could not be verified; it says nothing of the address.",
         True,
     ),
     SmtpOutcome.EGRESS_BLOCKED: _Row(
         Status.UNKNOWN,
         SubStatus.EGRESS_BLOCKED,
         0.20,
-        'The mail server for {domain} refused our sending IP address (egress "{egress}": it '
-        "names a blocklist or turned the connection away), so the mailbox could not be "
-        "verified; it says nothing of the address.",
+        "The mail server for {domain} refused our sending IP address, not this address "
+        '(egress "{egress}": a blocklist, no reverse DNS name, or the provider\'s own '
+        "reputation rules); every other route configured for that server was tried too, so "
+        "the mailbox could not be verified.",
         True,
     ),
     SmtpOutcome.GREYLISTED: _Row(
         Status.UNKNOWN,
         SubStatus.GREYLISTED,
         0.30,
-        "The mail server for {domain} asked us to try again later (greylisting); a retry "
-        "after `retry_after` seconds usually settles it.",
+        "The mail server for {domain} asked us to try again later (greylisting: it defers "
+        "a sender it has not seen before); a retry after `retry_after` seconds usually "
+        "settles it.",
         True,
     ),
     SmtpOutcome.TEMP_FAILURE: _Row(
         Status.UNKNOWN,
         SubStatus.TEMP_FAILURE,
         0.25,
-        "The mail server for {domain} reported a temporary failure; try again later.",
+        "The mail server for {domain} put us off for now (busy, rate-limiting, or a "
+        "temporary fault of its own); try again later.",
         True,
     ),
     SmtpOutcome.TIMEOUT: _Row(

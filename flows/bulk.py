@@ -23,14 +23,12 @@ from typing import Any
 import polars as pl
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_progress_artifact, aupdate_progress_artifact
-from prefect.context import get_run_context
 from pydantic.json_schema import SkipJsonSchema
 
 from verimail.config import Settings, current_settings
 from verimail.engine import EngineStats
 from verimail.files.bulk_io import JobInput, ResultSink, job_dir, results_frame
 from verimail.files.shards import merged_results, remove_shards
-from verimail.flows.deployments import DEPLOYMENTS, from_deployment
 from verimail.flows.failures import refused
 from verimail.flows.job_run import (
     park_or_finish,
@@ -38,8 +36,9 @@ from verimail.flows.job_run import (
     run_as_owner,
     start_job,
 )
+from verimail.flows.planner import from_deployment, hand_over, shard_request
 from verimail.flows.shard import run_shard
-from verimail.flows.summary import artifact_key, name_this_run, run_name
+from verimail.flows.summary import artifact_key, name_unnamed_run
 from verimail.jobs import retries
 from verimail.jobs.context import db_retried, store_for
 from verimail.jobs.create import stored_info, stored_upload
@@ -59,12 +58,6 @@ ARTIFACT_TIMEOUT = 5.0
 """Seconds a progress artifact's Prefect API call may take. The artifact is only a view of
 progress: a Prefect server slow to answer (its client waits up to 60 s) once held a job at
 100% in processing for a minute, past a test's wait."""
-
-
-def _flow_run_id() -> str | None:
-    with contextlib.suppress(Exception):
-        return str(get_run_context().flow_run.id)
-    return None
 
 
 @flow(name="bulk-verify", persist_result=False, log_prints=True)
@@ -96,9 +89,7 @@ async def bulk_verify(
                 raise FormError("Fill in the form: the account and the CSV file to verify.")
         except FormError as exc:
             return refused(str(exc))
-    started = await start_job(
-        store, job_id, attempt, flow_run_id=_flow_run_id(), retry_pass=retry_pass
-    )
+    started = await start_job(store, job_id, attempt, retry_pass=retry_pass)
     if not isinstance(started, job_store.Job):
         return started
     job = started
@@ -110,16 +101,15 @@ async def bulk_verify(
         if retry_pass
         else _first_pass(settings, store, job)
     )
-    return await run_as_owner(
-        settings, store, job, work, unverified=job_store.UNVERIFIED, kind="bulk"
-    )
+    outcome = await run_as_owner(settings, store, job, work, unverified=job_store.UNVERIFIED)
+    return await hand_over(settings, outcome)
 
 
 async def _first_pass(settings: Settings, store: Store, job: job_store.Job) -> dict[str, Any]:
     """Every address of the upload, results written away batch by batch as they are known;
     then park the job for a deferred pass or finish it."""
     # (Here, under the job's heartbeat: a slow Prefect API must not make the job look dead.)
-    await name_this_run(run_name(job))
+    await name_unnamed_run(job)
     job_input = await _read_input(settings, job)
     get_run_logger().info(
         "job %s: %s address rows, %s unique", job.id, job_input.address_rows, len(job_input.uniques)
@@ -182,9 +172,13 @@ async def _sharded_pass(
             ", ".join(str(s.addresses) for s in shards),
         )
     todo = [s for s in shards if s.status != "done"]
-    if todo and from_deployment():
-        await _to_the_pool(store, todo)
-        return {"job_id": job.id, "status": "sharded", "shards": len(shards)}
+    if todo and from_deployment():  # (each shard not handed out yet; the rest the reaper's)
+        runs = [
+            shard_request(settings, job, s.shard, s.attempt, len(shards))
+            for s in todo
+            if s.status == "pending" and s.flow_run_id is None
+        ]
+        return {"job_id": job.id, "status": "sharded", "shards": len(shards), "next_runs": runs}
     if todo:
         await asyncio.gather(*(_in_this_run(store, s) for s in todo))
         shards = await asyncio.to_thread(job_shards.shards_of, store.engine, job.id)
@@ -212,28 +206,6 @@ async def _merge(
     if merged is None or merged.height != sum(s.addresses for s in shards):
         raise Superseded(f"job {job.id}: its shards' results were merged by another run")
     return merged
-
-
-async def _to_the_pool(store: Store, shards: list[job_shards.Shard]) -> None:
-    """Each shard not handed to the work pool yet, as a ``verify-shard`` run (a shard
-    already handed over is the reaper's to watch)."""
-    from prefect.deployments import run_deployment
-
-    for shard in shards:
-        if shard.status != "pending" or shard.flow_run_id is not None:
-            continue
-        parameters = {"job_id": shard.job_id, "shard": shard.shard, "attempt": shard.attempt}
-        run = await run_deployment(  # type: ignore[misc]
-            DEPLOYMENTS["shard"], parameters=parameters, timeout=0, as_subflow=False
-        )
-        await asyncio.to_thread(
-            job_shards.set_flow_run,
-            store.engine,
-            shard.job_id,
-            shard.shard,
-            str(run.id),
-            shard.attempt,
-        )
 
 
 async def _in_this_run(store: Store, shard: job_shards.Shard) -> None:

@@ -45,7 +45,8 @@ from verimail.config import Settings, current_settings
 from verimail.files.bulk_io import StagedFiles, job_dir, save_info
 from verimail.files.csv_io import read_finder_upload, write_finder_results
 from verimail.flows.job_run import next_pass, park_or_finish, run_as_owner, start_job
-from verimail.flows.summary import name_this_run, run_name
+from verimail.flows.planner import hand_over
+from verimail.flows.summary import name_unnamed_run
 from verimail.jobs import retries
 from verimail.jobs.cancel import drop_finder_rows, save_finder_rows
 from verimail.jobs.context import db_retried, store_for
@@ -54,7 +55,7 @@ from verimail.jobs.finder_billing import FinderBilling
 from verimail.jobs.heartbeat import complete_run, still_owned
 from verimail.jobs.learned_patterns import StoredPatterns
 from verimail.store import jobs as job_store
-from verimail.store.billing.prices import price
+from verimail.store.billing import quote
 from verimail.store.db import Store
 from verimail.tasks.finder import find_domains, task_shares
 
@@ -206,7 +207,7 @@ async def find_emails(
     if not isinstance(started, job_store.Job):
         return started
     job = started
-    billing = FinderBilling(store, job, price("find", 1, settings))
+    billing = FinderBilling(store, job, quote("find", 1, settings))
     directory = job_dir(settings.data_dir, job.id)
     directory.mkdir(parents=True, exist_ok=True)
     progress = _Progress(store, job, billing, directory)
@@ -216,15 +217,10 @@ async def find_emails(
         return await _run(settings, store, job, billing, progress, retry_pass)
 
     # (finds are charged as they go: a failure refunds nothing; the progress is saved first)
-    return await run_as_owner(
-        settings,
-        store,
-        job,
-        work(),
-        unverified=0,
-        before_failing=progress.flush,
-        kind="finder",
+    outcome = await run_as_owner(
+        settings, store, job, work(), unverified=0, before_failing=progress.flush
     )
+    return await hand_over(settings, outcome)
 
 
 async def _run(
@@ -239,7 +235,7 @@ async def _run(
     then park the job again or finish it."""
     logger = get_run_logger()
     # (Here, under the job's heartbeat: a slow Prefect API must not make the job look dead.)
-    await name_this_run(run_name(job))
+    await name_unnamed_run(job)
     upload = Path(job.upload_path or "")
     info, rows = await asyncio.to_thread(
         read_finder_upload,

@@ -22,8 +22,8 @@ import polars as pl
 
 from verimail.config import Settings
 from verimail.engine import observe_queue_wait
-from verimail.flows.deployments import DEPLOYMENTS, from_deployment
 from verimail.flows.failures import customer_reason, ends_the_process
+from verimail.flows.planner import job_request
 from verimail.flows.summary import publish_job_summary
 from verimail.jobs import retries
 from verimail.jobs.context import no_such_job
@@ -42,7 +42,6 @@ async def start_job(
     job_id: int,
     attempt: int | None,
     *,
-    flow_run_id: str | None = None,
     retry_pass: int = 0,
 ) -> job_store.Job | Outcome:
     """The job as it was when this run picked it up (marked ``processing`` now if it was
@@ -51,6 +50,7 @@ async def start_job(
     job = await asyncio.to_thread(job_store.get_job_any, store.engine, job_id)
     if job is None:
         raise no_such_job(store, job_id)
+    flow_run_id = _flow_run_id()
     if job.finished:
         return {"job_id": job.id, "status": job.status}
     if started_late(job, attempt):
@@ -64,6 +64,8 @@ async def start_job(
             job_store.mark_processing, store.engine, job.id, flow_run_id=flow_run_id
         )
         observe_queue_wait(job.kind, job.created_at)
+    if flow_run_id is not None and not retry_pass:
+        await asyncio.to_thread(job_store.remember_first_run, store.engine, job.id, flow_run_id)
     if retry_pass:
         claimed = await asyncio.to_thread(
             claim_retry_pass, store.engine, job.id, job.attempt, retry_pass
@@ -71,6 +73,15 @@ async def start_job(
         if not claimed:  # (another run started this pass, or the job moved on)
             return superseded_outcome(job, attempt)
     return job
+
+
+def _flow_run_id() -> str | None:
+    """The id of the flow run this code runs in (None outside one)."""
+    with contextlib.suppress(Exception):
+        from prefect.context import get_run_context
+
+        return str(get_run_context().flow_run.id)  # type: ignore[union-attr]
+    return None
 
 
 async def run_as_owner(
@@ -81,15 +92,14 @@ async def run_as_owner(
     *,
     unverified: int,
     before_failing: Callable[[], Awaitable[None]] | None = None,
-    kind: str,
 ) -> Outcome:
     """Run ``work`` as the job's owner and end the job with its outcome.
 
     ``unverified``: what a failure refunds (``job_store.UNVERIFIED``: all not verified; 0
     for a job that charges as it goes). ``before_failing``: saves what the run has done
-    before the job is failed (best effort). ``kind``: the runner's name of the job's flow
-    (``flows/deployments.py``), whose run does the next pass of a job the work parked (an
-    outcome ``waiting_to_retry``, from :func:`park_or_finish`).
+    before the job is failed (best effort). A job the work parked (an outcome
+    ``waiting_to_retry``, from :func:`park_or_finish`) returns its next pass's run in
+    ``next_runs`` (``flows/planner.py``).
     """
     try:
         summary = await as_owner(store, job, settings.job_stale_after, work)
@@ -114,7 +124,7 @@ async def run_as_owner(
         await publish_job_summary(settings, store, job.id)
         raise
     if summary["status"] == "waiting_to_retry":
-        return await _park(store, job, summary, kind)
+        return await _park(settings, store, job, summary)
     if summary["status"] == "sharded":  # (its shards run on: the last one starts the merge)
         return summary
     _log_end(job, summary)
@@ -189,9 +199,9 @@ async def park_or_finish(
     }
 
 
-async def _park(store: Store, job: job_store.Job, summary: Outcome, kind: str) -> Outcome:
+async def _park(settings: Settings, store: Store, job: job_store.Job, summary: Outcome) -> Outcome:
     """Park the job until its next pass (after the run's heartbeat stopped: a last beat
-    must not overwrite the future one) and, with workers, schedule that pass in Prefect."""
+    must not overwrite the future one); the pass's run is the outcome's next run."""
     parked = await asyncio.to_thread(
         park_for_retry,
         store.engine,
@@ -215,18 +225,11 @@ async def _park(store: Store, job: job_store.Job, summary: Outcome, kind: str) -
         summary["retry_pass"],
         summary["next_retry_at"].isoformat(),
     )
-    if from_deployment():  # (the local runner schedules it when we return)
-        from prefect.deployments import run_deployment
-
-        parameters = {"job_id": job.id, "attempt": job.attempt, "retry_pass": summary["retry_pass"]}
-        scheduled = await run_deployment(  # type: ignore[misc]
-            DEPLOYMENTS[kind],
-            parameters=parameters,
-            scheduled_time=summary["next_retry_at"],
-            timeout=0,
-            as_subflow=False,
-        )
-        await asyncio.to_thread(
-            job_store.set_flow_run_id, store.engine, job.id, str(scheduled.id), attempt=job.attempt
-        )
-    return {**summary, "next_retry_at": summary["next_retry_at"].isoformat()}
+    next_run = job_request(
+        settings, job, retry_pass=summary["retry_pass"], at=summary["next_retry_at"]
+    )
+    return {
+        **summary,
+        "next_retry_at": summary["next_retry_at"].isoformat(),
+        "next_runs": [next_run],
+    }

@@ -10,9 +10,11 @@ finished: a job sat with one shard never begun on a busy machine).
 A shard run verifies the shard's addresses with the verify pipeline, saving its results
 in the job's folder as they come (``files/shards.py``), its progress added up into the
 job's. A run that starts again after its worker died verifies only what the earlier runs
-had not saved. The run that finishes the last shard starts the job's merge: a
+had not saved. The run that finishes the last shard asks for the job's merge: a
 ``bulk-verify`` run of the job again, which finds every shard done, puts their results
-together in input order, and completes or parks the job as an unsharded run does.
+together in input order, and completes or parks the job as an unsharded run does. That
+run is asked for, like every run, of the run planner (``flows/planner.py``): named "bulk job
+12 · merge", made once however many shard runs ask for it.
 """
 
 from __future__ import annotations
@@ -26,9 +28,8 @@ from prefect import flow, get_run_logger
 from verimail.config import Settings, current_settings
 from verimail.files.bulk_io import job_dir
 from verimail.files.shards import read_shard_input, shard_results
-from verimail.flows.deployments import DEPLOYMENTS, from_deployment
 from verimail.flows.job_run import pass_greylist_retries
-from verimail.flows.summary import name_this_run, run_name
+from verimail.flows.planner import hand_over, merge_request
 from verimail.jobs.context import db_retried, store_for
 from verimail.jobs.heartbeat import Superseded, as_owner
 from verimail.jobs.tally import Tally
@@ -53,14 +54,22 @@ async def verify_shard(job_id: int, shard: int, attempt: int, merge: bool = True
             stops at once.
         merge: Whether the run that finishes the job's last shard starts the job's merge.
     """
-    return await run_shard(job_id, shard, attempt, merge=merge, own_run=True)
+    outcome = await run_shard(job_id, shard, attempt, merge=merge)
+    if outcome["status"] == "superseded":
+        get_run_logger().info(
+            "job %s shard %s: nothing to do: the shard is done, a later run has it, or the "
+            "job has ended (shard runs are started by the job's run, not by hand)",
+            job_id,
+            shard,
+        )
+    return await hand_over(current_settings(), outcome)
 
 
 async def run_shard(
-    job_id: int, shard: int, attempt: int, *, merge: bool = False, own_run: bool = False
+    job_id: int, shard: int, attempt: int, *, merge: bool = False
 ) -> dict[str, Any]:
-    """The work of :func:`verify_shard`; ``own_run``: it is the shard's own flow run (named
-    for the shard), not a part of the job's run (the local runner's shards)."""
+    """The work of :func:`verify_shard` (also a part of the job's own run: the local runner's
+    shards); with ``merge``, the merge of the job follows the last shard (``next_runs``)."""
     settings = current_settings()
     store = store_for(settings)
     outcome: dict[str, Any] = {"job_id": job_id, "shard": shard, "attempt": attempt}
@@ -69,8 +78,6 @@ async def run_shard(
     if claimed is None or job is None:  # (done, or a later run has it, or the job ended)
         return {**outcome, "status": "superseded"}
     what = f"job {job_id} shard {shard + 1}/{(job.options or {})['shards']['total']}"
-    if own_run:
-        await name_this_run(f"{run_name(job)} · shard {shard + 1}")
     try:
         left = await as_owner(
             store,
@@ -84,8 +91,10 @@ async def run_shard(
     except Superseded:
         return {**outcome, "status": "superseded"}
     outcome.update(status="done", shards_left=left, merge=merge and left == 0)
-    if outcome["merge"] and from_deployment():
-        await _merge_on_the_pool(store, job_id)
+    if outcome["merge"]:
+        ended = await asyncio.to_thread(job_store.get_job_any, store.engine, job_id)
+        if ended is not None and not ended.finished:
+            outcome["next_runs"] = [merge_request(settings, ended)]
     return outcome
 
 
@@ -134,22 +143,3 @@ async def _record(store: Store, shard: job_shards.Shard, tally: Tally, *, done: 
     if left is None:
         raise Superseded(f"job {shard.job_id} shard {shard.shard}: run {shard.attempt} lost it")
     return left
-
-
-async def _merge_on_the_pool(store: Store, job_id: int) -> None:
-    """Start the job's merge as a ``bulk-verify`` run in the work pool (the job's current
-    run number: its run that made the shards has ended)."""
-    from prefect.deployments import run_deployment
-
-    job = await asyncio.to_thread(job_store.get_job_any, store.engine, job_id)
-    if job is None or job.finished:
-        return
-    merging = await run_deployment(  # type: ignore[misc]
-        DEPLOYMENTS["bulk"],
-        parameters={"job_id": job_id, "attempt": job.attempt},
-        timeout=0,
-        as_subflow=False,
-    )
-    await asyncio.to_thread(
-        job_store.set_flow_run_id, store.engine, job_id, str(merging.id), attempt=job.attempt
-    )

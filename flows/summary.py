@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 
 PREFECT_CALL_TIMEOUT = 5.0
 """Seconds a Prefect API call of this module may take (the client itself waits up to 60 s)."""
+SUMMARY_TIMEOUT = 30.0
+"""Seconds the summary of an ended job may take to publish: the job is settled already, so
+only the run's own end waits for it (5 s lost summaries on a busy machine)."""
 INSTALLATION_FILE = "installation-id"
 
 _FINDER_ROWS = (
@@ -70,6 +73,20 @@ def run_name(job: job_store.Job) -> str:
     name = f"{_KIND_WORD.get(job.kind, job.kind)} job {job.id}"
     source = "JSON list" if job.kind == "bulk_json" else (job.options or {}).get("filename")
     return f"{name} · {source}" if source else name
+
+
+async def name_unnamed_run(job: job_store.Job) -> None:
+    """Name the run in progress for its job (``bulk job 12 · leads.csv``) unless it has a
+    name of the job's already: the run planner names the runs it makes ("… · retry pass 1
+    of 2", "… · merge"); a run started by hand in the Prefect UI has a random one."""
+    try:
+        from prefect.context import get_run_context
+
+        current = get_run_context().flow_run.name  # type: ignore[union-attr]
+    except Exception:  # (no run here)
+        return
+    if not current.startswith(run_name(job).split(" · ")[0] + " "):
+        await name_this_run(run_name(job))
 
 
 async def name_this_run(name: str) -> None:
@@ -128,22 +145,33 @@ def summary_rows(settings: Settings, job: job_store.Job) -> list[dict[str, str]]
 
 
 async def publish_table(
-    settings: Settings, what: str, rows: list[dict[str, str]], description: str
+    settings: Settings,
+    what: str,
+    rows: list[dict[str, str]],
+    description: str,
+    *,
+    flow_run_id: str | None = None,
+    timeout: float = PREFECT_CALL_TIMEOUT,
 ) -> None:
-    """A table artifact under this installation's key for ``what`` (errors logged)."""
+    """A table artifact under this installation's key for ``what``, on the flow run
+    ``flow_run_id`` (default: the run at hand); errors logged."""
     try:
-        from prefect.artifacts import acreate_table_artifact
+        from prefect.artifacts import TableArtifact
 
-        async with asyncio.timeout(PREFECT_CALL_TIMEOUT):
-            await acreate_table_artifact(
-                table=rows, key=artifact_key(settings, what), description=description
-            )
+        artifact = TableArtifact(
+            table=rows, key=artifact_key(settings, what), description=description
+        )
+        if flow_run_id is not None:
+            artifact.flow_run_id = uuid.UUID(flow_run_id)
+        async with asyncio.timeout(timeout):
+            await artifact.acreate()
     except Exception as exc:  # (a view: the job's outcome stands)
         log.warning("could not publish the %s artifact: %s", what, exc)
 
 
 async def publish_job_summary(settings: Settings, store: Store, job_id: int) -> None:
-    """The summary artifact of an ended job, read fresh from its row."""
+    """The summary artifact of an ended job, read fresh from its row, on the run that
+    started the job (a retry pass or a sharded job's merge may end it)."""
     job = await asyncio.to_thread(job_store.get_job_any, store.engine, job_id)
     if job is None:
         return
@@ -153,6 +181,8 @@ async def publish_job_summary(settings: Settings, store: Store, job_id: int) -> 
         f"{word}-job-{job.id}",
         summary_rows(settings, job),
         f"{run_name(job)}: {job.status}",
+        flow_run_id=(job.options or {}).get("first_flow_run_id"),
+        timeout=SUMMARY_TIMEOUT,
     )
 
 

@@ -26,16 +26,18 @@ from typing import Any, Literal, Protocol
 from verimail.config import Settings
 from verimail.files.bulk_io import INFO_FILE, job_dir, load_info, save_info
 from verimail.files.csv_detect import CsvInfo
+from verimail.schemas.flows import flow_of_job
 from verimail.store import jobs as job_store
-from verimail.store.billing.pools import balance
-from verimail.store.billing.prices import price
+from verimail.store.billing import balance, quote, short_balance
 from verimail.store.db import Store
 
 log = logging.getLogger(__name__)
 
-RunKind = Literal["bulk", "finder"]
-RUN_KIND: dict[str, RunKind] = {"bulk_csv": "bulk", "bulk_json": "bulk", "finder_csv": "finder"}
-"""The flow that works each kind of job (a JSON bulk job is verified like a CSV one)."""
+
+def run_kind(job: job_store.Job) -> str:
+    """The key of the flow that works ``job`` (``schemas/flows.py``: a JSON bulk job is
+    verified like a CSV one); a runner's ``kind``."""
+    return flow_of_job(job.kind).key
 
 
 class JobRunner(Protocol):
@@ -99,7 +101,7 @@ def create_verify_job(
 
     ``info``: the upload's inspection, stored with the job for its run. Raises
     :class:`NotEnoughCredits` when the balance is short."""
-    needed = price("verify", total)
+    needed = quote("verify", total)
     job = job_store.create_job(
         store.engine,
         account_id,
@@ -132,9 +134,9 @@ def create_finder_job(
     """A finder job of ``rows`` people. Nothing is reserved (each find is charged as the job
     goes), but a balance that cannot pay for one find is refused up front
     (:class:`NotEnoughCredits`): such a job could only skip every row."""
-    cost = price("find", 1, settings)
-    have = balance(store.engine, account_id).total
-    if have < cost:
+    cost = quote("find", 1, settings)
+    have = short_balance(store.engine, account_id, cost)
+    if have is not None:
         raise NotEnoughCredits(cost, have)
     job = job_store.create_job(
         store.engine,
@@ -156,7 +158,7 @@ def submit(store: Store, runner: JobRunner, job: job_store.Job) -> None:
     refunds its reservation, if any) and :class:`NotStarted` says so: no job is left
     ``pending`` and nothing stays charged."""
     try:
-        runner.submit(RUN_KIND[job.kind], job.id, job.attempt)
+        runner.submit(run_kind(job), job.id, job.attempt)
     except Exception as exc:
         log.exception("could not start job %s", job.id)
         settled = "its credits were refunded" if job.credits_reserved else "nothing was charged"

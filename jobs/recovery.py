@@ -17,7 +17,7 @@ from sqlalchemy.exc import OperationalError
 
 from verimail.config import Settings
 from verimail.jobs.context import store_for
-from verimail.jobs.create import RUN_KIND, JobRunner
+from verimail.jobs.create import JobRunner, run_kind
 from verimail.jobs.notify import deliver_owed_webhooks, notify_job_soon
 from verimail.store import job_shards
 from verimail.store import jobs as job_store
@@ -51,10 +51,8 @@ def recover_stale_jobs(settings: Settings, runner: JobRunner) -> list[tuple[int,
     for job in due_retries(store.engine, now=utcnow() - RETRY_CATCH_UP):
         # A parked job whose next pass did not start (its timer died with a process): start
         # it now; the pass is claimed by the first run, so a late timer changes nothing.
-        kind = RUN_KIND.get(job.kind)
-        if kind is not None:
-            runner.submit(kind, job.id, job.attempt, retry_pass=int(job.retry["pass"]))
-            handled.append((job.id, "retry pass"))
+        runner.submit(run_kind(job), job.id, job.attempt, retry_pass=int(job.retry["pass"]))
+        handled.append((job.id, "retry pass"))
     stale = job_store.find_stale_processing(
         store.engine, timedelta(seconds=settings.job_stale_after), include_pending=True
     )
@@ -66,13 +64,12 @@ def recover_stale_jobs(settings: Settings, runner: JobRunner) -> list[tuple[int,
         attempt = claim_for_resume(store.engine, job.id, job.heartbeat_at)
         if attempt is None:
             continue  # another process took it, or it finished
-        kind = RUN_KIND.get(job.kind)
-        if kind is not None and attempt <= settings.job_max_attempts:
+        if attempt <= settings.job_max_attempts:
             # (A retry pass that died is done again, not the whole job: the claim reopened it.)
             retry_pass = int(job.retry["pass"]) if job.retry.get("phase") == "retrying" else 0
             log.warning("job %s lost its runner; resuming (run %s)", job.id, attempt)
             try:
-                runner.submit(kind, job.id, attempt, retry_pass=retry_pass)
+                runner.submit(run_kind(job), job.id, attempt, retry_pass=retry_pass)
                 handled.append((job.id, "resumed"))
                 continue
             except Exception as exc:  # could not even start a run: fail below

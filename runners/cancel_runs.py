@@ -14,7 +14,7 @@ import logging
 from collections.abc import Iterable
 
 from verimail.config import Settings
-from verimail.flows.planned_runs import cancel_run
+from verimail.flows.planner import cancel_run
 from verimail.jobs.context import store_for
 from verimail.store import job_shards
 from verimail.store import jobs as job_store

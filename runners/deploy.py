@@ -2,7 +2,8 @@
 
 Module-path entrypoints (``verimail.flows.bulk:bulk_verify``) mean a worker needs only the
 installed ``verimail`` package, not a checkout of this repository. ``prefect.yaml`` holds
-the same five deployments for teams that prefer ``prefect deploy --all``.
+the same deployments for teams that prefer ``prefect deploy --all`` (a test keeps it equal to
+the registry, ``schemas/flows.py``).
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from prefect.deployments.runner import EntrypointType
 from prefect.exceptions import ObjectAlreadyExists
 from prefect.utilities.asyncutils import run_coro_as_sync
 
-REVERIFY_CRON = "0 3 * * 1"  # Mondays 03:00 UTC: stale addresses (older than 30 days)
-RETENTION_CRON = "30 2 * * *"  # daily 02:30 UTC: jobs ended more than retention_days ago
+from verimail.flows.planner import load_flow
+from verimail.schemas.flows import FLOWS
 
 
 async def _ensure_pool(name: str) -> None:
@@ -27,36 +28,20 @@ async def _ensure_pool(name: str) -> None:
 
 
 def register_deployments(pool: str, *, schedule: bool = True) -> list[str]:
-    """Create the work pool if needed and apply the deployments; returns their names."""
-    from verimail.flows.bulk import bulk_verify
-    from verimail.flows.finder import find_emails
-    from verimail.flows.retention import purge_expired_jobs
-    from verimail.flows.reverify import reverify_stored
-    from verimail.flows.shard import verify_shard
-
+    """Create the work pool if needed and apply a deployment per registered flow
+    (``schemas/flows.py``); returns their names. ``schedule``: the flows' standing schedules
+    too (the weekly re-verification)."""
     run_coro_as_sync(_ensure_pool(pool))
     names = []
-    for flow, name, schedules in (
-        (bulk_verify, "bulk-verify", None),
-        (find_emails, "find-emails", None),
-        (verify_shard, "verify-shard", None),
-        (
-            reverify_stored,
-            "reverify-stored",
-            [CronSchedule(cron=REVERIFY_CRON, timezone="UTC")] if schedule else None,
-        ),
-        (
-            purge_expired_jobs,
-            "purge-expired-jobs",
-            [CronSchedule(cron=RETENTION_CRON, timezone="UTC")] if schedule else None,
-        ),
-    ):
-        deployment = flow.to_deployment(
-            name=name,
+    for entry in FLOWS:
+        cron = entry.cron if schedule else None
+        deployment = load_flow(entry.key).to_deployment(
+            name=entry.name,
+            description=entry.description,
             work_pool_name=pool,
             entrypoint_type=EntrypointType.MODULE_PATH,
-            schedules=schedules,
+            schedules=[CronSchedule(cron=cron, timezone="UTC")] if cron else None,
         )
         deployment.apply()
-        names.append(f"{flow.name}/{name}")
+        names.append(entry.deployment)
     return names

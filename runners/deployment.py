@@ -1,5 +1,5 @@
-"""The deployment runner: ``run_deployment(..., timeout=0)`` hands each job's run to a work
-pool, and workers on any number of machines run it against the shared PostgreSQL store and
+"""The deployment runner: the run planner (``flows/planner.py``) hands each job's run to a
+work pool, and workers on any number of machines run it against the shared PostgreSQL store and
 data dir (``docs/deployment.md``). The deployments are registered by ``runners/deploy.py``.
 """
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import TypeVar
 from uuid import UUID
 
 from verimail.config import Settings
-from verimail.flows.deployments import DEPLOYMENTS
+from verimail.flows import planner
 from verimail.jobs import reverify_parking
-from verimail.jobs.context import attempt_of, store_for
+from verimail.jobs.context import store_for
 from verimail.jobs.reverify import any_list_due
 from verimail.store import job_shards
 from verimail.store import jobs as job_store
@@ -38,39 +38,25 @@ class DeploymentRunner:
         retry_pass: int = 0,
         at: datetime | None = None,
     ) -> None:
-        """A flow run in the work pool; with ``at``, a ``Scheduled`` one a worker takes at
-        that time (no worker is held meanwhile)."""
-        from prefect.deployments import run_deployment
-
-        if attempt is None:
-            attempt = attempt_of(self.settings, job_id)
-        parameters: dict[str, Any] = {"job_id": job_id, "attempt": attempt}
-        if retry_pass:
-            parameters["retry_pass"] = retry_pass
-        flow_run = run_deployment(
-            DEPLOYMENTS[kind],
-            parameters=parameters,
-            scheduled_time=at,
-            timeout=0,
-            as_subflow=False,
+        """A flow run of the job in the work pool (``kind``: its flow's key, which the job's
+        kind decides); with ``at``, a ``Scheduled`` one a worker takes at that time (no
+        worker is held meanwhile)."""
+        job = job_store.get_job_any(store_for(self.settings).engine, job_id)
+        if job is None:
+            raise LookupError(f"job {job_id} does not exist")
+        request = planner.job_request(
+            self.settings, job, attempt=attempt, retry_pass=retry_pass, at=at
         )
-        job_store.set_flow_run_id(
-            store_for(self.settings).engine, job_id, str(flow_run.id), attempt=attempt
-        )
+        planner.submit_to_pool_now(self.settings, request)
 
     def submit_shard(self, job_id: int, shard: int, attempt: int) -> None:
         """A ``verify-shard`` run of a big job's shard in the work pool."""
-        from prefect.deployments import run_deployment
-
-        flow_run = run_deployment(
-            DEPLOYMENTS["shard"],
-            parameters={"job_id": job_id, "shard": shard, "attempt": attempt},
-            timeout=0,
-            as_subflow=False,
-        )
-        job_shards.set_flow_run(
-            store_for(self.settings).engine, job_id, shard, str(flow_run.id), attempt
-        )
+        job = job_store.get_job_any(store_for(self.settings).engine, job_id)
+        if job is None:
+            raise LookupError(f"job {job_id} does not exist")
+        total = int((job.options or {}).get("shards", {}).get("total", 0))
+        request = planner.shard_request(self.settings, job, shard, attempt, total)
+        planner.submit_to_pool_now(self.settings, request)
 
     def held_shards(self) -> list[tuple[int, int]]:
         """Shards whose ``verify-shard`` run waits in the work pool (as :meth:`held_jobs`

@@ -21,29 +21,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-from verimail.config import Settings, using_settings
+from verimail.config import Settings
+from verimail.flows import planner
 from verimail.flows.failures import customer_reason, ends_the_process
 from verimail.jobs import reverify_parking
-from verimail.jobs.context import attempt_of, store_for
+from verimail.jobs.context import store_for
 from verimail.jobs.heartbeat import was_superseded
 from verimail.jobs.notify import notify_job_soon
 from verimail.jobs.reverify import any_list_due
 from verimail.store import jobs as job_store
 
 log = logging.getLogger(__name__)
-
-
-def _flow_for(kind: str) -> Any:
-    """The flow object of a job kind (imported lazily: ``import prefect`` takes ~2 s)."""
-    if kind == "bulk":
-        from verimail.flows.bulk import bulk_verify
-
-        return bulk_verify
-    if kind == "finder":
-        from verimail.flows.finder import find_emails
-
-        return find_emails
-    raise ValueError(f"unknown job kind {kind!r}")
 
 
 WARM_UP_JOIN_SECONDS = 60.0  # the most a shutdown waits for the Prefect warm-up
@@ -60,6 +48,7 @@ class LocalRunner:
         self._futures: set[Future[None]] = set()
         self._jobs: set[int] = set()  # submitted and not yet returned: queued or running
         self._shards: set[tuple[int, int]] = set()  # (job, shard) run on their own, likewise
+        self._keys: set[str] = set()  # runs queued, running or on a timer here (one per key)
         self._lock = threading.Lock()
         self._prefect_lock = threading.Lock()
         self._prefect_ready = False
@@ -117,25 +106,56 @@ class LocalRunner:
         retry_pass: int = 0,
         at: datetime | None = None,
     ) -> None:
+        """Run the job's flow (``kind``: its key, which the job's kind decides) here; with
+        ``retry_pass``/``at``, that deferred pass at that time."""
+        job = self._job(job_id)
+        self.execute(
+            planner.job_request(self.settings, job, attempt=attempt, retry_pass=retry_pass, at=at)
+        )
+
+    def submit_shard(self, job_id: int, shard: int, attempt: int) -> None:
+        """Run a shard of a big job on its own (the reaper's: its earlier run died); the
+        run that finishes the job's last shard asks for the job's merge, run here too."""
+        job = self._job(job_id)
+        total = int((job.options or {}).get("shards", {}).get("total", 0))
+        self.execute(planner.shard_request(self.settings, job, shard, attempt, total))
+
+    def _job(self, job_id: int) -> job_store.Job:
+        job = job_store.get_job_any(store_for(self.settings).engine, job_id)
+        if job is None:
+            raise LookupError(f"job {job_id} does not exist")
+        return job
+
+    def execute(self, request: planner.RunRequest) -> None:
+        """Run ``request`` in a worker thread of this process, at ``request.at`` (a timer, not
+        a thread, holds it until then: a restart loses the timer, and the reaper starts the
+        pass once it is due). A request whose key is queued, running or waiting on a timer
+        here already is the same run: it is dropped."""
         if self._closed:  # (a parked job's timer after shutdown: the reaper has it)
             return
-        if attempt is None:
-            attempt = attempt_of(self.settings, job_id)
-        delay = (at - datetime.now(UTC)).total_seconds() if at is not None else 0.0
+        with self._lock:
+            if request.key in self._keys:
+                return
+            self._keys.add(request.key)
+        delay = (request.at - datetime.now(UTC)).total_seconds() if request.at else 0.0
         if delay > 0:
-            # A parked job's next pass: a timer, not a worker thread, holds it meanwhile
-            # (a restart loses the timer; the reaper starts the pass once it is due).
-            timer = threading.Timer(
-                delay, self.submit, (kind, job_id, attempt), {"retry_pass": retry_pass}
-            )
+            timer = threading.Timer(delay, self._start, (request,))
             timer.daemon = True
             with self._lock:
                 self._timers = [t for t in self._timers if t.is_alive()] + [timer]
             timer.start()
             return
+        self._start(request)
+
+    def _start(self, request: planner.RunRequest) -> None:
+        if self._closed:
+            return
         with self._lock:
-            self._jobs.add(job_id)
-        future = self._pool.submit(self._run, kind, job_id, attempt, retry_pass)
+            if request.shard is not None:
+                self._shards.add((request.job_id, request.shard))
+            elif request.job_id is not None:
+                self._jobs.add(request.job_id)
+        future = self._pool.submit(self._run, request)
         with self._lock:
             self._futures.add(future)
         future.add_done_callback(self._forget)
@@ -149,76 +169,58 @@ class LocalRunner:
         with self._lock:
             return sorted(self._jobs)
 
-    def _forget(self, future: Future[None]) -> None:
-        with self._lock:
-            self._futures.discard(future)
-
-    def _run(self, kind: str, job_id: int, attempt: int | None, retry_pass: int = 0) -> None:
-        error: BaseException | None = None
-        outcome: Any = None
-        try:
-            self._ensure_prefect()
-            extra = {"retry_pass": retry_pass} if retry_pass else {}
-            with using_settings(self.settings):
-                outcome = asyncio.run(_flow_for(kind)(job_id=job_id, attempt=attempt, **extra))
-        except BaseException as exc:  # the flow has marked the job failed if it got that far
-            error = exc
-            log.warning("job %s (%s) ended with %r", job_id, kind, exc)
-        finally:
-            # A superseded run leaves the job open on purpose: a later run has it; so does a
-            # run stopped from outside (the reaper resumes the job: see ends_the_process).
-            stopped = error is not None and ends_the_process(error)
-            status = outcome.get("status") if isinstance(outcome, dict) else None
-            parked = status == "waiting_to_retry"
-            # (a job whose shards run on is the reaper's and the last shard's to end)
-            if not was_superseded(outcome) and not stopped and not parked and status != "sharded":
-                _fail_if_unfinished(self.settings, job_id, error, attempt)
-            with self._lock:
-                self._jobs.discard(job_id)
-            if parked:
-                at = datetime.fromisoformat(outcome["next_retry_at"])
-                self.submit(kind, job_id, attempt, retry_pass=outcome["retry_pass"], at=at)
-
-    def submit_shard(self, job_id: int, shard: int, attempt: int) -> None:
-        """Run a shard of a big job on its own (the reaper's: its earlier run died); the
-        run that finishes the job's last shard has this runner start the job's merge."""
-        if self._closed:
-            return
-        with self._lock:
-            self._shards.add((job_id, shard))
-        future = self._pool.submit(self._run_shard, job_id, shard, attempt)
-        with self._lock:
-            self._futures.add(future)
-        future.add_done_callback(self._forget)
-
     def held_shards(self) -> list[tuple[int, int]]:
         """Shards this process holds (queued for a worker thread or running)."""
         with self._lock:
             return sorted(self._shards)
 
-    def _run_shard(self, job_id: int, shard: int, attempt: int) -> None:
-        from verimail.flows.shard import verify_shard
+    def _forget(self, future: Future[None]) -> None:
+        with self._lock:
+            self._futures.discard(future)
 
+    def _run(self, request: planner.RunRequest) -> None:
+        error: BaseException | None = None
         outcome: Any = None
         try:
             self._ensure_prefect()
-            with using_settings(self.settings):
-                outcome = asyncio.run(verify_shard(job_id=job_id, shard=shard, attempt=attempt))
-        except BaseException as exc:  # (its beats stop: the reaper gives it another run)
-            log.warning("job %s shard %s ended with %r", job_id, shard, exc)
+            outcome = planner.run_here(self.settings, request)
+        except BaseException as exc:  # the flow has marked the job failed if it got that far
+            error = exc
+            log.warning("%s ended with %r", request.name, exc)
         finally:
+            if request.shard is None and request.job_id is not None:
+                self._settle(request, outcome, error)
             with self._lock:
-                self._shards.discard((job_id, shard))
-        if isinstance(outcome, dict) and outcome.get("merge"):
-            self.submit("bulk", job_id)
+                self._jobs.discard(request.job_id)  # type: ignore[arg-type]
+                self._shards.discard((request.job_id, request.shard))  # type: ignore[arg-type]
+                self._keys.discard(request.key)
+        for next_run in _next_runs(outcome):
+            self.execute(next_run)
+
+    def _settle(
+        self, request: planner.RunRequest, outcome: Any, error: BaseException | None
+    ) -> None:
+        """A job run that returned must not leave its job open — unless a later run has it,
+        it was stopped from outside (the reaper resumes the job: see ends_the_process), it
+        is parked for a deferred pass, or its shards run on (the reaper's and the last
+        shard's to end)."""
+        stopped = error is not None and ends_the_process(error)
+        status = outcome.get("status") if isinstance(outcome, dict) else None
+        if was_superseded(outcome) or stopped or status in ("waiting_to_retry", "sharded"):
+            return
+        _fail_if_unfinished(
+            self.settings,
+            request.job_id,
+            error,
+            request.parameters.get("attempt"),  # type: ignore[arg-type]
+        )
 
     def start_due_runs(self) -> int:
         """Claim the planned ``reverify-stored`` runs that are due — lists' scheduled runs
-        and parked re-verifications' retry passes (``flows/planned_runs.py``) — and run them
+        and parked re-verifications' retry passes (``flows/planner.py``) — and run them
         here: with the local runner, this process is their worker. Called by the reaper's
         sweep; Prefect is asked only when the store or a parked pass's file says one is
         due."""
-        from verimail.flows.planned_runs import LIST_RUN_TAG, RETRY_RUN_TAG
         from verimail.runners import sweep
 
         if time.monotonic() >= self._next_retention:  # (this process is the retention's too)
@@ -229,7 +231,8 @@ class LocalRunner:
         if not (schedules or passes):
             return 0
         self._ensure_prefect()
-        tags = [tag for tag, due in ((LIST_RUN_TAG, schedules), (RETRY_RUN_TAG, passes)) if due]
+        planned = ((planner.LIST_RUN_TAG, schedules), (planner.RETRY_RUN_TAG, passes))
+        tags = [tag for tag, due in planned if due]
         runs = sweep.claim_due_runs(self.settings, tags)
         for run in runs:
             future = self._pool.submit(self._run_flow_run, run)
@@ -243,18 +246,15 @@ class LocalRunner:
         return len(runs)
 
     def _run_flow_run(self, flow_run: Any) -> None:
-        """Run a claimed flow run of ``reverify-stored`` (it reports its own failures)."""
-        from prefect.flow_engine import run_flow
-
-        from verimail.flows.reverify import reverify_stored
-
+        """Run a claimed flow run of ``reverify-stored`` (it reports its own failures) and
+        the runs it says come next (a list's job's deferred retry pass)."""
         try:
-            with using_settings(self.settings):
-                asyncio.run(
-                    run_flow(reverify_stored, flow_run=flow_run, parameters=flow_run.parameters)
-                )
+            outcome = planner.run_claimed(self.settings, "reverify", flow_run)
         except BaseException as exc:
             log.warning("scheduled run %s ended with %r", flow_run.id, exc)
+            return
+        for next_run in _next_runs(outcome):
+            self.execute(next_run)
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait for every submitted run (tests, shutdown)."""
@@ -275,6 +275,11 @@ class LocalRunner:
         if self._warm_up is not None:
             self._warm_up.join(WARM_UP_JOIN_SECONDS)
         _stop_embedded_prefect()
+
+
+def _next_runs(outcome: Any) -> list[planner.RunRequest]:
+    """The runs a flow's outcome says come next (``flows/planner.py``)."""
+    return (outcome.get("next_runs") or []) if isinstance(outcome, dict) else []
 
 
 EMBEDDED_START_SECONDS = 120

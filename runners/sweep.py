@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from verimail.config import Settings
-from verimail.flows.planned_runs import cancel_run, plan_list_run
+from verimail.flows.planner import cancel_run, plan_list_run
 from verimail.jobs import reverify_parking as parking
 from verimail.jobs.context import store_for
 from verimail.jobs.delete import purge_expired
@@ -85,8 +85,6 @@ def replan_lost_runs(settings: Settings) -> list[int]:
     from prefect.client.orchestration import get_client
     from prefect.exceptions import ObjectNotFound
 
-    from verimail.flows.reverify import reverify_stored
-
     store = store_for(settings)
     now = datetime.now(UTC)
     replanned = []
@@ -99,11 +97,8 @@ def replan_lost_runs(settings: Settings) -> list[int]:
                 continue  # (planned, late, or being run)
             when = next_after(schedule.next_run_at, schedule.every_days, now)
             planned = asyncio.run(
-                plan_list_run(
-                    settings, store, reverify_stored, schedule.account_id,
-                    schedule.list_job_id, when,
-                )
-            )  # fmt: skip
+                plan_list_run(settings, store, schedule.account_id, schedule.list_job_id, when)
+            )
             if not reverify_store.set_flow_run(
                 store.engine, schedule.id, planned.flow_run_id, when,
                 expected=str(schedule.flow_run_id),

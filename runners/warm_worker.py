@@ -7,7 +7,7 @@ Prefect's ``process`` worker starts a new Python process per flow run, which imp
 and the flows before the flow begins (13–15 s of a 24 s start on a loaded 2-core machine,
 BENCHMARKS.md "Job start"); here a run begins within the poll interval and a round trip.
 
-What it takes: only flow runs of verimail's five deployments (``flows/deployments.py``);
+What it takes: only flow runs of verimail's deployments (``schemas/flows.py``);
 a run of any other deployment in the pool is left for other workers. Claiming a run moves
 it to Pending, which Prefect grants once, so several warm workers (and process workers) on
 one pool never run one flow run twice. It claims no more runs than it has free threads.
@@ -21,7 +21,6 @@ the process at once, leaving those runs' jobs to the reaper (``jobs/recovery.py`
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import socket
@@ -31,19 +30,15 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID, uuid4
 
-from verimail.config import Settings, using_settings
-from verimail.flows.deployments import DEPLOYMENTS
+from verimail.config import Settings
+from verimail.flows import planner
+from verimail.schemas.flows import FLOWS as REGISTERED
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 10.0  # the worker's heartbeat to Prefect (the UI shows it Online)
-FLOWS = {  # deployment name → (module, flow object's name): imported once, at start
-    DEPLOYMENTS["bulk"]: ("verimail.flows.bulk", "bulk_verify"),
-    DEPLOYMENTS["finder"]: ("verimail.flows.finder", "find_emails"),
-    DEPLOYMENTS["reverify"]: ("verimail.flows.reverify", "reverify_stored"),
-    DEPLOYMENTS["shard"]: ("verimail.flows.shard", "verify_shard"),
-    DEPLOYMENTS["retention"]: ("verimail.flows.retention", "purge_expired_jobs"),
-}
+FLOWS = {entry.deployment: entry.key for entry in REGISTERED}
+"""Deployment name → the flow's key: the runs this worker takes."""
 
 
 class PoolNotFound(RuntimeError):
@@ -53,12 +48,7 @@ class PoolNotFound(RuntimeError):
 def load_flows() -> dict[str, Any]:
     """Deployment name → flow object, every flow module imported now (the point of a warm
     worker: a run pays for no import)."""
-    import importlib
-
-    return {
-        name: getattr(importlib.import_module(module), attr)
-        for name, (module, attr) in FLOWS.items()
-    }
+    return {name: planner.load_flow(key) for name, key in FLOWS.items()}
 
 
 class WarmWorker:
@@ -171,7 +161,7 @@ class WarmWorker:
             log.info("flow run %s (%s) claimed", claimed.id, name)
             with self._lock:
                 self._running.add(claimed.id)
-            self._threads.submit(self._run_flow_run, self.flows[name], claimed)
+            self._threads.submit(self._run_flow_run, FLOWS[name], claimed)
             self.started += 1
             started += 1
         return started
@@ -218,16 +208,12 @@ class WarmWorker:
                 self._foreign.add(deployment_id)
         return self._deployments.get(deployment_id)
 
-    def _run_flow_run(self, flow: Any, flow_run: Any) -> None:
-        """Run a claimed flow run to its end on this thread's own event loop (the flow
-        reports its own failures to Prefect and to its job)."""
-        from prefect.flow_engine import run_flow
-
+    def _run_flow_run(self, key: str, flow_run: Any) -> None:
+        """Run a claimed flow run of the flow ``key`` to its end on this thread's own event
+        loop (the flow reports its own failures to Prefect and to its job, and hands the
+        runs that follow it to the pool itself)."""
         try:
-            with using_settings(self.settings):
-                result = run_flow(flow, flow_run=flow_run, parameters=flow_run.parameters)
-                if asyncio.iscoroutine(result):
-                    asyncio.run(result)
+            planner.run_claimed(self.settings, key, flow_run)
         except BaseException as exc:
             log.warning("flow run %s ended with %r", flow_run.id, exc)
         else:

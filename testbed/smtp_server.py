@@ -12,18 +12,21 @@ The reply texts follow Postfix, because that is what the prober meets most on th
 - ``STARTTLS`` (with ``starttls``): the handshake, or ``starttls_reply`` when set
 - ``MAIL FROM``: ``250 2.1.0 Ok``, or ``mail_from_reply`` when set
 - a client in ``blocklisted_clients`` at ``blocklist_stage`` ``greeting``: a banner
-  ``554 5.7.1 … Client host [<ip>] blocked using zen.spamhaus.org``, then close
+  ``554 5.7.1 … Client host [<ip>] blocked using zen.spamhaus.org`` (or ``blocklist_reply``,
+  a provider's text), then close
 - ``RCPT TO``, first rule that applies:
   a client in ``blocklisted_clients`` (``blocklist_stage`` ``rcpt``): the same 554 text;
-  more than ``max_rcpts_per_session`` in this connection: ``452 4.5.3 Too many recipients``;
+  more than ``max_rcpts_per_session`` in this connection: ``452 4.5.3 Too many recipients``
+  (or ``too_many_reply``);
   a scripted reply for the recipient (``rcpt_replies``);
   ``block``: ``554 5.7.1 Client host rejected: listed at a block list``;
   first ``greylist_tries`` tries of a (sender, recipient) pair, or (with ``greylist_delay``,
   postgrey's rule) a (client IP, sender, recipient) triplet first seen less than
   ``greylist_delay`` seconds ago: ``450 4.2.0 Greylisted, try again later``;
-  in ``full_mailboxes``: ``552 5.2.2 Mailbox full``;
+  in ``full_mailboxes``: ``552 5.2.2 Mailbox full`` (or ``full_reply``);
   in ``mailboxes`` or ``accept_all``: ``250 2.1.5 Ok``;
-  else ``unknown_reply``, or ``550 5.1.1 <addr>: Recipient address rejected: User unknown``
+  else ``unknown_reply`` (``{addr}``: the recipient), or ``550 5.1.1 <addr>: Recipient
+  address rejected: User unknown``
 - the Nth rejection with N = ``disconnect_after_rejections``: the rejection, then at once
   ``421 4.7.0 <host> Error: too many errors`` and close (Postfix at its hard error limit)
 - ``DATA``: ``554 5.5.1 DATA not allowed on the testbed`` (counted)
@@ -123,12 +126,12 @@ class HostRuntime:
         b = self.behaviour
         client = _client_ip(session)
         if b.blocklists(client, "rcpt"):
-            return REPLY_BLOCKLISTED.format(ip=client)
+            return blocklisted(b, client)
         if (
             b.max_rcpts_per_session is not None
             and session.rcpts_answered >= b.max_rcpts_per_session
         ):
-            return REPLY_TOO_MANY
+            return b.too_many_reply or REPLY_TOO_MANY
         session.rcpts_answered += 1
         scripted = b.scripted_reply(address)
         if scripted is not None:
@@ -151,10 +154,12 @@ class HostRuntime:
         if b.greylist_delay is not None and self._postgrey_defers(session, key):
             return REPLY_GREYLISTED
         if b.is_full(address):
-            return REPLY_FULL
+            return b.full_reply or REPLY_FULL
         if b.accept_all or b.has_mailbox(address):
             return REPLY_RCPT_OK
-        return b.unknown_reply or REPLY_UNKNOWN.format(addr=address)
+        if b.unknown_reply:
+            return b.unknown_reply.replace("{addr}", address)
+        return REPLY_UNKNOWN.format(addr=address)
 
     def _postgrey_defers(self, session: TestbedSMTP, pair: tuple[str, str]) -> bool:
         """postgrey's rule for the (client IP, sender, recipient) triplet: deferred until
@@ -324,7 +329,7 @@ class TestbedSMTP(SMTP):
         refusal = behaviour.greeting_reply
         client = _client_ip(self)
         if behaviour.blocklists(client, "greeting"):
-            refusal = REPLY_BLOCKLISTED.format(ip=client)
+            refusal = blocklisted(behaviour, client)
         if behaviour.hostile == "reset_at_greeting":
             self._abort()
             return
@@ -500,6 +505,13 @@ def make_tls_context(names: list[str]) -> ssl.SSLContext:
         )
         context.load_cert_chain(cert_path, key_path)
     return context
+
+
+def blocklisted(behaviour: HostBehaviour, client: str | None) -> str:
+    """The refusal of a blocklisted client: the host's own text, or Postfix's."""
+    if behaviour.blocklist_reply:
+        return behaviour.blocklist_reply.replace("{ip}", client or "")
+    return REPLY_BLOCKLISTED.format(ip=client)
 
 
 def _client_ip(session: TestbedSMTP) -> str | None:

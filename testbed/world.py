@@ -71,7 +71,8 @@ class HostBehaviour:
       first try; a retry after that and within ``greylist_window`` seconds of the first try
       (postgrey's ``--retry-window``) is accepted and the triplet passes from then on; a retry
       after the window counts as a new first try (450 again).
-    - ``full_mailboxes``: 552 5.2.2 (they exist, so they need not be in ``mailboxes`` too).
+    - ``full_mailboxes``: 552 5.2.2, or ``full_reply`` (Gmail's ``452 4.2.2 … over quota``);
+      they exist, so they need not be in ``mailboxes`` too.
     - ``block``: 554 5.7.1 to every RCPT, as after a block-list hit.
     - ``reply_delay``: seconds before every reply, banner included; ``tarpit_delay``: more
       seconds before every reply once a session has ``tarpit_after_rejections`` rejections
@@ -79,7 +80,8 @@ class HostBehaviour:
     - ``greeting_delay``: more seconds before the banner, on top of ``reply_delay`` (a
       server that greets slowly, as busy shared hosts and anti-spam front ends do).
     - ``disconnect_after_rejections``: after the Nth rejection in a session, 421 and close.
-    - ``max_rcpts_per_session``: RCPTs beyond N in one connection get 452 4.5.3.
+    - ``max_rcpts_per_session``: RCPTs beyond N in one connection get 452 4.5.3, or
+      ``too_many_reply`` (Gmail: ``452 4.5.3 Your message has too many recipients …``).
     - ``one_domain_per_transaction``: a RCPT for another domain than the transaction's
       first recipient gets 550 5.7.1 (a server that will not mix domains in one message).
     - ``refuse_connections``: nothing listens (connection refused); ``greeting_421``: the
@@ -102,12 +104,15 @@ class HostBehaviour:
       ``RCPT TO``, before every rule but the recipient limit (``452 4.2.2 … over quota``).
     - ``unknown_reply``: the reply to a recipient that is no mailbox, instead of Postfix's
       ``550 5.1.1 … User unknown`` (Microsoft 365 says ``550 5.4.1 Recipient address
-      rejected: Access denied``).
+      rejected: Access denied``); ``{addr}`` in it is the recipient.
     - ``blocklisted_clients``: client networks (``127.0.0.0/8``, ``127.0.0.1/32``) this
       listener refuses as a blocklist hit on the *client's* IP, at ``blocklist_stage``:
       ``greeting`` (a ``554 5.7.1 … blocked using zen.spamhaus.org`` banner, then close, as
       postscreen answers) or ``rcpt`` (the same text to every ``RCPT TO``, as Postfix's
       ``reject_rbl_client``). Per client, so one egress can be listed and another not.
+      ``blocklist_reply`` is a provider's own text instead (Microsoft's ``550 5.7.708 …
+      traffic not accepted from this IP``, Gmail's ``421 4.7.0 … unusual rate``); ``{ip}``
+      in it is the client's address.
     - ``hostile``: a server that breaks the protocol on purpose (see ``HOSTILE_MODES``), for
       the hardening tests; ``hostile_bytes`` caps what a streaming mode sends (the
       banner's size for ``huge_banner``) and ``hostile_interval`` paces its lines.
@@ -119,6 +124,7 @@ class HostBehaviour:
     greylist_delay: float | None = None
     greylist_window: float = 2 * 24 * 3600.0
     full_mailboxes: set[str] = field(default_factory=set)
+    full_reply: str | None = None
     block: bool = False
     reply_delay: float = 0.0
     tarpit_delay: float = 0.0
@@ -126,6 +132,7 @@ class HostBehaviour:
     greeting_delay: float = 0.0
     disconnect_after_rejections: int | None = None
     max_rcpts_per_session: int | None = None
+    too_many_reply: str | None = None
     one_domain_per_transaction: bool = False
     refuse_connections: bool = False
     greeting_421: bool = False
@@ -141,6 +148,7 @@ class HostBehaviour:
     unknown_reply: str | None = None
     blocklisted_clients: list[str] = field(default_factory=list)
     blocklist_stage: Literal["greeting", "rcpt"] = "rcpt"
+    blocklist_reply: str | None = None
     hostile: str | None = None
     hostile_bytes: int = 10 * 1024 * 1024
     hostile_interval: float = 0.0

@@ -27,9 +27,9 @@ from api_helpers import (
 from hardening_helpers import assert_ledger_exact
 from sqlalchemy import update
 
-from verimail.flows.deployments import DEPLOYMENTS
 from verimail.runners import deployment as runner_module
 from verimail.runners.testing import kill_tree, prefect_worker, worker_env
+from verimail.schemas.flows import DEPLOYMENTS
 from verimail.store import jobs as job_store
 from verimail.store.billing.pools import balance
 from verimail.store.billing.prices import price

@@ -18,7 +18,7 @@ from api_helpers import host_per_domain, running_app
 
 from verimail.config import Settings, using_settings
 from verimail.files.history import query
-from verimail.flows.planned_runs import RETRY_RUN_TAG as RUN_TAG
+from verimail.flows.planner import RETRY_RUN_TAG as RUN_TAG
 from verimail.flows.reverify import reverify_stored
 from verimail.jobs.context import forget
 from verimail.testbed.server import Testbed

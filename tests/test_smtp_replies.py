@@ -84,7 +84,9 @@ REPLIES: list[tuple[int, str, SmtpOutcome]] = [
     (550, "<x@y>: Recipient address rejected", SmtpOutcome.NO_MAILBOX),
     (550, "5.1.1 <x@y>: Recipient address rejected: policy", SmtpOutcome.NO_MAILBOX),
     # An IP address in the text is not an enhanced code (only one at the start is).
-    (550, "Client [5.1.22.33] rejected: no reverse DNS for your IP", SmtpOutcome.REJECTED_OTHER),
+    (550, "Client [5.1.22.33] rejected: come back another day", SmtpOutcome.REJECTED_OTHER),
+    # ... and "no reverse DNS for your IP" is about our IP (issue 46: another egress may pass).
+    (550, "Client [5.1.22.33] rejected: no reverse DNS for your IP", SmtpOutcome.EGRESS_BLOCKED),
     (550, "Mailbox 5.1.1.1 is fine", SmtpOutcome.REJECTED_OTHER),
 ]
 

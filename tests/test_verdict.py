@@ -351,6 +351,55 @@ def test_nxdomain_reason_wording() -> None:
     assert result.reason == "The domain acme.test does not exist."
 
 
+# What the provider meant, in plain words before the quoted reply (issue 46).
+PLAIN_REASONS = [
+    (
+        SmtpOutcome.NO_MAILBOX,
+        "550 5.2.1 The email account that you tried to reach is disabled.",
+        "does not exist or is disabled",
+    ),
+    (
+        SmtpOutcome.MAILBOX_FULL,
+        "452 4.2.2 The email account … is over quota.",
+        "full (over its storage quota)",
+    ),
+    (
+        SmtpOutcome.EGRESS_BLOCKED,
+        "550 5.7.708 Access denied, traffic not accepted from this IP.",
+        "refused our sending IP address, not this address",
+    ),
+    (
+        SmtpOutcome.BLOCKED,
+        "504 5.5.2 <localhost>: Helo command rejected",
+        "a policy of its own (our sender address, our HELO name, relaying",
+    ),
+    (
+        SmtpOutcome.GREYLISTED,
+        "450 4.2.0 Greylisted, try again later",
+        "greylisting: it defers a sender it has not seen before",
+    ),
+    (
+        SmtpOutcome.TEMP_FAILURE,
+        "451 4.7.500 Server busy. Please try again later",
+        "busy, rate-limiting, or a temporary fault",
+    ),
+]
+
+
+@pytest.mark.parametrize(("outcome", "reply", "words"), PLAIN_REASONS)
+def test_the_reason_says_what_the_provider_meant_then_quotes_it(
+    outcome: SmtpOutcome, reply: str, words: str
+) -> None:
+    reason = decide(facts(smtp_outcome=outcome, smtp_response=reply)).reason
+    assert words in reason
+    assert reason.index(words) < reason.index("The server replied:")
+
+
+def test_an_egress_refusal_says_other_routes_were_tried_and_names_the_egress() -> None:
+    reason = decide(facts(smtp_outcome=SmtpOutcome.EGRESS_BLOCKED, egress="eu-proxy")).reason
+    assert 'egress "eu-proxy"' in reason and "every other route" in reason
+
+
 def test_reason_quotes_the_reply_on_one_line() -> None:
     reply = (
         "550-5.1.1 The email account that you tried to reach does not exist.\r\n"

@@ -87,8 +87,8 @@ def _online_and_ready(pool: str, timeout: float = 60.0) -> tuple[bool, set[str]]
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL
 
-    from verimail.flows.deployments import DEPLOYMENTS
     from verimail.runners.worker import worker_online
+    from verimail.schemas.flows import DEPLOYMENTS
 
     deadline = time.monotonic() + timeout
     with get_client(sync_client=True) as client:

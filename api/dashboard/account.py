@@ -46,9 +46,7 @@ from verimail.api.dashboard.web import (
 from verimail.api.errors import ApiError
 from verimail.store import accounts as acc
 from verimail.store import jobs as job_store
-from verimail.store.billing.ledger import ledger
-from verimail.store.billing.pools import balance
-from verimail.store.billing.prices import price
+from verimail.store.billing import balance, ledger, quote
 from verimail.store.db import utcnow
 from verimail.store.plans import PLANS, get_plan
 from verimail.store.sessions import end_session
@@ -253,7 +251,7 @@ async def plan_page(request: Request, account: CurrentAccount, store: StoreDep) 
             "plan": get_plan(account.plan),
             "plans": list(PLANS.values()),
             "balance": bal,
-            "finder_charge": price("find", 1, request.app.state.settings),
+            "finder_charge": quote("find", 1, request.app.state.settings),
         },
         account=account,
     )

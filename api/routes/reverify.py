@@ -28,7 +28,7 @@ from verimail.api.errors import (
 from verimail.api.jobs import start_run, webhook_options
 from verimail.api.routes.bulk import BULK_KINDS
 from verimail.files.bulk_io import change_report_csv, job_dir
-from verimail.flows.planned_runs import cancel_run, plan_list_run
+from verimail.flows.planner import cancel_run, plan_list_run
 from verimail.jobs import reverify as lists
 from verimail.schemas.errors import ValidationErrorBody
 from verimail.schemas.jobs import BulkJob
@@ -235,11 +235,7 @@ async def save_schedule(
     settings = request.app.state.settings
     try:
         await to_thread.run_sync(_prefect_ready, request)
-        from verimail.flows.reverify import reverify_stored  # (Prefect, ready now)
-
-        planned = await plan_list_run(
-            settings, store, reverify_stored, account_id, list_job, first_run
-        )
+        planned = await plan_list_run(settings, store, account_id, list_job, first_run)
     except Exception as exc:
         raise ApiError(
             503,

@@ -64,7 +64,7 @@ from verimail.engine.smtp.findings import Finding, GroupResult, HostGroup, SmtpS
 from verimail.engine.smtp.group_run import GroupRun, Recipient
 from verimail.engine.smtp.host_slots import HostSlots
 from verimail.engine.smtp.learned import LearnedLimits
-from verimail.engine.smtp.replies import classify_rcpt, one_line
+from verimail.engine.smtp.replies import classify_rcpt, one_line, refuses_egress
 from verimail.engine.smtp.session import (
     GREETING_RESETS,
     SERVER_ENDED,
@@ -350,7 +350,9 @@ class Prober:
             await self._cut_short(run, session, item, lost.finding, hung_up=ended)
             return
         host = session.host.name
-        if code == 421:
+        # (A 421 naming our IP, Gmail's "unusual rate … from your IP address", refuses the
+        # egress: read below, like any other refusal of it.)
+        if code == 421 and not refuses_egress(code, message):
             # Closing the session is no answer: it counts as a broken session, so a host that
             # only ever says 421 is dropped and the next MX host is asked (README: MX
             # fallback on refusal/timeout/421), as the finder's sessions already did. Unless

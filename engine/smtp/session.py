@@ -22,13 +22,14 @@ from aiosmtplib.errors import (
 from verimail.config import Settings
 from verimail.engine import metrics
 from verimail.engine.dns_facts import MailHost
-from verimail.engine.smtp.egress import Egress, EgressFailed, open_socket
+from verimail.engine.smtp.egress import Egress, open_socket
+from verimail.engine.smtp.egress_kinds.failed import EgressFailed
 from verimail.engine.smtp.findings import Finding, SmtpStats
 from verimail.engine.smtp.group_run import Recipient
 from verimail.engine.smtp.host_slots import HeldSlots
 from verimail.engine.smtp.replies import (
+    asks_new_session,
     classify_rcpt,
-    enhanced_code,
     one_line,
     refuses_egress,
 )
@@ -71,13 +72,10 @@ def _sender_refused(code: int, message: str, host: str) -> SenderRefused:
 
 def too_many_recipients(code: int, message: str, earlier: int) -> bool:
     """A 452 that asks for a new session: ``earlier`` recipients of this session were
-    answered, and it says so (4.5.3, "too many recipients") or says nothing more. Never
-    on a session's first recipient (a limit of none cannot be learnt: that is a temporary
-    failure, retried within bounds) nor for a full mailbox (``452 4.2.2 … over quota``)."""
-    if code != 452 or earlier <= 0:
-        return False
-    enhanced = enhanced_code(message)
-    return enhanced is None or enhanced == (4, 5, 3) or "too many" in message.lower()
+    answered, and it says so (:func:`~verimail.engine.smtp.replies.asks_new_session`).
+    Never on a session's first recipient (a limit of none cannot be learnt: that is a
+    temporary failure, retried within bounds)."""
+    return earlier > 0 and asks_new_session(code, message)
 
 
 class AskAgain(Stopped):
