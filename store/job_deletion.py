@@ -18,16 +18,11 @@ from datetime import datetime
 
 from sqlalchemy import Engine, delete, select, update
 
+from verimail.store.billing.job_charges import forget_finds_in
 from verimail.store.db import utcnow, write_tx
 from verimail.store.job_lock import TERMINAL_STATUSES, attempts, lock_job, options_of
 from verimail.store.jobs import Job, job_from_row
-from verimail.store.tables import (
-    credit_ledger,
-    job_shards,
-    jobs,
-    reverify_runs,
-    reverify_schedules,
-)
+from verimail.store.tables import job_shards, jobs, reverify_runs, reverify_schedules
 
 
 def tombstone(engine: Engine, job_id: int, *, now: datetime | None = None) -> Job | None:
@@ -47,11 +42,7 @@ def tombstone(engine: Engine, job_id: int, *, now: datetime | None = None) -> Jo
         conn.execute(delete(reverify_schedules).where(reverify_schedules.c.list_job_id == job_id))
         conn.execute(delete(reverify_runs).where(reverify_runs.c.list_job_id == job_id))
         if row.kind == "finder_csv":  # (a find's ledger row named the address it found)
-            conn.execute(
-                update(credit_ledger)
-                .where(credit_ledger.c.reference.like(f"job:{job_id}:row:%"))
-                .values(reason=f"email finder: a row of job {row.public_id} (its data deleted)")
-            )
+            forget_finds_in(conn, row)
         conn.execute(
             update(jobs)
             .where(jobs.c.id == job_id)

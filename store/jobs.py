@@ -44,6 +44,7 @@ from verimail.store.job_lock import (
     options_of,
     run_owns,
     store_options,
+    taken_from_run,
 )
 from verimail.store.tables import JOB_KINDS, jobs
 
@@ -531,16 +532,7 @@ def mark_failed(
         job = lock_job(conn, job_id)
         if job is None or job.status in TERMINAL_STATUSES or not run_owns(job, attempt):
             return False
-        options: dict[str, Any] = {}
-        if cancelled is not None:
-            current = options_of(job)
-            options["options"] = json.dumps(
-                {
-                    **current,
-                    "attempts": attempts(current) + 1,
-                    "cancelled": {**cancelled, "at": now.isoformat()},
-                }
-            )
+        options = {} if cancelled is None else {"options": taken_from_run(job, cancelled, now)}
         unsettled = job.credits_reserved - job.credits_used - job.credits_refunded
         if refund == UNVERIFIED:
             wanted = max(job.credits_reserved - job.processed_emails, 0)
