@@ -33,7 +33,16 @@ from verimail.api.errors import install_error_handlers
 from verimail.api.metrics import install_metrics
 from verimail.api.openapi_doc import install_openapi
 from verimail.api.ratelimit import Limiter
-from verimail.api.routes import account, bulk, finder, finder_csv, health, reverify, verify
+from verimail.api.routes import (
+    account,
+    bulk,
+    finder,
+    finder_csv,
+    health,
+    job_actions,
+    reverify,
+    verify,
+)
 from verimail.api.routes.health import verifier_ready
 from verimail.config import Settings, get_settings
 from verimail.engine import Engine
@@ -152,6 +161,7 @@ def create_app(settings: Settings | None = None, *, rate_limit_prefix: str = "ve
     app.include_router(bulk.router)
     app.include_router(reverify.router)
     app.include_router(finder_csv.router)
+    app.include_router(job_actions.router)
     app.include_router(account.router)
     install_dashboard(app)
     install_metrics(app, settings)

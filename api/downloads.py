@@ -15,7 +15,11 @@ from pathlib import Path
 from fastapi.responses import FileResponse
 from starlette.types import Receive, Scope, Send
 
+from verimail.api.errors import ApiError
+from verimail.config import Settings
 from verimail.files.bulk_io import load_info
+from verimail.jobs.cancel import partial_results
+from verimail.store.jobs import Job
 
 _RANGE_HEADERS = (b"range", b"if-range")
 
@@ -47,3 +51,24 @@ def csv_response(path: Path, directory: Path, filename: str) -> WholeFileRespons
         else:
             charset = _CHARSETS.get(info.encoding, charset)
     return WholeFileResponse(path, media_type=f"text/csv; charset={charset}", filename=filename)
+
+
+def partial_response(
+    settings: Settings, job: Job, filename: str, *, variant: str | None = None
+) -> WholeFileResponse:
+    """A cancelled job's download: the rows it had settled (``jobs/cancel.py``), as one CSV
+    with the details columns. 409 when it settled none, or for a ``variant`` (Parquet, a
+    segment) that a partial file does not come in."""
+    path = partial_results(settings, job)
+    if variant is not None:
+        raise ApiError(
+            409,
+            f"Job {job.public_id if job.kind == 'finder_csv' else job.id} was cancelled: its "
+            f"settled rows are one CSV with the details columns, without {variant}; download "
+            "it without that parameter.",
+        )
+    if not path.is_file():
+        raise ApiError(
+            409, f"{job.failed_reason}: no row was settled before, so there is nothing to download."
+        )
+    return csv_response(path, path.parent, filename=filename)

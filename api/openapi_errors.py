@@ -57,6 +57,14 @@ ERROR_OVERRIDES: dict[tuple[str, str, str], str] = {
     "re-verification schedule.",
     ("delete", "/api/bulk/{job_id}/reverify-schedule", "404"): "List 42 has no "
     "re-verification schedule.",
+    ("post", "/api/bulk/{job_id}/cancel", "409"): "Job 42 had already completed: nothing to "
+    "cancel; download it.",
+    ("post", "/api/find-email/csv/{job_id}/cancel", "409"): "Job fj_3kq9x2m7 had already "
+    "completed: nothing to cancel; download it.",
+    ("post", "/api/find-email/csv/{job_id}/cancel", "404"): "No finder job 'fj_3kq9x2m7' for "
+    "this account.",
+    ("delete", "/api/find-email/csv/{job_id}", "404"): "No finder job 'fj_3kq9x2m7' for this "
+    "account.",
 }
 VALIDATION: dict[str, Any] = model_example(ValidationErrorBody)
 VALIDATION_OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {

@@ -210,6 +210,14 @@ JOB_STATES: dict[str, dict[str, Any]] = {
         },
     },
 }
+JOB_STATES["cancelled"] = {
+    "summary": "Cancelled by its owner: the settled rows downloadable, the rest refunded",
+    "value": {
+        **JOB_STATES["failed"]["value"],
+        "failed_reason": "cancelled by its owner after 600 of 2500 rows",
+        "cancelled_at": "2026-11-20T09:40:10Z",
+    },
+}
 
 
 def _json_job(state: str) -> dict[str, Any]:
@@ -296,6 +304,14 @@ FINDER_STATES: dict[str, dict[str, Any]] = {
             "completed_at": "2026-11-20T10:05:00Z",
             "failed_reason": "The job stopped responding twice and was given up.",
         },
+    },
+}
+FINDER_STATES["cancelled"] = {
+    "summary": "Cancelled by its owner: the finds in its partial results stay charged",
+    "value": {
+        **FINDER_STATES["failed"]["value"],
+        "failed_reason": "cancelled by its owner after 50 of 300 rows",
+        "cancelled_at": "2026-11-20T10:05:00Z",
     },
 }
 
@@ -454,6 +470,12 @@ SUCCESS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     },
     ("get", "/api/reverify-schedules"): {
         "application/json": one_example("One list on a schedule", [SCHEDULE]),
+    },
+    ("post", "/api/bulk/{job_id}/cancel"): {
+        "application/json": {"examples": {"cancelled": copy.deepcopy(JOB_STATES["cancelled"])}},
+    },
+    ("post", "/api/find-email/csv/{job_id}/cancel"): {
+        "application/json": {"examples": {"cancelled": copy.deepcopy(FINDER_STATES["cancelled"])}},
     },
     ("get", "/api/bulk/{job_id}/reverifications"): {
         "application/json": one_example("A run made, then one skipped", REVERIFICATIONS),

@@ -373,7 +373,8 @@ def deploy_command(
         None, help="Work pool (default: VERIMAIL_PREFECT_WORK_POOL, else 'verimail')."
     ),
 ) -> None:
-    """Register the four deployments (bulk-verify, find-emails, verify-shard, reverify-stored)."""
+    """Register the five deployments (bulk-verify, find-emails, verify-shard, reverify-stored,
+    purge-expired-jobs)."""
     import httpx
     from prefect.exceptions import PrefectHTTPStatusError
     from prefect.settings import PREFECT_API_URL

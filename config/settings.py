@@ -213,6 +213,12 @@ class Settings(BaseSettings):
     )
     upload_max_bytes: int = Field(50 * 1024 * 1024, ge=1, description="Largest CSV upload.")
     upload_max_rows: int = Field(1_000_000, ge=1, description="Most rows in a CSV upload.")
+    retention_days: int = Field(
+        0,
+        ge=0,
+        description="Days an ended job's upload, results and history rows are kept before "
+        "they are deleted on a schedule (0: kept until their owner deletes them).",
+    )
     local_runner_workers: int = Field(
         2, ge=1, description="Jobs the API process runs at once with the `local` runner."
     )

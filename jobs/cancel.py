@@ -1,5 +1,6 @@
-"""A job stopped by its owner (Ctrl-C in ``verimail bulk`` or ``verimail find --file``):
-nothing settled is lost.
+"""A job stopped by its owner (Ctrl-C in ``verimail bulk`` or ``verimail find --file``,
+``POST /api/bulk/{id}/cancel`` and the finder's, the dashboard's Cancel button): nothing
+settled is lost.
 
 A run held by a slow server was stopped after 22 minutes and ended silently: no results
 file, the 49 settled rows of 50 not in the history, the job left to the reaper. Now the
@@ -16,10 +17,16 @@ retry pass because a server put them off):
   what a parked job kept; the finds handed over in the partial CSV stay charged, every
   other find (one charged after the rows were saved) is given back with the failure, so
   the account pays for exactly the addresses it received.
+
+The failure is recorded with ``options["cancelled"]`` and takes the job from its run (one
+more run counted, as recovery does): the run's next heartbeat finds the job superseded and
+stops it, wherever it runs (the API's threads, a worker; a shard's beat stops once the job
+has ended). A second cancellation changes nothing and answers the same cancelled job.
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +60,34 @@ class Cancelled:
     recorded: bool  # False: the job had ended already (completed or failed) and is left alone
     finds: int = 0  # a finder job's: the addresses found in the partial CSV (all charged)
     credits_used: int = 0  # a finder job's: what those finds cost
+
+
+PARTIAL_RESULTS = "partial-results.csv"
+"""A job cancelled through the API or the dashboard: its settled rows, in its folder (what
+its download serves)."""
+
+
+def partial_results(settings: Settings, job: job_store.Job) -> Path:
+    return job_dir(settings.data_dir, job.id) / PARTIAL_RESULTS
+
+
+def was_cancelled(job: job_store.Job) -> bool:
+    """Whether the job ended by its owner's cancellation (its status is ``failed``)."""
+    return job.status == "failed" and "cancelled" in (job.options or {})
+
+
+def cancel_for_owner(settings: Settings, store: Store, job_id: int) -> job_store.Job | None:
+    """Cancel job ``job_id`` (an account's own: the caller checked), its settled rows in
+    :func:`partial_results`; the job as it stands, cancelled by this call or an earlier
+    one. None: it had ended otherwise, completed or failed (the API's 409)."""
+    job = _open_job(store, job_id)
+    if not job.finished:
+        target = partial_results(settings, job)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        cancel = cancel_finder_job if job.kind == "finder_csv" else cancel_bulk_job
+        cancel(settings, store, job_id, target)
+        job = _open_job(store, job_id)
+    return job if was_cancelled(job) else None
 
 
 def settled_results(settings: Settings, job: job_store.Job) -> pl.DataFrame:
@@ -91,7 +126,11 @@ def _reason(settled: int, total: int) -> str:
 
 def cancel_bulk_job(settings: Settings, store: Store, job_id: int, partial_csv: Path) -> Cancelled:
     """Stop job ``job_id`` for its owner: history, ``partial_csv`` (only when some rows were
-    settled) and the job failed with the unsettled rows refunded."""
+    settled) and the job failed with the unsettled rows refunded.
+
+    The files are written under names of their own first and put in place only once the
+    failure is recorded: a cancellation that loses to the job's completion, or to another
+    cancellation, leaves nothing of its own (the history keeps the run's results)."""
     job = _open_job(store, job_id)
     if job.finished:
         return _ended(job)
@@ -102,8 +141,23 @@ def cancel_bulk_job(settings: Settings, store: Store, job_id: int, partial_csv: 
     by_address = settled_results(settings, job)
     rows = job_input.row_counts()
     settled = sum(rows.get(address, 0) for address in by_address["normalised"].to_list())
+    staged = _staged(partial_csv)
+    if settled:
+        write_partial_results(upload, job_input, by_address, staged)
+    recorded = job_store.mark_failed(
+        store.engine,
+        job.id,
+        _reason(settled, job.total_emails),
+        cancel_refund(job, settled),
+        cancelled={"settled_rows": settled},
+    )
+    if not recorded:
+        staged.unlink(missing_ok=True)
+        return _ended(_open_job(store, job_id))
     written = None
     if settled:
+        staged.replace(partial_csv)
+        written = partial_csv
         append_history(
             settings.data_dir,
             by_address,
@@ -112,12 +166,12 @@ def cancel_bulk_job(settings: Settings, store: Store, job_id: int, partial_csv: 
             source="bulk",
             once_per_job=True,
         )
-        write_partial_results(upload, job_input, by_address, partial_csv)
-        written = partial_csv
-    recorded = job_store.mark_failed(
-        store.engine, job.id, _reason(settled, job.total_emails), cancel_refund(job, settled)
-    )
     return Cancelled(settled, job.total_emails, written, recorded)
+
+
+def _staged(path: Path) -> Path:
+    """Where a cancellation writes ``path`` before it knows it is the one that cancels."""
+    return path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
 
 
 # --- a finder job ------------------------------------------------------------------------
@@ -164,22 +218,29 @@ def cancel_finder_job(
     if job.finished:
         return _ended(job)
     outcomes = settled_finder_rows(settings, job)
-    written = None
+    staged = _staged(partial_csv)
     if outcomes.height:
         upload = stored_upload(settings, job)
         info, _ = finder_columns(
             upload, job.options or {}, settings.upload_max_rows, stored_info(settings, job)
         )
-        write_finder_results(upload, info, partial_csv, outcomes, partial=True)
-        written = partial_csv
+        write_finder_results(upload, info, staged, outcomes, partial=True)
     found = outcomes.filter(pl.col("status") == "found").get_column("row").to_list()
     recorded = job_store.mark_failed(
-        store.engine, job.id, _reason(outcomes.height, job.total_emails), 0, keep_finds=found
+        store.engine,
+        job.id,
+        _reason(outcomes.height, job.total_emails),
+        0,
+        keep_finds=found,
+        cancelled={"settled_rows": outcomes.height},
     )
     if not recorded:  # (it ended meanwhile: its own results, or its refunds, stand)
-        if written is not None:
-            written.unlink(missing_ok=True)
+        staged.unlink(missing_ok=True)
         return _ended(_open_job(store, job_id))
+    written = None
+    if outcomes.height:
+        staged.replace(partial_csv)
+        written = partial_csv
     return Cancelled(
         outcomes.height,
         job.total_emails,

@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -54,6 +55,7 @@ class LocalRunner:
         self._prefect_ready = False
         self._warm_up: threading.Thread | None = None
         self._timers: list[threading.Timer] = []  # parked jobs' next passes
+        self._next_retention = 0.0  # (time.monotonic) the retention sweep's next turn
         self._closed = False
         self._stopping = threading.Event()  # (ends a wait to try a run again)
 
@@ -227,12 +229,15 @@ class LocalRunner:
 
     def start_due_runs(self) -> int:
         """Claim the planned ``reverify-stored`` runs that are due — lists' scheduled runs
-        and parked re-verifications' retry passes (``flows/planned_runs.py``) — and run them
+        and parked re-verifications' retry passes (``flows/planner.py``) — and run them
         here: with the local runner, this process is their worker. Called by the reaper's
         sweep; Prefect is asked only when the store or a parked pass's file says one is
         due."""
         from verimail.runners import sweep
 
+        if time.monotonic() >= self._next_retention:  # (this process is the retention's too)
+            self._next_retention = time.monotonic() + sweep.RETENTION_EVERY
+            sweep.purge_expired_data(self.settings)
         schedules = any_list_due(self.settings)
         passes = reverify_parking.any_pass_due(self.settings)
         if not (schedules or passes):

@@ -2,7 +2,8 @@
 ``start_due_runs``): claim the due runs that no deployment serves, for the local runner to
 run in its own threads; replan a list's schedule whose planned run was lost; forget a
 parked retry pass whose run was. Prefect is asked only when the store or a parked pass's
-file says something is due.
+file says something is due. With the local runner the sweep also applies retention
+(``VERIMAIL_RETENTION_DAYS``), which workers do in the ``purge-expired-jobs`` deployment.
 """
 
 from __future__ import annotations
@@ -19,10 +20,24 @@ from verimail.config import Settings
 from verimail.flows.planner import cancel_run, plan_list_run
 from verimail.jobs import reverify_parking as parking
 from verimail.jobs.context import store_for
+from verimail.jobs.delete import purge_expired
 from verimail.jobs.reverify import next_after
 from verimail.store import reverify as reverify_store
 
 log = logging.getLogger(__name__)
+
+RETENTION_EVERY = 600.0
+"""Seconds between two retention sweeps of the local runner (the first at start-up)."""
+
+
+def purge_expired_data(settings: Settings) -> list[int]:
+    """Retention's turn in the local runner's sweep (``jobs/delete.py``): the jobs deleted.
+    A failure is logged and left to the next turn, so it never holds up the due runs."""
+    try:
+        return purge_expired(settings, store_for(settings))
+    except Exception as exc:
+        log.warning("retention sweep failed (tried again in %.0f s): %s", RETENTION_EVERY, exc)
+        return []
 
 
 def claim_due_runs(settings: Settings, tags: Sequence[str]) -> list[Any]:

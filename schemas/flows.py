@@ -48,6 +48,7 @@ class RegisteredFlow:
 
 
 REVERIFY_CRON = "0 3 * * 1"  # Mondays 03:00 UTC: stale addresses (older than 30 days)
+RETENTION_CRON = "30 2 * * *"  # daily 02:30 UTC: jobs ended more than retention_days ago
 
 FLOWS: tuple[RegisteredFlow, ...] = (
     RegisteredFlow(
@@ -80,6 +81,14 @@ FLOWS: tuple[RegisteredFlow, ...] = (
         "reverify_stored",
         "Re-verify a stored list and write a change report.",
         cron=REVERIFY_CRON,
+    ),
+    RegisteredFlow(
+        "retention",
+        "purge-expired-jobs",
+        "flows.retention",
+        "purge_expired_jobs",
+        "Delete the data of jobs ended more than VERIMAIL_RETENTION_DAYS ago (0 keeps all).",
+        cron=RETENTION_CRON,
     ),
 )
 

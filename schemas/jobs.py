@@ -68,6 +68,22 @@ WebhookError = Annotated[
 ]
 
 
+CancelledAt = Annotated[
+    datetime | None,
+    Field(
+        description="When the job's owner cancelled it (`POST …/cancel`, the dashboard); its "
+        "status is then `failed`, its settled rows downloadable and the rest refunded. Null "
+        "for a job not cancelled.",
+    ),
+]
+
+
+def cancel_fields(job: Any) -> dict[str, Any]:
+    """``cancelled_at`` of a job row (its ``options``, ``jobs/cancel.py``)."""
+    cancelled = (job.options or {}).get("cancelled") if job.status == "failed" else None
+    return {"cancelled_at": cancelled.get("at") if cancelled else None}
+
+
 def webhook_fields(job: Any) -> dict[str, Any]:
     """``webhook_error`` of a job row (its ``options``): why its webhook was not delivered."""
     return {"webhook_error": (job.options or {}).get("webhook_error")}
@@ -99,6 +115,7 @@ class BulkJob(BaseModel):
     created_at: datetime = Field(description="Job creation time (UTC).")
     completed_at: datetime | None = Field(None, description="When it completed or failed.")
     failed_reason: str | None = Field(None, description="Why the job failed, when it did.")
+    cancelled_at: CancelledAt = None
     webhook_secret: str | None = Field(
         None,
         description="Only in the creation response of a job with a `webhook_url`: the key of "
@@ -150,6 +167,7 @@ class BulkJob(BaseModel):
         return cls(
             **retry_fields(job),
             **webhook_fields(job),
+            **cancel_fields(job),
             job_id=job.id,
             status=job.status,  # type: ignore[arg-type]
             total_emails=total,
@@ -239,6 +257,7 @@ class FinderJob(BaseModel):
     created_at: datetime = Field(description="Job creation time (UTC).")
     completed_at: datetime | None = Field(None, description="When it completed or failed.")
     failed_reason: str | None = Field(None, description="Why the job failed, when it did.")
+    cancelled_at: CancelledAt = None
     webhook_error: WebhookError = None
     phase: Phase = None
     retry_waiting: RetryWaiting = 0
@@ -252,6 +271,7 @@ class FinderJob(BaseModel):
         return cls(
             **retry_fields(job),
             **webhook_fields(job),
+            **cancel_fields(job),
             job_id=job.public_id,
             status=job.status,  # type: ignore[arg-type]
             total_rows=total,

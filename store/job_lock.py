@@ -10,6 +10,7 @@ imports another to lock a job.
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Row, select, update
@@ -49,6 +50,20 @@ def run_has_job(conn: Connection, job_id: int, attempt: int) -> bool:
 def options_of(job: Row[Any]) -> dict[str, Any]:
     """A locked job row's ``options``, decoded (empty when it has none)."""
     return json.loads(job.options) if job.options else {}
+
+
+def taken_from_run(job: Row[Any], cancelled: dict[str, Any], now: datetime) -> str:
+    """The (locked) job's ``options`` once its owner cancelled it: ``cancelled`` kept with its
+    time, and one more run counted, as recovery counts one, so the run that had the job
+    finds it superseded at its next beat and stops."""
+    current = options_of(job)
+    return json.dumps(
+        {
+            **current,
+            "attempts": attempts(current) + 1,
+            "cancelled": {**cancelled, "at": now.isoformat()},
+        }
+    )
 
 
 def store_options(conn: Connection, job_id: int, options: dict[str, Any], **values: Any) -> None:

@@ -44,6 +44,7 @@ from verimail.store.job_lock import (
     options_of,
     run_owns,
     store_options,
+    taken_from_run,
 )
 from verimail.store.tables import JOB_KINDS, jobs
 
@@ -103,6 +104,7 @@ class Job:
     started_at: datetime | None
     completed_at: datetime | None
     heartbeat_at: datetime | None
+    deleted_at: datetime | None = None
 
     @property
     def finished(self) -> bool:
@@ -239,6 +241,9 @@ MAX_ID = MAX_INT
 ids are never allocated past this on either); a bigger one (from a URL) names no job, and
 is answered without a query — PostgreSQL would raise "integer out of range"."""
 
+_not_deleted = jobs.c.deleted_at.is_(None)
+"""A deleted job's tombstone is no job of its account's any more: 404, in no list."""
+
 _PUBLIC_ID = re.compile(r"[A-Za-z0-9_]{1,64}")
 
 
@@ -249,7 +254,7 @@ def get_job(engine: Engine, account_id: int, job_id: int) -> Job | None:
     """
     if not 0 < job_id <= MAX_ID:
         return None
-    return _one(engine, jobs.c.id == job_id, jobs.c.account_id == account_id)
+    return _one(engine, jobs.c.id == job_id, jobs.c.account_id == account_id, _not_deleted)
 
 
 def get_job_by_public_id(engine: Engine, account_id: int, public_id: str) -> Job | None:
@@ -260,7 +265,9 @@ def get_job_by_public_id(engine: Engine, account_id: int, public_id: str) -> Job
     """
     if not _PUBLIC_ID.fullmatch(public_id):
         return None
-    return _one(engine, jobs.c.public_id == public_id, jobs.c.account_id == account_id)
+    return _one(
+        engine, jobs.c.public_id == public_id, jobs.c.account_id == account_id, _not_deleted
+    )
 
 
 def get_job_any(engine: Engine, job_id: int) -> Job | None:
@@ -276,7 +283,7 @@ def list_jobs(
     offset: int = 0,
 ) -> list[Job]:
     """The account's jobs, newest first."""
-    query = select(jobs).where(jobs.c.account_id == account_id)
+    query = select(jobs).where(jobs.c.account_id == account_id, _not_deleted)
     if kind is not None:
         query = query.where(jobs.c.kind == kind)
     query = query.order_by(jobs.c.id.desc()).limit(limit).offset(offset)
@@ -498,6 +505,7 @@ def mark_failed(
     *,
     attempt: int | None = None,
     keep_finds: Collection[int] = (),
+    cancelled: dict[str, Any] | None = None,
     now: datetime | None = None,
 ) -> bool:
     """pending|processing → failed, refunding in the same transaction; given ``attempt``,
@@ -514,12 +522,17 @@ def mark_failed(
     ``keep_finds``: a finder job's rows whose finds were handed over all the same (a job
     its owner stopped: its partial results); their charges stay, every other find is
     given back.
+
+    ``cancelled``: the job's owner stopped it (``jobs/cancel.py``); kept in ``options``
+    with the time, and the job taken from its run as recovery takes it (one more run
+    counted): the run's next beat finds it superseded and stops.
     """
     now = now or utcnow()
     with write_tx(engine) as conn:
         job = lock_job(conn, job_id)
         if job is None or job.status in TERMINAL_STATUSES or not run_owns(job, attempt):
             return False
+        options = {} if cancelled is None else {"options": taken_from_run(job, cancelled, now)}
         unsettled = job.credits_reserved - job.credits_used - job.credits_refunded
         if refund == UNVERIFIED:
             wanted = max(job.credits_reserved - job.processed_emails, 0)
@@ -543,6 +556,7 @@ def mark_failed(
                 else max(job.credits_reserved - total_refunded, 0),
                 completed_at=now,
                 heartbeat_at=now,
+                **options,
             )
         )
     return True
@@ -575,7 +589,9 @@ def result_totals(engine: Engine, account_id: int) -> dict[str, int]:
     """The account's verification counts summed over all its jobs (the dashboard's
     across-jobs breakdown): one aggregate query, however many jobs there are."""
     columns = [func.coalesce(func.sum(jobs.c[name]), 0) for name in RESULT_COUNT_COLUMNS]
-    query = select(*columns).where(jobs.c.account_id == account_id, jobs.c.kind != "finder_csv")
+    query = select(*columns).where(
+        jobs.c.account_id == account_id, jobs.c.kind != "finder_csv", _not_deleted
+    )
     with engine.connect() as conn:
         row = conn.execute(query).one()
     return {name: int(value) for name, value in zip(RESULT_COUNT_COLUMNS, row, strict=True)}

@@ -182,6 +182,8 @@ jobs = Table(
     Column("started_at", UTCDateTime, nullable=True),
     Column("completed_at", UTCDateTime, nullable=True),
     Column("heartbeat_at", UTCDateTime, nullable=True),
+    # A deleted job's tombstone (store/job_deletion.py): its data gone, its id kept.
+    Column("deleted_at", UTCDateTime, nullable=True),
     CheckConstraint(_in("kind", JOB_KINDS), name="kind"),
     CheckConstraint(_in("status", JOB_STATUSES), name="status"),
     CheckConstraint(

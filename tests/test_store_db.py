@@ -37,7 +37,7 @@ def test_migrations_create_every_table_and_are_idempotent(backend: str, tmp_path
         second = init_store(settings)  # a second start-up: must be a no-op
         try:
             migrate(first.engine)
-            assert current_revision(first.engine) == "0005"
+            assert current_revision(first.engine) == "0006"
             tables = set(inspect(first.engine).get_table_names())
             assert {
                 "accounts",
@@ -53,7 +53,7 @@ def test_migrations_create_every_table_and_are_idempotent(backend: str, tmp_path
             } <= tables
             with first.engine.connect() as conn:
                 versions = conn.execute(text("SELECT version_num FROM alembic_version")).all()
-            assert [v[0] for v in versions] == ["0005"]
+            assert [v[0] for v in versions] == ["0006"]
         finally:
             first.close()
             second.close()
@@ -82,7 +82,7 @@ def test_two_databases_migrated_at_once_in_one_process(tmp_path: Path) -> None:
 
     with ThreadPoolExecutor(4) as pool:
         revisions = list(pool.map(start, range(4)))
-    assert revisions == ["0005"] * 4
+    assert revisions == ["0006"] * 4
 
 
 def test_migrated_schema_matches_tables_py(store: Store) -> None:

@@ -29,6 +29,7 @@ from verimail.api.dashboard.web import (
 )
 from verimail.api.deps import JobId
 from verimail.api.routes import bulk, finder_csv
+from verimail.jobs.cancel import was_cancelled
 from verimail.jobs.create import stored_info
 from verimail.schemas.jobs import BulkJob, FinderJob
 from verimail.store import jobs as job_store
@@ -49,7 +50,17 @@ def _job_view(job: job_store.Job) -> dict[str, Any]:
 
 
 def job_rows(jobs: list[job_store.Job]) -> list[dict[str, Any]]:
-    return [{"job": j, "view": _job_view(j), "downloadable": _downloadable(j)} for j in jobs]
+    return [
+        {"job": j, "view": _job_view(j), "downloadable": _downloadable(j), "partial": _partial(j)}
+        for j in jobs
+    ]
+
+
+def _partial(job: job_store.Job) -> int:
+    """A cancelled job's settled rows, downloadable (0: none, or not cancelled)."""
+    if not was_cancelled(job):
+        return 0
+    return int((job.options or {})["cancelled"].get("settled_rows", 0))
 
 
 def _downloadable(job: job_store.Job) -> bool:
@@ -127,7 +138,7 @@ async def job_download(
     """The API's download (same files, same 404/409), for the signed-in account."""
     job = await own_job(store, account.id, job_id)
     if job.kind == "finder_csv":
-        return await finder_csv.download_finder_job(job.public_id, account, store)
+        return await finder_csv.download_finder_job(job.public_id, account, store, request)
     return await bulk.download_bulk(
         job_id,
         account,

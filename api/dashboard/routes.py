@@ -24,6 +24,7 @@ from fastapi.routing import APIRoute
 
 from verimail.api.dashboard import account as account_pages
 from verimail.api.dashboard import finder as finder_pages
+from verimail.api.dashboard import job_actions as job_action_pages
 from verimail.api.dashboard import jobs as job_pages
 from verimail.api.dashboard import results as results_pages
 from verimail.api.dashboard import reverify as reverify_pages
@@ -88,6 +89,7 @@ def page_routers() -> tuple[APIRouter, ...]:
         account_pages.router,
         verify_pages.router,
         job_pages.router,
+        job_action_pages.router,
         router,
     )
 

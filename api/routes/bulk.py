@@ -18,7 +18,7 @@ from fastapi.responses import FileResponse
 
 from verimail.api.body_limit import streams_own_body
 from verimail.api.deps import AccountDep, JobId, StoreDep
-from verimail.api.downloads import WholeFileResponse, csv_response
+from verimail.api.downloads import WholeFileResponse, csv_response, partial_response
 from verimail.api.errors import ApiError, error_doc, pick_error_docs
 from verimail.api.jobs import (
     create_and_start,
@@ -39,6 +39,7 @@ from verimail.files.bulk_io import (
 )
 from verimail.files.csv_columns import EMAIL_HEADERS
 from verimail.files.csv_detect import inspect_csv
+from verimail.jobs.cancel import was_cancelled
 from verimail.schemas.bulk import JsonBulkRequest
 from verimail.schemas.errors import ValidationErrorBody
 from verimail.schemas.jobs import BulkJob, JsonBulkCreated, JsonBulkJob
@@ -146,7 +147,7 @@ async def create_bulk(request: Request, account: AccountDep, store: StoreDep) ->
     return out
 
 
-async def _job(store: StoreDep, account_id: int, job_id: int) -> job_store.Job:
+async def owned_job(store: StoreDep, account_id: int, job_id: int) -> job_store.Job:
     job = await to_thread.run_sync(lambda: job_store.get_job(store.engine, account_id, job_id))
     if job is None or job.kind not in BULK_KINDS:
         raise ApiError(404, f"No bulk job {job_id} for this account.")
@@ -165,7 +166,7 @@ async def _job(store: StoreDep, account_id: int, job_id: int) -> job_store.Job:
     responses=_docs(404, 422),
 )
 async def get_bulk(job_id: JobId, account: AccountDep, store: StoreDep) -> BulkJob:
-    return BulkJob.of(await _job(store, account.id, job_id))
+    return BulkJob.of(await owned_job(store, account.id, job_id))
 
 
 def _not_ready(job: job_store.Job) -> ApiError:
@@ -187,7 +188,9 @@ def _not_ready(job: job_store.Job) -> ApiError:
     "appended. `include=details` adds `Status`, `Reason`, `Score`; `format=parquet` gives "
     "every result field as Parquet; `neutralise_formulas=true` prefixes cells that a "
     "spreadsheet would run as formulas (`=`, `+`, `-`, `@`) with `'`; `segment` keeps only "
-    "the rows of one segment (e.g. `valid_and_catchall` for a list to send to).",
+    "the rows of one segment (e.g. `valid_and_catchall` for a list to send to). A job "
+    "cancelled by its owner (`cancelled_at` set) gives its settled rows, with the details "
+    "columns (409 when none was settled, or with `format=parquet` or `segment`).",
     response_class=FileResponse,
     responses={
         200: {
@@ -212,7 +215,14 @@ async def download_bulk(
     neutralise_formulas: bool = False,
     segment: Annotated[Segment | None, Query(description=SEGMENT_DOC)] = None,
 ) -> FileResponse:
-    job = await _job(store, account.id, job_id)
+    job = await owned_job(store, account.id, job_id)
+    if was_cancelled(job):
+        variant = "format=parquet" if format == "parquet" else None
+        if segment is not None:
+            variant = "segment"
+        return partial_response(
+            request.app.state.settings, job, f"bulk-{job.id}-partial-results.csv", variant=variant
+        )
     if job.status != "completed":
         raise _not_ready(job)
     directory = job_dir(request.app.state.settings.data_dir, job.id)
@@ -297,7 +307,7 @@ async def get_json_bulk(
     offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> JsonBulkJob:
-    job = await _job(store, account.id, job_id)
+    job = await owned_job(store, account.id, job_id)
     out = JsonBulkJob(**BulkJob.of(job).model_dump(), offset=offset, limit=limit)
     if job.status == "completed":
         directory = job_dir(request.app.state.settings.data_dir, job.id)

@@ -17,7 +17,7 @@ from fastapi.responses import FileResponse
 
 from verimail.api.body_limit import streams_own_body
 from verimail.api.deps import AccountDep, StoreDep
-from verimail.api.downloads import csv_response
+from verimail.api.downloads import csv_response, partial_response
 from verimail.api.errors import (
     ApiError,
     error_doc,
@@ -36,6 +36,7 @@ from verimail.api.uploads import ReceivedUpload, receive_upload, upload_body
 from verimail.config import Settings
 from verimail.files.csv_io import finder_columns
 from verimail.jobs import create as job_service
+from verimail.jobs.cancel import was_cancelled
 from verimail.schemas.errors import ValidationErrorBody
 from verimail.schemas.jobs import FinderJob
 from verimail.store import jobs as job_store
@@ -158,7 +159,7 @@ async def create_from_upload(
     return job, hook
 
 
-async def _job(store: StoreDep, account_id: int, job_id: str) -> job_store.Job:
+async def owned_job(store: StoreDep, account_id: int, job_id: str) -> job_store.Job:
     job = await to_thread.run_sync(
         lambda: job_store.get_job_by_public_id(store.engine, account_id, job_id)
     )
@@ -180,7 +181,7 @@ async def _job(store: StoreDep, account_id: int, job_id: str) -> job_store.Job:
 async def get_finder_job(job_id: str, account: AccountDep, store: StoreDep) -> FinderJob:
     # Not FinderAccountDep: a job made while the finder was on stays the account's to poll
     # and download after it is switched off (only creating jobs needs the finder).
-    return FinderJob.of(await _job(store, account.id, job_id))
+    return FinderJob.of(await owned_job(store, account.id, job_id))
 
 
 @router.get(
@@ -188,7 +189,8 @@ async def get_finder_job(job_id: str, account: AccountDep, store: StoreDep) -> F
     summary="Download an Email Finder job's results CSV",
     description="The uploaded file byte for byte with `email`, `status` (`found`, "
     "`not_found`, `catch_all`, `invalid_input`, `skipped_no_credits`) and `confidence` "
-    "columns appended. 409 until the job is `completed`.",
+    "columns appended. 409 until the job is `completed`. A job cancelled by its owner "
+    "(`cancelled_at` set) gives the rows it had looked up (409 when there were none).",
     response_class=FileResponse,
     responses={
         200: {
@@ -198,8 +200,12 @@ async def get_finder_job(job_id: str, account: AccountDep, store: StoreDep) -> F
         **_docs(404, 409, 422),
     },
 )
-async def download_finder_job(job_id: str, account: AccountDep, store: StoreDep) -> FileResponse:
-    job = await _job(store, account.id, job_id)
+async def download_finder_job(
+    job_id: str, account: AccountDep, store: StoreDep, request: Request
+) -> FileResponse:
+    job = await owned_job(store, account.id, job_id)
+    if was_cancelled(job):
+        return partial_response(request.app.state.settings, job, f"{job_id}-partial-results.csv")
     if job.status == "failed":
         raise ApiError(409, f"Job {job_id} failed, so it has no results: {job.failed_reason}")
     if job.status != "completed":

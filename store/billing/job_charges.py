@@ -21,7 +21,7 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from sqlalchemy import Connection, Engine, Row
+from sqlalchemy import Connection, Engine, Row, update
 
 from verimail.store.billing.ledger import charges_under_in
 from verimail.store.billing.movements import (
@@ -33,6 +33,7 @@ from verimail.store.billing.movements import (
 )
 from verimail.store.db import write_tx
 from verimail.store.job_lock import run_has_job
+from verimail.store.tables import credit_ledger
 
 if TYPE_CHECKING:  # (store/jobs.py calls this module within its transitions)
     from verimail.store.jobs import Job
@@ -104,6 +105,16 @@ def finder_row_reference(job_id: int, row: int) -> str:
 def finder_references(job_id: int) -> str:
     """What every find charge of a finder job's reference starts with."""
     return f"{job_reference(job_id)}:row:"
+
+
+def forget_finds_in(conn: Connection, job: Row[Any]) -> None:
+    """A deleted finder job: its finds' ledger rows stay (amounts, balances, references),
+    but their reasons named the addresses found; they no longer do."""
+    conn.execute(
+        update(credit_ledger)
+        .where(credit_ledger.c.reference.like(f"{finder_references(job.id)}%"))
+        .values(reason=f"email finder: a row of job {job.public_id} (its data deleted)")
+    )
 
 
 def charge_for_run(
