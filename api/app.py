@@ -33,7 +33,17 @@ from verimail.api.errors import install_error_handlers
 from verimail.api.metrics import install_metrics
 from verimail.api.openapi_doc import install_openapi
 from verimail.api.ratelimit import Limiter
-from verimail.api.routes import account, bulk, finder, finder_csv, health, reverify, verify
+from verimail.api.routes import (
+    account,
+    bulk,
+    finder,
+    finder_csv,
+    health,
+    job_list,
+    reverify,
+    usage,
+    verify,
+)
 from verimail.api.routes.health import verifier_ready
 from verimail.config import Settings, get_settings
 from verimail.engine import Engine
@@ -153,6 +163,8 @@ def create_app(settings: Settings | None = None, *, rate_limit_prefix: str = "ve
     app.include_router(reverify.router)
     app.include_router(finder_csv.router)
     app.include_router(account.router)
+    app.include_router(job_list.router)
+    app.include_router(usage.router)
     install_dashboard(app)
     install_metrics(app, settings)
     app.add_middleware(
