@@ -8,11 +8,12 @@ an opaque cursor (:mod:`verimail.api.cursors`), newest first.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from anyio import to_thread
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 
 from verimail.api.cursors import decode_cursor, encode_cursor
 from verimail.api.deps import AccountDep, StoreDep
@@ -74,6 +75,20 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+@dataclass
+class ListQuery:
+    """The query parameters both lists take (FastAPI fills it as a dependency)."""
+
+    status: StatusQuery = None
+    created_from: FromQuery = None
+    created_to: ToQuery = None
+    limit: LimitQuery = 20
+    cursor: CursorQuery = None
+
+
+ListQueryDep = Annotated[ListQuery, Depends()]
+
+
 def _utc(name: str, value: datetime | None) -> datetime | None:
     """``value`` in UTC (a naive time is taken as UTC); 422 when it has no UTC equivalent."""
     if value is None:
@@ -84,30 +99,26 @@ def _utc(name: str, value: datetime | None) -> datetime | None:
         raise ApiError(422, f"{name}: {value.isoformat()} is out of range.") from None
 
 
-def _filter(
-    kinds: tuple[str, ...],
-    status: list[Status] | None,
-    created_from: datetime | None,
-    created_to: datetime | None,
-) -> JobFilter:
-    start, end = _utc("created_from", created_from), _utc("created_to", created_to)
+def _filter(kinds: tuple[str, ...], query: ListQuery) -> JobFilter:
+    start, end = _utc("created_from", query.created_from), _utc("created_to", query.created_to)
     if start is not None and end is not None and start >= end:
         raise ApiError(
             422,
             f"created_from ({start.isoformat()}) must be before created_to "
             f"({end.isoformat()}): no job can be in that window.",
         )
-    return JobFilter(kinds, tuple(dict.fromkeys(status or ())), start, end)
+    return JobFilter(kinds, tuple(dict.fromkeys(query.status or ())), start, end)
 
 
 async def _page(
-    store: Store, account_id: int, where: JobFilter, limit: int, cursor: str | None
+    store: Store, account_id: int, kinds: tuple[str, ...], query: ListQuery
 ) -> tuple[list[Job], str | None]:
     """A page of jobs and the cursor of the next (a finder list's cursors are its own)."""
-    tag = "f" if where.kinds == ("finder_csv",) else "j"
-    before = decode_cursor(tag, cursor)
+    where = _filter(kinds, query)
+    tag = "f" if kinds == ("finder_csv",) else "j"
+    before = decode_cursor(tag, query.cursor)
     found, last = await to_thread.run_sync(
-        lambda: jobs_page(store.engine, account_id, where, limit=limit, before_id=before)
+        lambda: jobs_page(store.engine, account_id, where, limit=query.limit, before_id=before)
     )
     return found, encode_cursor(tag, last)
 
@@ -127,7 +138,7 @@ async def _page(
 async def list_bulk_jobs(
     account: AccountDep,
     store: StoreDep,
-    status: StatusQuery = None,
+    query: ListQueryDep,
     kind: Annotated[
         list[BulkKind] | None,
         Query(
@@ -136,14 +147,9 @@ async def list_bulk_jobs(
             "(JSON lists). Default: both.",
         ),
     ] = None,
-    created_from: FromQuery = None,
-    created_to: ToQuery = None,
-    limit: LimitQuery = 20,
-    cursor: CursorQuery = None,
 ) -> BulkJobList:
     kinds = tuple(dict.fromkeys(kind)) if kind else BULK_KINDS
-    where = _filter(kinds, status, created_from, created_to)
-    found, next_cursor = await _page(store, account.id, where, limit, cursor)
+    found, next_cursor = await _page(store, account.id, kinds, query)
     return BulkJobList(jobs=[BulkJob.of(job) for job in found], next_cursor=next_cursor)
 
 
@@ -159,14 +165,7 @@ async def list_bulk_jobs(
     responses=pick_error_docs(_ERRORS, (422,)),
 )
 async def list_finder_jobs(
-    account: AccountDep,
-    store: StoreDep,
-    status: StatusQuery = None,
-    created_from: FromQuery = None,
-    created_to: ToQuery = None,
-    limit: LimitQuery = 20,
-    cursor: CursorQuery = None,
+    account: AccountDep, store: StoreDep, query: ListQueryDep
 ) -> FinderJobList:
-    where = _filter(("finder_csv",), status, created_from, created_to)
-    found, next_cursor = await _page(store, account.id, where, limit, cursor)
+    found, next_cursor = await _page(store, account.id, ("finder_csv",), query)
     return FinderJobList(jobs=[FinderJob.of(job) for job in found], next_cursor=next_cursor)

@@ -121,16 +121,7 @@ async def get_ledger(
     )
     return LedgerPage(
         entries=[
-            LedgerRow(
-                id=row.id,
-                delta=row.delta,
-                kind=row.kind,
-                source=row.source,
-                reason=row.reason,
-                reference=row.reference,
-                balance_after=row.balance_after,
-                created_at=row.created_at,
-            )
+            LedgerRow(**{name: getattr(row, name) for name in LedgerRow.model_fields})
             for row in rows
         ],
         next_cursor=encode_cursor("l", last),
