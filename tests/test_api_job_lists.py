@@ -4,11 +4,16 @@ among the items."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 
+import pytest
 from api_helpers import RunningApp, assert_error_body
 
+from verimail.store import accounts as acc
 from verimail.store import jobs as job_store
+from verimail.store.job_list import JobFilter, jobs_page
+from verimail.store.testing import temporary_store
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 
@@ -134,3 +139,35 @@ async def test_bad_filters_are_refused_in_words(api: RunningApp) -> None:
         assert words in detail, (query, detail)
     assert_error_body(await api.client.get("/api/bulk"), 401)
     assert_error_body(await api.client.get("/api/find-email/csv"), 401)
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_the_store_pages_by_keyset_with_windows_in_utc(backend: str, tmp_path: Path) -> None:
+    """The page query on both databases: the creation window compares instants (a time with
+    another zone is the same instant), keyset pages do not overlap, accounts stay apart."""
+    with temporary_store(backend, tmp_path) as store:
+        one = acc.create_account(store.engine, store.settings, plan="enterprise")
+        two = acc.create_account(store.engine, store.settings, plan="enterprise")
+        ids = []
+        for day in range(5):
+            job = job_store.create_job(
+                store.engine, one.id, "bulk_csv", 1, reserve=0, now=T0 + timedelta(days=day)
+            )
+            assert job is not None
+            ids.append(job.id)
+        job_store.create_job(store.engine, two.id, "bulk_csv", 1, reserve=0, now=T0)
+        kinds = JobFilter(("bulk_csv",))
+        first, after = jobs_page(store.engine, one.id, kinds, limit=3)
+        rest, end = jobs_page(store.engine, one.id, kinds, limit=3, before_id=after)
+        assert [j.id for j in first + rest] == ids[::-1] and end is None
+        paris = timezone(timedelta(hours=1))
+        window = JobFilter(
+            ("bulk_csv",),
+            created_from=datetime(2026, 11, 2, 10, 0, tzinfo=paris),  # 09:00 UTC: included
+            created_to=datetime(2026, 11, 4, 9, 0, tzinfo=UTC),  # excluded
+        )
+        found, _ = jobs_page(store.engine, one.id, window, limit=10)
+        assert [j.id for j in found] == [ids[2], ids[1]]
+        assert jobs_page(store.engine, two.id, window, limit=10)[0] == []
