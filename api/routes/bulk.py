@@ -58,6 +58,14 @@ SEGMENT_DOC = (
     "or `unknown` (unknown, risky). Rows without an address are in none. Without it: every row."
 )
 
+PARTIAL_DOC = (
+    "`true`: while the job waits for a deferred retry pass (`phase` `waiting_to_retry`), "
+    "the rows settled so far — every row of the upload, with `Safe to Send` and a last "
+    "column `Retry Pending` (`Yes` on rows parked for the retry pass, whose verdict is not "
+    "known yet). A CSV only: with `format=parquet` or `segment` it is a 422. A completed job "
+    "gives its whole results, as without it."
+)
+
 _422 = {
     "model": ValidationErrorBody,
     "description": "Invalid request: no file, not a CSV, empty, no email column found (or "
@@ -234,8 +242,12 @@ async def download_bulk(
     partial: Annotated[bool, Query(description=PARTIAL_DOC)] = False,
 ) -> FileResponse:
     job = await _job(store, account.id, job_id)
+    if partial and (format != "csv" or segment is not None):
+        raise ApiError(
+            422, "partial=true gives a CSV of every row: leave out format=parquet and segment."
+        )
     if partial and job.status != "completed":
-        return await _partial_download(request, job, include, neutralise_formulas, format, segment)
+        return await _partial_download(request, job, include, neutralise_formulas)
     if job.status != "completed":
         raise _not_ready(job)
     directory = job_dir(request.app.state.settings.data_dir, job.id)
@@ -263,29 +275,14 @@ async def download_bulk(
     return csv_response(path, directory, filename=f"{name}.csv")
 
 
-PARTIAL_DOC = (
-    "`true`: while the job waits for a deferred retry pass (`phase` `waiting_to_retry`), "
-    "the rows settled so far — every row of the upload, with `Safe to Send` and a last "
-    "column `Retry Pending` (`Yes` on rows parked for the retry pass, whose verdict is not "
-    "known yet). A CSV only (not with `format=parquet` or `segment`). A completed job gives "
-    "its whole results, as without it."
-)
-
-
 async def _partial_download(
     request: Request,
     job: job_store.Job,
     include: str | None,
     neutralise_formulas: bool,
-    format: str,
-    segment: str | None,
 ) -> FileResponse:
     """``partial=true`` on a job not completed: its settled rows while it waits for a retry
-    pass, else 409 (422 for the options a partial file does not have)."""
-    if format != "csv" or segment is not None:
-        raise ApiError(
-            422, "partial=true gives a CSV of every row: leave out format=parquet and segment."
-        )
+    pass, else 409."""
     settings = request.app.state.settings
     path = None
     if waiting_for_retry(job):
