@@ -40,7 +40,9 @@ from verimail.api.routes import (
     finder_csv,
     health,
     job_actions,
+    job_list,
     reverify,
+    usage,
     verify,
 )
 from verimail.api.routes.health import verifier_ready
@@ -163,6 +165,8 @@ def create_app(settings: Settings | None = None, *, rate_limit_prefix: str = "ve
     app.include_router(finder_csv.router)
     app.include_router(job_actions.router)
     app.include_router(account.router)
+    app.include_router(job_list.router)
+    app.include_router(usage.router)
     install_dashboard(app)
     install_metrics(app, settings)
     app.add_middleware(

@@ -8,7 +8,8 @@ FastAPI builds the schema from the routes and models; this module adds what a re
 - the refusals every operation with a body can answer before its route runs (413 body too
   large, 408 body too slow, see :mod:`verimail.api.body_limit`).
 
-The examples themselves are data: the answers in :mod:`verimail.api.openapi_examples`, the
+The examples themselves are data: the answers in :mod:`verimail.api.openapi_examples` (and
+:mod:`verimail.api.openapi_list_examples`), the
 refusals in :mod:`verimail.api.openapi_errors`. Examples already declared on a route are
 kept. Nothing here changes what the server does.
 """
@@ -23,6 +24,9 @@ from fastapi.openapi.utils import get_openapi
 
 from verimail.api.openapi_errors import BODY_REFUSALS, error_example
 from verimail.api.openapi_examples import SUCCESS, UNHEALTHY, one_example
+from verimail.api.openapi_list_examples import SUCCESS as LIST_SUCCESS
+
+ANSWERS = {**SUCCESS, **LIST_SUCCESS}
 
 
 def _add_body_refusals(method: str, operation: dict[str, Any]) -> None:
@@ -65,7 +69,7 @@ def complete_document(document: dict[str, Any]) -> dict[str, Any]:
                     if "example" in content or "examples" in content:
                         continue
                     if status.startswith("2"):
-                        found = SUCCESS.get((method, path), {}).get(media_type)
+                        found = ANSWERS.get((method, path), {}).get(media_type)
                         found = found or _schema_example(document, content.get("schema"))
                     elif status == "503" and path == "/api/health":
                         found = one_example("Unhealthy: the database did not answer", UNHEALTHY)

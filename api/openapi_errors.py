@@ -65,6 +65,14 @@ ERROR_OVERRIDES: dict[tuple[str, str, str], str] = {
     "this account.",
     ("delete", "/api/find-email/csv/{job_id}", "404"): "No finder job 'fj_3kq9x2m7' for this "
     "account.",
+    ("get", "/api/bulk", "422"): "created_from (2026-11-20T00:00:00+00:00) must be before "
+    "created_to (2026-11-01T00:00:00+00:00): no job can be in that window.",
+    ("get", "/api/find-email/csv", "422"): "cursor: not a cursor of this list; pass the "
+    "next_cursor of the previous page unchanged (or leave it out for the first page).",
+    ("get", "/api/account/usage", "422"): "from 2025-01-01 to 2026-11-20 is 690 days; ask for "
+    "at most 366 days at a time.",
+    ("get", "/api/account/ledger", "422"): "cursor: not a cursor of this list; pass the "
+    "next_cursor of the previous page unchanged (or leave it out for the first page).",
 }
 VALIDATION: dict[str, Any] = model_example(ValidationErrorBody)
 VALIDATION_OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {

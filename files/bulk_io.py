@@ -438,6 +438,36 @@ def write_partial_results(
     return write_results_csv(upload, job_input.info, dest, columns, keep=keep)
 
 
+PENDING_COLUMN = "Retry Pending"
+"""The column a partial download adds: ``Yes`` on a row parked for a later retry pass."""
+
+
+def write_pending_results(
+    upload: Path,
+    job_input: JobInput,
+    by_address: pl.DataFrame,
+    dest: Path,
+    *,
+    retryable: Sequence[str],
+    details: bool = False,
+    neutralise_formulas: bool = False,
+) -> int:
+    """Every row of a job waiting for a retry pass, to ``dest``: ``Safe to Send`` as the
+    results so far say it (``No`` on a parked row: not known yet), the details columns if
+    asked, and :data:`PENDING_COLUMN` last, ``Yes`` on the rows whose sub-status is one of
+    ``retryable`` (a later pass asks them again). The rows written."""
+    frame = _result_frame(job_input, by_address)
+    parked = frame.get_column("sub_status").is_in(list(retryable)).fill_null(False)
+    safe = frame.get_column("safe_to_send").fill_null(False) & ~parked
+    columns = {SAFE_COLUMN: ["Yes" if v else "No" for v in safe.to_list()]}
+    if details:
+        columns.update(_details(frame))
+    columns[PENDING_COLUMN] = ["Yes" if v else "No" for v in parked.to_list()]
+    return write_results_csv(
+        upload, job_input.info, dest, columns, neutralise_formulas=neutralise_formulas
+    )
+
+
 def _read_results(directory: Path, columns: list[str]) -> pl.DataFrame:
     """``columns`` of the job's results in row order, and a re-verification's previous
     statuses when it has them."""

@@ -3,6 +3,7 @@ Finder — every field described for OpenAPI."""
 
 from __future__ import annotations
 
+from datetime import date as date_type
 from datetime import datetime
 from typing import Literal
 
@@ -88,3 +89,55 @@ class AccountInfo(BaseModel):
         description="Credits a verified find costs (nothing is charged otherwise)."
     )
     upgrade: str = Field(description="How to change the plan or get more credits.")
+
+
+class UsageDay(BaseModel):
+    """Credits spent on one UTC day."""
+
+    date: date_type = Field(description="The day (UTC).")
+    credits_spent: int = Field(
+        description="Credits charged and reserved that day, less those refunded that day "
+        "(never below 0): the bar the dashboard draws for the day."
+    )
+
+
+class Usage(BaseModel):
+    """Credits spent per day over a range: what the dashboard's chart draws."""
+
+    from_: date_type = Field(alias="from", description="First day of the range (UTC).")
+    to: date_type = Field(description="Last day of the range (UTC), included.")
+    granularity: Literal["day"] = Field(description="One entry per day.")
+    total_spent: int = Field(description="The sum of `credits_spent` over the range.")
+    days: list[UsageDay] = Field(description="Every day of the range, oldest first.")
+
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+
+class LedgerRow(BaseModel):
+    """One movement of credits (the ledger is append-only)."""
+
+    id: int = Field(description="The row's id; rows are listed by it, newest first.")
+    delta: int = Field(description="Credits added (> 0) or taken (< 0).")
+    kind: str = Field(
+        description="`signup` (the sign-up credits), `grant` (an operator's), `charge` (a "
+        "request, a find), "
+        "`reserve` (a job's credits, taken at creation), `refund` (given back), "
+        "`allowance` (a new period of the plan's allowance opening)."
+    )
+    source: str = Field(description="The pool that moved: `prepaid` or `allowance` (the plan's).")
+    reason: str = Field(description="What the movement was for, in words.")
+    reference: str | None = Field(
+        description="What it is charged under: `job:<id>` for a job, else a request's "
+        "reference; null for grants."
+    )
+    balance_after: int = Field(description="The pool's balance right after this row.")
+    created_at: datetime = Field(description="When it happened (UTC).")
+
+
+class LedgerPage(BaseModel):
+    """A page of the account's credit ledger, newest first."""
+
+    entries: list[LedgerRow] = Field(description="The rows, newest first.")
+    next_cursor: str | None = Field(
+        description="Pass it as `cursor` for the next, older page; null on the last page."
+    )

@@ -287,3 +287,31 @@ class FinderJob(BaseModel):
             completed_at=job.completed_at,
             failed_reason=job.failed_reason,
         )
+
+
+NextCursor = Annotated[
+    str | None,
+    Field(
+        description="Pass it as `cursor` (with the same filters) for the next, older page; "
+        "null on the last page.",
+        examples=["ai0xMjQ"],
+    ),
+]
+
+
+class BulkJobList(BaseModel):
+    """A page of the account's bulk jobs, newest first."""
+
+    jobs: list[BulkJob] = Field(
+        description="The jobs, newest first, each as `GET /api/bulk/{job_id}` gives it."
+    )
+    next_cursor: NextCursor = None
+
+
+class FinderJobList(BaseModel):
+    """A page of the account's Email Finder CSV jobs, newest first."""
+
+    jobs: list[FinderJob] = Field(
+        description="The jobs, newest first, each as `GET /api/find-email/csv/{job_id}` gives it."
+    )
+    next_cursor: NextCursor = None

@@ -28,3 +28,10 @@ MAX_URL_LENGTH = 2048
 MAX_INT = 2**31 - 1
 """The largest value of an ``Integer`` column (32 bits on PostgreSQL): ids, credits, counts;
 the bound of every id and count a surface accepts (``store.tables`` sizes its columns by it)."""
+MAX_PAGE = 100
+"""Most items per page of a list (jobs, the credit ledger); 20 unless ``limit`` says."""
+MAX_USAGE_DAYS = 366
+"""Longest range of ``GET /api/account/usage``, in days (a year, a leap one included)."""
+DATE_TEXT = r"\d{4}-\d{2}-\d{2}"
+"""How a date (and a date-time) a query takes begins: Pydantic alone reads ``0`` and
+``1e12`` as Unix times, which the document (``format: date``, ``date-time``) does not allow."""

@@ -58,6 +58,12 @@ SEMANTIC_422 = {
     "/api/verify/bulk": "a webhook_url whose host is not a host name (a label over 63 "
     "characters) or resolves to a private address: a `uri` in the schema all the same",
     "/api/bulk/{job_id}/reverify": "a webhook_url as for /api/verify/bulk",
+    # (GET /api/bulk and GET /api/find-email/csv share the paths above) the lists' cursor:
+    # opaque, so a string of its length that the list did not give; a creation window that
+    # is empty (created_from not before created_to) or a time with no UTC equivalent
+    "/api/account/ledger": "a cursor the ledger did not give",
+    "/api/account/usage": "`from` after `to`, or a range over 366 days",
+    "/api/bulk/{job_id}/download": "partial=true with format=parquet or a segment",
 }
 """Operations whose 422 can be about meaning, which no schema states: the documented set
 (docs/http-limits.md, "The API document")."""

@@ -186,11 +186,15 @@ async def test_a_completed_job_is_a_409_to_cancel_and_deleted_with_its_history(s
         # (variants made on demand are the job's too)
         variant = f"/api/bulk/{job_id}/download?segment=valid&include=details"
         assert (await app.client.get(variant, headers=owner.headers)).status_code == 200
+        listed = await app.client.get("/api/bulk", headers=owner.headers)
+        assert [job["job_id"] for job in listed.json()["jobs"]] == [job_id]
         deleted = await app.client.delete(f"/api/bulk/{job_id}", headers=owner.headers)
         assert deleted.status_code == 204
         assert not any(path.exists() for path in history)
         assert _files_holding_the_list(settings.data_dir) == []
         assert total_balance(app.store, owner.account_id) == 98
+        listed = await app.client.get("/api/bulk", headers=owner.headers)
+        assert listed.json()["jobs"] == [], "a deleted job is in no list"
 
 
 async def test_two_cancels_at_once_refund_once(settings):

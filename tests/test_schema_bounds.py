@@ -25,6 +25,10 @@ UNBOUNDED = {
     ("path", "job_id"): "an id: one that does not exist (however large) is 404",
     ("body", "file"): "the upload itself: bounded by the upload limit (413), not the schema",
     ("body", "first_run_at"): "a date-time (format), checked to be to come and within a year",
+    ("query", "created_from"): "a date-time (format); a window of the jobs list",
+    ("query", "created_to"): "a date-time (format); a window of the jobs list",
+    ("query", "from"): "a date (format); the usage range is checked (at most 366 days)",
+    ("query", "to"): "a date (format), likewise",
 }
 BASE_JSON = {
     ("post", "/api/verify/single"): {"email": "alice@acme.test"},
@@ -38,7 +42,12 @@ BASE_JSON = {
     ("post", "/api/bulk/{job_id}/reverify"): {},
     ("put", "/api/bulk/{job_id}/reverify-schedule"): {"every_days": 7},
 }
-BASE_QUERY = {("get", "/api/domain-pattern"): {"domain": "acme.test"}}
+BASE_QUERY = {
+    ("get", "/api/domain-pattern"): {"domain": "acme.test"},
+    ("get", "/api/bulk"): {},
+    ("get", "/api/find-email/csv"): {},
+    ("get", "/api/account/ledger"): {},
+}
 
 
 def _schema(node: dict[str, Any]) -> dict[str, Any]:

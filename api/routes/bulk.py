@@ -40,6 +40,7 @@ from verimail.files.bulk_io import (
 from verimail.files.csv_columns import EMAIL_HEADERS
 from verimail.files.csv_detect import inspect_csv
 from verimail.jobs.cancel import was_cancelled
+from verimail.jobs.partial_results import partial_results_csv, waiting_for_retry
 from verimail.schemas.bulk import JsonBulkRequest
 from verimail.schemas.errors import ValidationErrorBody
 from verimail.schemas.jobs import BulkJob, JsonBulkCreated, JsonBulkJob
@@ -58,13 +59,24 @@ SEGMENT_DOC = (
     "or `unknown` (unknown, risky). Rows without an address are in none. Without it: every row."
 )
 
+PARTIAL_DOC = (
+    "`true`: while the job waits for a deferred retry pass (`phase` `waiting_to_retry`), "
+    "the rows settled so far — every row of the upload, with `Safe to Send` and a last "
+    "column `Retry Pending` (`Yes` on rows parked for the retry pass, whose verdict is not "
+    "known yet). A CSV only: with `format=parquet` or `segment` it is a 422. A completed job "
+    "gives its whole results, as without it."
+)
+
 _422 = {
     "model": ValidationErrorBody,
     "description": "Invalid request: no file, not a CSV, empty, no email column found (or "
     "`email_column` names none), no addresses, or a bad parameter. `detail` says which.",
 }
 _404 = error_doc("No such job for this account (unknown ids and other accounts' jobs alike).")
-_409 = error_doc("The job has not completed yet (or it failed: `detail` says why).")
+_409 = error_doc(
+    "The job has not completed yet (or it failed: `detail` says why). With `partial=true`: "
+    "the job is still in its first pass (nothing settled is kept yet), or it failed."
+)
 
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -169,15 +181,28 @@ async def get_bulk(job_id: JobId, account: AccountDep, store: StoreDep) -> BulkJ
     return BulkJob.of(await owned_job(store, account.id, job_id))
 
 
-def _not_ready(job: job_store.Job) -> ApiError:
+def _not_ready(job: job_store.Job, partial: bool = False) -> ApiError:
     if job.status == "failed":
         return ApiError(
             409, f"Job {job.id} failed, so it has no results: {job.failed_reason or 'unknown'}"
         )
+    progress = f"({job.processed_emails} of {job.total_emails} verified)"
+    if waiting_for_retry(job):
+        return ApiError(
+            409,
+            f"Job {job.id} is {job.status} {progress}, {job.retry.get('waiting', 0)} addresses "
+            "waiting for a retry pass; download it once its status is completed, or its "
+            "settled rows now with partial=true.",
+        )
+    if partial:
+        return ApiError(
+            409,
+            f"Job {job.id} is {job.status} {progress} in its first pass; partial=true gives "
+            "its settled rows once it waits for a retry pass (phase waiting_to_retry), and "
+            "every row once its status is completed.",
+        )
     return ApiError(
-        409,
-        f"Job {job.id} is {job.status} ({job.processed_emails} of {job.total_emails} "
-        "verified); download it once its status is completed.",
+        409, f"Job {job.id} is {job.status} {progress}; download it once its status is completed."
     )
 
 
@@ -188,9 +213,12 @@ def _not_ready(job: job_store.Job) -> ApiError:
     "appended. `include=details` adds `Status`, `Reason`, `Score`; `format=parquet` gives "
     "every result field as Parquet; `neutralise_formulas=true` prefixes cells that a "
     "spreadsheet would run as formulas (`=`, `+`, `-`, `@`) with `'`; `segment` keeps only "
-    "the rows of one segment (e.g. `valid_and_catchall` for a list to send to). A job "
-    "cancelled by its owner (`cancelled_at` set) gives its settled rows, with the details "
-    "columns (409 when none was settled, or with `format=parquet` or `segment`).",
+    "the rows of one segment (e.g. `valid_and_catchall` for a list to send to). While the "
+    "job waits for a deferred retry pass, `partial=true` gives the rows settled so far, "
+    "the parked ones marked `Retry Pending` `Yes`; without it the answer is 409 until the "
+    "job is completed. A job cancelled by its owner (`cancelled_at` set) gives its settled "
+    "rows, with the details columns (409 when none was settled, or with `format=parquet` "
+    "or `segment`).",
     response_class=FileResponse,
     responses={
         200: {
@@ -214,8 +242,13 @@ async def download_bulk(
     include: Annotated[Literal["details"] | None, Query(description="`details`")] = None,
     neutralise_formulas: bool = False,
     segment: Annotated[Segment | None, Query(description=SEGMENT_DOC)] = None,
+    partial: Annotated[bool, Query(description=PARTIAL_DOC)] = False,
 ) -> FileResponse:
     job = await owned_job(store, account.id, job_id)
+    if partial and (format != "csv" or segment is not None):
+        raise ApiError(
+            422, "partial=true gives a CSV of every row: leave out format=parquet and segment."
+        )
     if was_cancelled(job):
         variant = "format=parquet" if format == "parquet" else None
         if segment is not None:
@@ -223,6 +256,8 @@ async def download_bulk(
         return partial_response(
             request.app.state.settings, job, f"bulk-{job.id}-partial-results.csv", variant=variant
         )
+    if partial and job.status != "completed":
+        return await _partial_download(request, job, include, neutralise_formulas)
     if job.status != "completed":
         raise _not_ready(job)
     directory = job_dir(request.app.state.settings.data_dir, job.id)
@@ -248,6 +283,31 @@ async def download_bulk(
     else:
         path = Path(job.result_path or directory / "results.csv")
     return csv_response(path, directory, filename=f"{name}.csv")
+
+
+async def _partial_download(
+    request: Request,
+    job: job_store.Job,
+    include: str | None,
+    neutralise_formulas: bool,
+) -> FileResponse:
+    """``partial=true`` on a job not completed: its settled rows while it waits for a retry
+    pass, else 409."""
+    settings = request.app.state.settings
+    path = None
+    if waiting_for_retry(job):
+        path = await to_thread.run_sync(
+            lambda: partial_results_csv(
+                settings,
+                job,
+                details=include == "details",
+                neutralise_formulas=neutralise_formulas,
+            )
+        )
+    if path is None:
+        raise _not_ready(job, partial=True)
+    name = f"bulk-{job.id}-partial-results.csv"
+    return csv_response(path, path.parent, filename=name)
 
 
 @router.post(

@@ -113,3 +113,19 @@ def credit_totals(engine: Engine) -> dict[str, int]:
         ).scalar_one()
         back = conn.execute(select(refunded).where(credit_ledger.c.kind == "refund")).scalar_one()
     return {"charged": int(spent), "refunded": int(back)}
+
+
+def ledger_page(
+    engine: Engine, account_id: int, *, limit: int, before_id: int | None = None
+) -> tuple[list[LedgerEntry], int | None]:
+    """Up to ``limit`` of the account's ledger rows, newest first, older than ``before_id``
+    when given (keyset: rows written meanwhile do not shift a client's next page); and the
+    ``before_id`` of the next page (None on the last)."""
+    query = select(credit_ledger).where(credit_ledger.c.account_id == account_id)
+    if before_id is not None:
+        query = query.where(credit_ledger.c.id < before_id)
+    query = query.order_by(credit_ledger.c.id.desc()).limit(limit + 1)
+    with engine.connect() as conn:
+        found = [LedgerEntry(**row._mapping) for row in conn.execute(query)]
+    page = found[:limit]
+    return page, (page[-1].id if len(found) > limit else None)
