@@ -25,10 +25,11 @@ import math
 import socket
 from dataclasses import dataclass, field
 
-from python_socks import ProxyConnectionError, ProxyError, ProxyTimeoutError
+from python_socks import ProxyConnectionError, ProxyError, ProxyTimeoutError, ProxyType
 from python_socks.async_.asyncio import Proxy
 
-from verimail.config import EgressFile, Settings, mask_proxy_url, proxy_parts
+from verimail.config import EgressFile, Settings, proxy_parts
+from verimail.url_secrets import redact
 
 DIRECT = "direct"
 """The name of the one egress when no proxy and no egress file is configured."""
@@ -55,7 +56,7 @@ class Egress:
     @property
     def shown(self) -> str:
         """The URL with the password masked: for logs, health, the CLI and errors."""
-        return mask_proxy_url(self.proxy_url) if self.proxy_url else DIRECT
+        return redact(self.proxy_url) if self.proxy_url else DIRECT
 
     def __repr__(self) -> str:
         return f"Egress(name={self.name!r}, via={self.shown!r}, helo_name={self.helo_name!r})"
@@ -103,8 +104,9 @@ async def open_socket(egress: Egress, ip: str, port: int, timeout: float) -> soc
     refusing, as a direct dial would have met it."""
     if egress.proxy_url is None:
         return None
-    host, proxy_port, user, _ = proxy_parts(egress.proxy_url)
-    proxy = Proxy.from_url(egress.proxy_url, rdns=False)
+    host, proxy_port, user, password = proxy_parts(egress.proxy_url)
+    # (not Proxy.from_url: its URL parser ends a password at a "#", "/" or "?")
+    proxy = Proxy.create(ProxyType.SOCKS5, host, proxy_port, user, password, rdns=False)
     where = f"the SOCKS5 proxy {host}:{proxy_port} (egress {egress.name})"
     try:
         return await proxy.connect(dest_host=ip, dest_port=port, timeout=timeout)
