@@ -266,6 +266,7 @@ class StagedFiles:
     moves: tuple[tuple[Path, Path], ...]
     transitions: dict[str, int] | None = None  # a re-verification's, e.g. {"valid->invalid": 3}
     egress_blocked: dict[str, int] | None = None  # rows refused our IP, by egress
+    sub_statuses: dict[str, int] | None = None  # rows by sub-status (billing reads some)
 
     @classmethod
     def for_run(cls, directory: Path, run: int, names: Sequence[str]) -> StagedFiles:
@@ -309,6 +310,8 @@ def write_job_results(
             frame = with_previous_status(frame, previous)
             transitions = count_transitions(frame)
         blocked = count_egress_blocked(frame)
+        by_sub_status = frame.get_column("sub_status").drop_nulls().value_counts()
+        sub_statuses = dict(by_sub_status.iter_rows())
         frame.write_parquet(files.staged("results.parquet"))
         safe = frame.get_column("safe_to_send").fill_null(False)
         values = ["Yes" if v else "No" for v in safe.to_list()]
@@ -319,7 +322,7 @@ def write_job_results(
     except BaseException:
         files.discard()
         raise
-    return StagedFiles(files.moves, transitions, blocked)
+    return StagedFiles(files.moves, transitions, blocked, sub_statuses)
 
 
 SEGMENTS: dict[str, tuple[str, ...]] = {
