@@ -9,6 +9,7 @@ job is a 404, as everywhere.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
@@ -234,17 +235,15 @@ async def save_schedule(
         raise ApiError(409, f"List {list_job} has no completed run yet; schedule it once it has.")
     settings = request.app.state.settings
     try:
-        await to_thread.run_sync(_prefect_ready, request)
-        from verimail.flows.reverify import reverify_stored  # (Prefect, ready now)
-
-        planned = await plan_list_run(
-            settings, store, reverify_stored, account_id, list_job, first_run
-        )
+        async with asyncio.timeout(SCHEDULER_WAIT):
+            # (in a thread the wait may leave: it goes on starting Prefect for the retry)
+            flow = await asyncio.to_thread(_reverify_flow, request)
+            planned = await plan_list_run(settings, store, flow, account_id, list_job, first_run)
     except Exception as exc:
         raise ApiError(
             503,
-            "The schedule could not be planned right now (the scheduler did not answer); "
-            "nothing was changed.",
+            "The schedule could not be planned right now (the scheduler did not answer, or is "
+            "still starting); nothing was changed. Try again shortly.",
             {"Retry-After": str(DATABASE_RETRY_AFTER)},
         ) from exc
     try:
@@ -261,12 +260,24 @@ async def save_schedule(
     return schedule
 
 
-def _prefect_ready(request: Request) -> None:
-    """The local runner starts Prefect's embedded server once, for every thread (two
-    starting it at once would both pick one port); other runners need nothing."""
+SCHEDULER_WAIT = 5.0
+"""Seconds a schedule write waits for Prefect before answering 503. It waited for as long
+as Prefect took: the first write after a start waited behind the start of the embedded
+server (13.7 s seen, issue 47), and one to a Prefect API that does not answer for the
+client's whole time-out."""
+
+
+def _reverify_flow(request: Request) -> Any:
+    """The ``reverify-stored`` flow, Prefect ready: the local runner starts Prefect's
+    embedded server once, for every thread (two starting it at once would both pick one
+    port); other runners need nothing. Importing the flow loads Prefect, seconds the first
+    time: never on the event loop."""
     ready = getattr(request.app.state.runner, "prefect_ready", None)
     if ready is not None:
         ready()
+    from verimail.flows.reverify import reverify_stored
+
+    return reverify_stored
 
 
 @router.get(
