@@ -496,7 +496,7 @@ async def test_a_job_whose_proxy_is_down_is_not_charged_for_those_rows(
     A JSON bulk job through a dead proxy, its retry passes spent: the three rows on a
     domain with a mail server are refunded, the one settled by DNS alone (a domain that does
     not exist) is charged, and the ledger says so."""
-    from api_helpers import poll_job, running_app, total_balance
+    from api_helpers import json_bulk_job, running_app, total_balance
 
     from verimail.store.billing.ledger import ledger
 
@@ -509,12 +509,7 @@ async def test_a_job_whose_proxy_is_down_is_not_charged_for_those_rows(
     emails = ["alice@alpha.test", "nobody@alpha.test", "carol@beta.test", "x@no-such.test"]
     async with running_app(settings) as app:
         customer = app.customer(credits=10)
-        made = await app.client.post(
-            "/api/verify/bulk", headers=customer.headers, json={"emails": emails}
-        )
-        assert made.status_code == 200, made.text
-        job_url = f"/api/verify/bulk/{made.json()['job_id']}"
-        job = await poll_job(app.client, job_url, customer.headers, timeout=120)
+        job = await json_bulk_job(app.client, customer, emails, timeout=120)
         assert job["status"] == "completed", job
         results = {r["email"]: r for r in job["results"]}
         assert {e: results[e]["sub_status"] for e in emails[:3]} == dict.fromkeys(
