@@ -115,12 +115,12 @@ def database_problem(exc: BaseException) -> tuple[str, int] | None:
     if "sqlalchemy" not in sys.modules:
         return None
     from sqlalchemy import exc as sa_exc
-    from sqlalchemy.engine import make_url
 
     from verimail.config import get_settings
+    from verimail.url_secrets import redact
 
     try:
-        url = make_url(get_settings().database_url).render_as_string(hide_password=True)
+        url = redact(get_settings().database_url or "")
     except Exception:
         url = "VERIMAIL_DATABASE_URL"
     if isinstance(exc, sa_exc.ArgumentError):

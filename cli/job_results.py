@@ -60,7 +60,8 @@ def _parked_bulk_results(  # type: ignore[no-untyped-def]
 ) -> None:
     import polars as pl
 
-    from verimail.files.bulk_io import read_job_input, write_partial_results
+    from verimail.files.bulk_io import read_job_input
+    from verimail.files.partial_results import write_partial_results
     from verimail.jobs import retries
     from verimail.jobs.create import stored_info
 

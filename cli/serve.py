@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
+import sys
 from collections.abc import Iterator
 from enum import StrEnum
 from types import FrameType
@@ -75,17 +77,47 @@ def serve_command(
                 err=True,
             )
             raise typer.Exit(2)
+    _logging_of_the_server()
     ui_port = prefect_ui_port or settings.prefect_ui_port
     with _prefect_ui(settings, ui_port):
         uvicorn.run(
             create_app(settings),
             host=host or settings.api_host,
             port=port or settings.api_port,
+            log_config=None,  # (set above: see _logging_of_the_server)
             log_level=log_level.value,
             proxy_headers=forwarded_allow_ips is not None,
             forwarded_allow_ips=forwarded_allow_ips,
             **server_options(settings),
         )
+
+
+def _logging_of_the_server() -> None:
+    """Prefect's logging set-up first, then the server's own loggers, without
+    ``dictConfig``. Prefect configures logging once per process (in the API: at the first
+    flow run) with a ``dictConfig`` that takes the ``uvicorn`` logger (WARNING, Prefect's
+    handler) and resets ``uvicorn.access``: the access log went silent after the first job
+    (issue 47). Run first, Prefect's set-ups after it are incremental (levels only), so the
+    handlers set here stay. (uvicorn's own ``dictConfig`` is not used: it forgets Prefect's
+    named handlers, and Prefect then starts over from scratch.)"""
+    from prefect.logging.configuration import ensure_logging_setup
+    from uvicorn.logging import AccessFormatter, DefaultFormatter
+
+    ensure_logging_setup()
+    for name, stream, formatter in (
+        ("uvicorn", sys.stderr, DefaultFormatter("%(levelprefix)s %(message)s")),
+        (
+            "uvicorn.access",
+            sys.stdout,
+            AccessFormatter('%(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s'),
+        ),
+    ):
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(formatter)
+        logger = logging.getLogger(name)
+        logger.handlers = [handler]
+        logger.propagate = False
+        logger.setLevel(logging.INFO)
 
 
 @contextlib.contextmanager

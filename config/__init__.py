@@ -12,7 +12,6 @@ from verimail.config.egress import (
     EgressSpec,
     RouteSpec,
     fully_qualified,
-    mask_proxy_url,
     proxy_parts,
     read_egress_file,
 )
@@ -33,7 +32,6 @@ __all__ = [
     "current_settings",
     "fully_qualified",
     "get_settings",
-    "mask_proxy_url",
     "proxy_parts",
     "read_egress_file",
     "using_settings",

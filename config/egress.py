@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import yaml
 from pydantic import (
@@ -25,6 +24,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from verimail.url_secrets import authority, redact
 
 _LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$", re.IGNORECASE)
 
@@ -49,32 +50,15 @@ def fully_qualified(name: str, what: str) -> str:
 
 def proxy_parts(url: str) -> tuple[str, int, str | None, str | None]:
     """``socks5://[user:password@]host:port`` as (host, port, user, password); ValueError
-    otherwise, never quoting the password. ``socks5h`` is refused: verimail resolves the MX
-    hosts itself, so the private-range guard decides on the address the proxy is asked for."""
-    parsed = urlsplit(url.strip())
-    shown = mask_proxy_url(url)
-    if parsed.scheme.lower() != "socks5":
-        raise ValueError(f"proxy {shown}: write socks5://[user:password@]host:port")
-    try:
-        port = parsed.port
-    except ValueError:
-        port = None
-    if not parsed.hostname or port is None:
-        raise ValueError(f"proxy {shown}: write socks5://[user:password@]host:port")
-    user = unquote(parsed.username) if parsed.username else None
-    password = unquote(parsed.password) if parsed.password is not None else None
-    return parsed.hostname, port, user, password
-
-
-def mask_proxy_url(url: str) -> str:
-    """``url`` with its password (if any) replaced by ``***``: for logs, errors, health."""
-    parsed = urlsplit(url.strip())
-    netloc = parsed.netloc
-    if "@" in netloc:
-        userinfo, _, host = netloc.rpartition("@")
-        user = userinfo.split(":", 1)[0]
-        netloc = f"{user}:***@{host}" if ":" in userinfo else f"{user}@{host}"
-    return parsed._replace(netloc=netloc).geturl()
+    otherwise, never quoting the password (the password may hold any character: see
+    ``url_secrets``). ``socks5h`` is refused: verimail resolves the MX hosts itself, so the
+    private-range guard decides on the address the proxy is asked for."""
+    parts = authority(url)
+    if parts is None or parts.scheme != "socks5" or parts.port is None or parts.path.strip("/"):
+        raise ValueError(f"proxy {redact(url)}: write socks5://[user:password@]host:port")
+    if not 0 < parts.port < 65536:
+        raise ValueError(f"proxy {redact(url)}: the port must be a number 1-65535")
+    return parts.host, parts.port, parts.user, parts.password
 
 
 class EgressSpec(BaseModel):

@@ -32,6 +32,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from verimail.config.egress import EgressFile, fully_qualified, proxy_parts, read_egress_file
+from verimail.url_secrets import encoded
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -356,6 +357,13 @@ class Settings(BaseSettings):
     @classmethod
     def _helo_fully_qualified(cls, value: str) -> str:
         return fully_qualified(value, "VERIMAIL_SMTP_HELO_NAME")
+
+    @field_validator("database_url", "redis_url")
+    @classmethod
+    def _credentials_encoded(cls, value: str | None) -> str | None:
+        """A password typed as is (``#``, ``/``, ``@`` …) reaches SQLAlchemy and redis-py
+        whole, not cut at its first reserved character (and the rest shown as the host)."""
+        return encoded(value) if value else value
 
     @field_validator("smtp_proxy")
     @classmethod

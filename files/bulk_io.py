@@ -256,7 +256,7 @@ class ResultSink(ResultParts):
             self.root.rmdir()  # (unless a later run has started its own meanwhile)
 
 
-def _result_frame(job_input: JobInput, by_address: pl.DataFrame) -> pl.DataFrame:
+def rows_with_results(job_input: JobInput, by_address: pl.DataFrame) -> pl.DataFrame:
     """One row per data row with every result field (empty cells get no result)."""
     return job_input.rows.select("row", "email", "normalised").join(
         by_address, on="normalised", how="left", maintain_order="left"
@@ -274,6 +274,7 @@ class StagedFiles:
     moves: tuple[tuple[Path, Path], ...]
     transitions: dict[str, int] | None = None  # a re-verification's, e.g. {"valid->invalid": 3}
     egress_blocked: dict[str, int] | None = None  # rows refused our IP, by egress
+    sub_statuses: dict[str, int] | None = None  # rows by sub-status (billing reads some)
 
     @classmethod
     def for_run(cls, directory: Path, run: int, names: Sequence[str]) -> StagedFiles:
@@ -311,12 +312,14 @@ def write_job_results(
     directory.mkdir(parents=True, exist_ok=True)
     files = StagedFiles.for_run(directory, run, ("results.parquet", "results.csv"))
     try:
-        frame = _result_frame(job_input, by_address)
+        frame = rows_with_results(job_input, by_address)
         transitions = None
         if previous is not None:
             frame = with_previous_status(frame, previous)
             transitions = count_transitions(frame)
         blocked = count_egress_blocked(frame)
+        by_sub_status = frame.get_column("sub_status").drop_nulls().value_counts()
+        sub_statuses = dict(by_sub_status.iter_rows())
         frame.write_parquet(files.staged("results.parquet"))
         safe = frame.get_column("safe_to_send").fill_null(False)
         values = ["Yes" if v else "No" for v in safe.to_list()]
@@ -327,7 +330,7 @@ def write_job_results(
     except BaseException:
         files.discard()
         raise
-    return StagedFiles(files.moves, transitions, blocked)
+    return StagedFiles(files.moves, transitions, blocked, sub_statuses)
 
 
 SEGMENTS: dict[str, tuple[str, ...]] = {
@@ -350,7 +353,7 @@ DETAIL_NAMES = {
 """The details columns (``include=details``) and the result fields they show."""
 
 
-def _details(frame: pl.DataFrame) -> dict[str, list[str]]:
+def details_columns(frame: pl.DataFrame) -> dict[str, list[str]]:
     # (a row without an address has no status: counting it invalid would not match the
     # job's counts, which leave such rows out)
     empty = frame.get_column("status").is_null().to_list()
@@ -398,7 +401,7 @@ def results_csv(
         SAFE_COLUMN: ["Yes" if v else "No" for v in frame.get_column("safe_to_send").to_list()]
     }
     if details:
-        columns.update(_details(frame))
+        columns.update(details_columns(frame))
     columns.update(change_columns(frame))  # (a re-verification's, after the rest)
     keep = None
     if segment is not None:
@@ -414,58 +417,6 @@ def results_csv(
     )
     tmp.replace(out)
     return out
-
-
-def write_partial_results(
-    upload: Path,
-    job_input: JobInput,
-    by_address: pl.DataFrame,
-    dest: Path,
-    *,
-    every_row: bool = False,
-    details: bool = True,
-) -> int:
-    """The rows of a stopped job that have a result, with ``Safe to Send`` and the details
-    columns, to ``dest`` (its owner keeps what was verified); the rows written.
-    ``every_row``: rows without an address too (a parked job's results so far, which hold
-    every address); ``details``: False leaves the details columns out."""
-    frame = _result_frame(job_input, by_address)
-    keep = None if every_row else frame.get_column("status").is_not_null().to_list()
-    safe = frame.get_column("safe_to_send").fill_null(False).to_list()
-    columns = {SAFE_COLUMN: ["Yes" if v else "No" for v in safe]}
-    if details:
-        columns.update(_details(frame))
-    return write_results_csv(upload, job_input.info, dest, columns, keep=keep)
-
-
-PENDING_COLUMN = "Retry Pending"
-"""The column a partial download adds: ``Yes`` on a row parked for a later retry pass."""
-
-
-def write_pending_results(
-    upload: Path,
-    job_input: JobInput,
-    by_address: pl.DataFrame,
-    dest: Path,
-    *,
-    retryable: Sequence[str],
-    details: bool = False,
-    neutralise_formulas: bool = False,
-) -> int:
-    """Every row of a job waiting for a retry pass, to ``dest``: ``Safe to Send`` as the
-    results so far say it (``No`` on a parked row: not known yet), the details columns if
-    asked, and :data:`PENDING_COLUMN` last, ``Yes`` on the rows whose sub-status is one of
-    ``retryable`` (a later pass asks them again). The rows written."""
-    frame = _result_frame(job_input, by_address)
-    parked = frame.get_column("sub_status").is_in(list(retryable)).fill_null(False)
-    safe = frame.get_column("safe_to_send").fill_null(False) & ~parked
-    columns = {SAFE_COLUMN: ["Yes" if v else "No" for v in safe.to_list()]}
-    if details:
-        columns.update(_details(frame))
-    columns[PENDING_COLUMN] = ["Yes" if v else "No" for v in parked.to_list()]
-    return write_results_csv(
-        upload, job_input.info, dest, columns, neutralise_formulas=neutralise_formulas
-    )
 
 
 def _read_results(directory: Path, columns: list[str]) -> pl.DataFrame:

@@ -49,6 +49,7 @@ from verimail.schemas.forms import BulkVerifyForm
 from verimail.schemas.results import VerificationResult
 from verimail.store import job_shards
 from verimail.store import jobs as job_store
+from verimail.store.billing import verify_job_credits
 from verimail.store.db import Store
 from verimail.tasks.job_files import read_input, record_history, write_results
 from verimail.tasks.pipeline import verify_pass
@@ -308,7 +309,7 @@ async def _end_pass(
         job,
         files,
         tally.job_counts(),
-        job_input.address_rows,
+        verify_job_credits(job_input.address_rows, files.sub_statuses or {}),
         processed=tally.processed,
     )
     retries.state_path(directory).unlink(missing_ok=True)

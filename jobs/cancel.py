@@ -40,9 +40,9 @@ from verimail.files.bulk_io import (
     job_dir,
     read_job_input,
     read_parts,
-    write_partial_results,
 )
 from verimail.files.csv_io import finder_columns, write_finder_results
+from verimail.files.partial_results import write_partial_results
 from verimail.jobs import retries
 from verimail.jobs.create import stored_info, stored_upload
 from verimail.store import jobs as job_store

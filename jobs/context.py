@@ -19,6 +19,7 @@ from verimail.config import Settings
 from verimail.engine import forget_engine
 from verimail.store.db import Store, init_store
 from verimail.store.jobs import get_job_any
+from verimail.url_secrets import redact
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ async def db_retried(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 def no_such_job(store: Store, job_id: int) -> ValueError:
     """The error of a run whose job is not in its database: name the database, because the
     usual cause is a worker without the API's ``VERIMAIL_DATABASE_URL``."""
-    where = store.engine.url.render_as_string(hide_password=True)
+    where = redact(store.engine.url.render_as_string(hide_password=False))
     return ValueError(
         f"no job {job_id} in {where}: every API process and worker must use the same "
         "VERIMAIL_DATABASE_URL"

@@ -16,7 +16,8 @@ from pathlib import Path
 import polars as pl
 
 from verimail.config import Settings
-from verimail.files.bulk_io import job_dir, read_job_input, write_pending_results
+from verimail.files.bulk_io import job_dir, read_job_input
+from verimail.files.partial_results import write_pending_results
 from verimail.jobs import retries
 from verimail.jobs.create import stored_info, stored_upload
 from verimail.store import jobs as job_store

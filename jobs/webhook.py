@@ -13,6 +13,9 @@ answer that changes between check and connect cannot redirect it inside our netw
 The host name is resolved twice: when the job is created (:func:`check_url_resolved`, so
 that a name pointing inside is refused with 422 like a literal private address, instead of
 a job whose webhook is silently skipped), and again at delivery, because DNS can change.
+Both ask the system resolver (``getaddrinfo``: ``/etc/hosts`` included), so a name the
+delivery would refuse is refused at creation too; creation also asks the resolver of the
+mail checks (``VERIMAIL_DNS_NAMESERVERS``).
 """
 
 from __future__ import annotations
@@ -39,7 +42,14 @@ if TYPE_CHECKING:
     from verimail.engine import DomainResolver
 
 RETRY_STATUSES = {408, 425, 429, 500, 502, 503, 504}
-PRIVATE = "webhook_url points at a private or reserved address."
+ALLOW_SETTING = "VERIMAIL_WEBHOOK_ALLOW_NETWORKS"
+PRIVATE = (
+    "webhook_url points at a private or reserved address (to allow a network of yours, "
+    f"name it in {ALLOW_SETTING})."
+)
+SYSTEM_LOOKUP_TIMEOUT = 5.0
+"""Seconds the creation check waits for the system resolver (then lets the URL through:
+the delivery checks again)."""
 
 
 class WebhookRefused(ValueError):
@@ -74,7 +84,7 @@ async def check_url_resolved(
     its subdomains are loopback whatever DNS says (RFC 6761). A name that does not resolve
     now is let through: DNS may be down for a moment, and the delivery checks again."""
     allow = list(allow_networks)
-    _parts, host, _port = _target(url, allow)
+    _parts, host, port = _target(url, allow)
     if _ip_literal(host) is not None:
         return  # (checked by _target)
     name = host.lower().rstrip(".")
@@ -82,7 +92,13 @@ async def check_url_resolved(
         if not connect_allowed("127.0.0.1", allow):
             raise WebhookRefused(PRIVATE)
         return
-    if any(not connect_allowed(a, allow) for a in (await resolver.addresses(name))[0]):
+    try:
+        async with asyncio.timeout(SYSTEM_LOOKUP_TIMEOUT):
+            system = await _system_addresses(host, port)
+    except (OSError, TimeoutError):
+        system = []  # (not resolvable now: let through, the delivery checks again)
+    dns = (await resolver.addresses(name))[0]
+    if any(not connect_allowed(a, allow) for a in [*system, *dns]):
         raise WebhookRefused(PRIVATE)
 
 
@@ -138,14 +154,23 @@ def _ip_literal(host: str) -> str | None:
         return None
 
 
-async def _resolve(host: str, port: int, allow: list[IPNetwork]) -> str:
+async def _system_addresses(host: str, port: int) -> list[str]:
+    """``host``'s addresses as the delivery connects to them: the system resolver
+    (``/etc/hosts``, then DNS). ``OSError`` when it does not resolve."""
     infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    addresses = [info[4][0] for info in infos]
+    return [str(info[4][0]) for info in infos]
+
+
+async def _resolve(host: str, port: int, allow: list[IPNetwork]) -> str:
+    addresses = await _system_addresses(host, port)
     if not addresses:
         raise WebhookRefused(f"{host} has no address.")
     bad = [a for a in addresses if not connect_allowed(a, allow)]
     if bad:
-        raise WebhookRefused(f"{host} resolves to a private or reserved address ({bad[0]}).")
+        raise WebhookRefused(
+            f"{host} resolves to a private or reserved address ({bad[0]}); "
+            f"{ALLOW_SETTING} allows a network of yours."
+        )
     return addresses[0]
 
 

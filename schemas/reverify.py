@@ -9,7 +9,7 @@ takes a store row (anything with its attributes), so this module imports nothing
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, Field, field_validator
@@ -31,18 +31,32 @@ class ReverifyRequest(BaseModel):
     )
 
 
+EXAMPLE_LEAD = timedelta(days=120)
+"""How far ahead the schema's example ``first_run_at`` lies: to come, and within the year
+the field allows, for as long as a process runs (a fixed date would fall out of either)."""
+
+
+def example_first_run(now: datetime | None = None) -> str:
+    """The example ``first_run_at``: 09:00 UTC, :data:`EXAMPLE_LEAD` from ``now``'s day."""
+    day = ((now or datetime.now(UTC)) + EXAMPLE_LEAD).date()
+    return f"{day.isoformat()}T09:00:00Z"
+
+
 class ScheduleRequest(BaseModel):
     """``PUT /api/bulk/{job_id}/reverify-schedule``: create or change the list's schedule."""
 
     every_days: int = Field(
-        ge=1, le=MAX_EVERY_DAYS, description="Re-verify the list every this many days."
+        strict=True,  # (`true` and `"7"` are no numbers of days)
+        ge=1,
+        le=MAX_EVERY_DAYS,
+        description="Re-verify the list every this many days: a JSON integer.",
     )
     first_run_at: AwareDatetime | None = Field(
         None,
         description="When the first run is made: an RFC 3339 date-time with its zone "
-        "(`2030-01-01T09:00:00Z`, `…+02:00`); not in the past (a minute of clock skew is "
+        "(`YYYY-MM-DDThh:mm:ssZ`, or `…+02:00`); not in the past (a minute of clock skew is "
         "taken as now) and at most a year ahead. Default: `every_days` from now.",
-        examples=["2030-01-01T09:00:00Z"],
+        examples=[example_first_run()],
     )
 
     model_config = {"json_schema_extra": {"examples": [{"every_days": 30}]}}
@@ -56,7 +70,8 @@ class ScheduleRequest(BaseModel):
             return value
         if not isinstance(value, str) or not _DATE_TIME.match(value):
             raise ValueError(
-                "a date-time with its zone is expected, such as 2030-01-01T09:00:00Z (not a number)"
+                "a date-time with its zone is expected, such as "
+                f"{example_first_run()} (not a number)"
             )
         return value
 

@@ -276,6 +276,18 @@ async def poll_job(
         await asyncio.sleep(0.05)
 
 
+async def json_bulk_job(
+    client: httpx.AsyncClient, customer: Customer, emails: Sequence[str], timeout: float = 60.0
+) -> dict[str, Any]:
+    """``POST /api/verify/bulk`` of ``emails`` as ``customer``, then its final state."""
+    created = await client.post(
+        "/api/verify/bulk", headers=customer.headers, json={"emails": list(emails)}
+    )
+    assert created.status_code == 200, created.text
+    url = f"/api/verify/bulk/{created.json()['job_id']}"
+    return await poll_job(client, url, customer.headers, timeout)
+
+
 async def poll_until(
     client: httpx.AsyncClient,
     url: str,

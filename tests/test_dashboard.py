@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import html
 import io
 import re
 import secrets
@@ -26,6 +27,7 @@ from sqlalchemy.exc import OperationalError
 from typer.testing import CliRunner
 
 from verimail.api.dashboard import verify as verify_pages
+from verimail.api.dashboard.account import NOTICES
 from verimail.api.dashboard.security import (
     LOGIN_FAILURES,
     LOGIN_FAILURES_PER_ADDRESS,
@@ -226,15 +228,29 @@ async def test_signup_login_pages_logout(settings):
     async with running_app(settings) as app:
         client = app.client
         response = await sign_up(client, "New.User@Example.COM")
-        assert response.status_code == 303
-        assert response.headers["location"] == "/dashboard/keys?notice=welcome"
+        assert response.status_code == 200 and NOTICES["signed_up"] in html.unescape(response.text)
+        assert 'action="/dashboard/login"' in response.text
+        assert 'value="New.User@Example.COM"' in response.text
         account = acc.get_account_by_email(app.store.engine, "new.user@example.com")
         assert account is not None and account.plan == "free" and not account.is_admin
         assert account.password_hash and account.password_hash.startswith("$argon2id$")
         assert PASSWORD not in account.password_hash
         assert balance(app.store.engine, account.id).prepaid == settings.signup_credits == 100
-        # Signed in at once, on the page of the next step.
-        welcome = await client.get(response.headers["location"])
+        # Not signed in by the sign-up (it would tell a new address from a taken one): the
+        # login form it shows goes on to the page of the next step.
+        assert (await client.get("/dashboard/keys")).status_code == 303
+        first = await client.post(
+            "/dashboard/login",
+            data={
+                "csrf_token": csrf_of(response.text),
+                "email": "New.User@Example.COM",
+                "password": PASSWORD,
+                "next": re.search(r'name="next" value="([^"]+)"', response.text).group(1),
+            },
+        )
+        assert first.status_code == 303
+        assert first.headers["location"] == "/dashboard/keys?notice=welcome"
+        welcome = await client.get(first.headers["location"])
         assert welcome.status_code == 200 and "you are signed in" in welcome.text
         assert "new.user@example.com" in welcome.text and "Create a key" in welcome.text
         out = await client.post("/dashboard/logout", data={"csrf_token": csrf_of(welcome.text)})
@@ -319,22 +335,28 @@ async def test_wrong_password_and_unknown_email_read_the_same(settings):
         assert (await app.client.get("/dashboard")).status_code == 303
 
 
-async def test_signup_of_a_taken_email_says_so_and_keeps_the_email(settings):
-    """A taken address is said plainly (the login form, the address filled in); the
-    stranger's password neither signs in nor changes the account."""
+async def test_signup_reads_the_same_for_a_new_and_a_taken_address(settings):
+    """Issue 47: sign-up answered 409 "This address already has an account" — a list of
+    accounts for anyone who asks. Now a new and a taken address get the same answer, word
+    for word apart from the address typed back (the login form, and a notice that covers
+    both); the stranger's password neither signs in nor changes the account."""
     async with running_app(settings) as app:
-        first = await sign_up(app.client, "taken@example.com")
-        assert first.status_code == 303
+        async with browser(app) as first:
+            new = await sign_up(first, "taken@example.com")
         async with browser(app) as other:
-            second = await sign_up(other, "Taken@Example.com", "another password!")
-            assert second.status_code == 409
-            assert "already has an account" in second.text
-            assert 'value="Taken@Example.com"' in second.text
-            assert 'action="/dashboard/login"' in second.text
+            taken = await sign_up(other, "Taken@Example.com", "another password!")
             assert (await other.get("/dashboard/keys")).status_code == 303  # not signed in
             assert (
                 await log_in(other, "taken@example.com", "another password!")
             ).status_code == 400
+        assert new.status_code == taken.status_code == 200
+        assert new.headers.keys() == taken.headers.keys()
+        assert 'value="Taken@Example.com"' in taken.text
+
+        def neutral(page: httpx.Response, typed: str) -> str:
+            return page.text.replace(csrf_of(page.text), "T").replace(f'value="{typed}"', "E")
+
+        assert neutral(new, "taken@example.com") == neutral(taken, "Taken@Example.com")
         async with browser(app) as owner:
             assert (await log_in(owner, "taken@example.com")).status_code == 303
         assert len([a for a in acc.list_accounts(app.store.engine) if a.email]) == 1
@@ -347,7 +369,7 @@ async def test_signup_of_another_case_of_a_cli_accounts_email_makes_no_account(s
         make_user(app, "Bob@Example.com")
         async with browser(app) as stranger:
             signed = await sign_up(stranger, "bob@example.com", "another password!")
-            assert signed.status_code == 409
+            assert signed.status_code == 200
             assert (
                 await log_in(stranger, "bob@example.com", "another password!")
             ).status_code == 400
@@ -385,8 +407,8 @@ async def test_signups_per_address_are_limited(settings, monkeypatch):
     monkeypatch.setattr(security, "_SIGNUP", security.RateLimitItemPerHour(2))
     async with running_app(settings) as app:
         for i in range(2):
-            async with browser(app) as client:  # (a sign-up signs its browser in)
-                assert (await sign_up(client, f"s{i}@example.com")).status_code == 303
+            async with browser(app) as client:
+                assert (await sign_up(client, f"s{i}@example.com")).status_code == 200
         refused = await sign_up(app.client, "s2@example.com")
         assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
         assert acc.get_account_by_email(app.store.engine, "s2@example.com") is None
@@ -466,7 +488,7 @@ async def test_a_burst_of_signups_makes_no_more_accounts_than_the_limit(settings
     async with running_app(settings, rate_limit_prefix=f"burst-{secrets.token_hex(4)}") as app:
 
         async def one(i: int) -> httpx.Response:
-            async with browser(app) as client:  # (a sign-up signs its browser in)
+            async with browser(app) as client:
                 return await sign_up(client, f"farm{i}@example.com")
 
         codes = await asyncio.gather(*(one(i) for i in range(30)))

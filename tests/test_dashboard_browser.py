@@ -146,7 +146,8 @@ def test_customer_journey_in_chromium(chromium, server, tmp_path):
 
 
 def _journey(page: Any, server: str, tmp_path: Path) -> None:
-    # Sign up: signed in at once, on the keys page (the next step).
+    # Sign up: the login form, the address filled in, the same for a new and a taken
+    # address; logging in goes on to the keys page (the next step).
     page.goto("/dashboard")
     assert page.url.endswith("/dashboard/login?next=/dashboard")
     page.goto("/dashboard/signup")
@@ -154,6 +155,10 @@ def _journey(page: Any, server: str, tmp_path: Path) -> None:
     page.fill("input[name=email]", EMAIL)
     page.fill("input[name=password]", PASSWORD)
     page.fill("input[name=password_confirm]", PASSWORD)
+    submit(page, "main form")
+    assert "log in with the password you just chose" in page.inner_text(".notice")
+    assert page.input_value("input[name=email]") == EMAIL
+    page.fill("input[name=password]", PASSWORD)
     submit(page, "main form")
     assert page.url.endswith("/dashboard/keys?notice=welcome")
     assert "you are signed in" in page.inner_text(".notice")

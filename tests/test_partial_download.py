@@ -11,7 +11,8 @@ import io
 import pytest
 from api_helpers import assert_error_body, host_per_domain, poll_job, poll_until, running_app
 
-from verimail.files.bulk_io import DETAIL_NAMES, PENDING_COLUMN, SAFE_COLUMN
+from verimail.files.bulk_io import DETAIL_NAMES, SAFE_COLUMN
+from verimail.files.partial_results import PENDING_COLUMN
 from verimail.store import jobs as job_store
 from verimail.testbed.server import Testbed
 from verimail.testbed.world import HostBehaviour

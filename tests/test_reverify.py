@@ -5,6 +5,7 @@ whose mailboxes change between runs."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
 import io
 import json
@@ -462,3 +463,116 @@ async def test_first_run_at_is_a_date_time_with_its_zone_and_to_come(settings, f
         detail = assert_error_body(response, 422)
         assert "first_run_at" in detail and says in detail, detail
         assert total_balance(app.store, customer.account_id) == 6
+
+
+@pytest.mark.parametrize("every_days", [True, "7", 7.5, "seven"])
+async def test_every_days_is_a_json_integer(settings, every_days):
+    """Issue 47: `true` and `"7"` were read as 1 and 7 days."""
+    async with running_app(settings) as app:
+        customer = app.customer(credits=6)
+        response = await app.client.put(
+            "/api/bulk/1/reverify-schedule",
+            headers=customer.headers,
+            json={"every_days": every_days},
+        )
+        assert "every_days" in assert_error_body(response, 422)
+
+
+def _documented_body() -> str:
+    """The body of the documented `curl -X PUT …/reverify-schedule`, as the shell makes it."""
+    import re
+    import subprocess
+    from pathlib import Path
+
+    doc = (Path(__file__).parent.parent / "docs" / "reverification.md").read_text()
+    (argument,) = re.findall(r'reverify-schedule .*?\n.*?\n\s+-d ("[^\n]+")\n```', doc, re.S)
+    made = subprocess.run(
+        ["bash", "-c", f"printf %s {argument}"], capture_output=True, text=True, check=True
+    )
+    return made.stdout
+
+
+async def test_the_schemas_and_the_docs_examples_are_accepted(settings):
+    """Issue 47: the schema's example `first_run_at` (2030-01-01) was refused as more than a
+    year ahead, and the docs' (2026-12-01) had passed. Each is sent for a list that does not
+    exist: the body's checks come first, so 404 (not 422) says the example passed them."""
+    async with running_app(settings) as app:
+        customer = app.customer(credits=6)
+        spec = (await app.client.get("/openapi.json")).json()
+        schema = spec["components"]["schemas"]["ScheduleRequest"]
+        example = schema["properties"]["first_run_at"]["examples"][0]
+        bodies = [
+            json.dumps({"every_days": 30, "first_run_at": example}),
+            *(json.dumps(body) for body in schema.get("examples", [])),
+            _documented_body(),
+        ]
+        for body in bodies:
+            response = await app.client.put(
+                "/api/bulk/999999/reverify-schedule",
+                headers={**customer.headers, "Content-Type": "application/json"},
+                content=body,
+            )
+            assert response.status_code == 404, (body, response.text)
+
+
+class _SilentServer:
+    """A TCP server on loopback that takes connections and never answers: a Prefect API
+    that hangs."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/api"
+        self.conns: list = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                self.conns.append(self.sock.accept()[0])
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.conns:
+            conn.close()
+        self.thread.join(timeout=10)
+
+
+async def test_a_schedule_write_does_not_wait_on_a_scheduler_that_hangs(settings):
+    """Issue 47: `PUT …/reverify-schedule` waited as long as Prefect took (13.7 s behind the
+    start of the embedded server; a Prefect API that hangs held it for the client's whole
+    time-out). Now it answers 503 with Retry-After, nothing changed, and the next try,
+    Prefect answering again, makes the schedule."""
+    from prefect.settings import (
+        PREFECT_API_REQUEST_TIMEOUT,
+        PREFECT_API_URL,
+        PREFECT_CLIENT_MAX_RETRIES,
+        temporary_settings,
+    )
+
+    async with running_app(settings) as app:
+        customer = app.customer(credits=100)
+        list_id = (await _completed_list(app, customer))["job_id"]
+        url = f"/api/bulk/{list_id}/reverify-schedule"
+        silent = _SilentServer()
+        try:
+            hanging = {
+                PREFECT_API_URL: silent.url,
+                PREFECT_API_REQUEST_TIMEOUT: 600,
+                PREFECT_CLIENT_MAX_RETRIES: 0,
+            }
+            with temporary_settings(updates=hanging):
+                # (a generous deadline; before, the answer waited for the 600 s time-out)
+                refused = await asyncio.wait_for(
+                    app.client.put(url, headers=customer.headers, json={"every_days": 7}), 120
+                )
+        finally:
+            silent.close()
+        assert "scheduler" in assert_error_body(refused, 503)
+        assert int(refused.headers["retry-after"]) >= 1
+        assert (await app.client.get(url, headers=customer.headers)).status_code == 404
+        made = await app.client.put(url, headers=customer.headers, json={"every_days": 7})
+        assert made.status_code == 200, made.text

@@ -485,3 +485,41 @@ default: direct
     assert sessions >= 1 and len(proxy.destinations()) == sessions
     probe = tb.host_stats("mx.people.test").rcpts[0]
     assert probe == probe_address("people.test", "f@p.verimail.test")
+
+
+@pytest.mark.usefixtures("prefect_harness")
+async def test_a_job_whose_proxy_is_down_is_not_charged_for_those_rows(
+    testbed_factory, tmp_path, testbed_settings
+):
+    """Issue 47: rows that ended `unknown`/`egress_failed` because the service's own proxy
+    was down were charged (36 credits for 36 such rows): the list owner paid for our outage.
+    A JSON bulk job through a dead proxy, its retry passes spent: the three rows on a
+    domain with a mail server are refunded, the one settled by DNS alone (a domain that does
+    not exist) is charged, and the ledger says so."""
+    from api_helpers import json_bulk_job, running_app, total_balance
+
+    from verimail.store.billing.ledger import ledger
+
+    tb = testbed_factory(_world())
+    gone = SocksProxy()
+    gone.start()
+    url = gone.url
+    gone.remove()  # (nothing listens on its port any more)
+    settings = testbed_settings(tb, tmp_path, smtp_proxy=url)
+    emails = ["alice@alpha.test", "nobody@alpha.test", "carol@beta.test", "x@no-such.test"]
+    async with running_app(settings) as app:
+        customer = app.customer(credits=10)
+        job = await json_bulk_job(app.client, customer, emails, timeout=120)
+        assert job["status"] == "completed", job
+        results = {r["email"]: r for r in job["results"]}
+        assert {e: results[e]["sub_status"] for e in emails[:3]} == dict.fromkeys(
+            emails[:3], "egress_failed"
+        )
+        assert results["x@no-such.test"]["status"] == "invalid"
+        assert total_balance(app.store, customer.account_id) == 10 - 1
+        moves = [
+            (entry.kind, entry.delta)
+            for entry in ledger(app.store.engine, customer.account_id)
+            if entry.reference == f"job:{job['job_id']}"
+        ]
+    assert sorted(moves) == [("refund", 3), ("reserve", -4)], moves

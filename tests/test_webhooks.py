@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import httpx
 import pytest
@@ -396,6 +397,45 @@ async def test_a_webhook_host_name_that_resolves_inside_is_422_at_creation(
         for response in answers:
             assert assert_error_body(response, 422) == expected, response.request.url
         assert total_balance(app.store, customer.account_id) == 5
+
+
+def _name_from_etc_hosts() -> str:
+    """A host name that ``/etc/hosts`` (not DNS) points at a non-public address: this
+    machine's own name, as Debian and container runtimes write it there."""
+    name = socket.gethostname()
+    listed = {
+        word.lower()
+        for line in Path("/etc/hosts").read_text(encoding="utf-8").splitlines()
+        for word in line.split("#", 1)[0].split()[1:]
+    }
+    addresses = {info[4][0] for info in socket.getaddrinfo(name, 80, type=socket.SOCK_STREAM)}
+    if name.lower() not in listed or any(ipaddress.ip_address(a).is_global for a in addresses):
+        pytest.skip(f"this machine's name {name!r} is not a private name of /etc/hosts")
+    return name
+
+
+async def test_a_webhook_name_from_etc_hosts_is_422_at_creation(
+    testbed_factory, testbed_settings, tmp_path
+):
+    """Issue 47: the delivery resolves with the system resolver, `/etc/hosts` first; the
+    creation check asked DNS only (the testbed's, which does not know the name), so a name
+    of `/etc/hosts` pointing inside passed, and was refused only at delivery. The refusal
+    names the setting that allows a network of one's own (issue 45)."""
+    from verimail.engine import DomainResolver
+    from verimail.jobs.webhook import check_url_resolved
+
+    name = _name_from_etc_hosts()
+    settings = testbed_settings(testbed_factory(api_world()), tmp_path)
+    async with running_app(settings) as app:
+        customer = app.customer(credits=5)
+        response = await json_bulk(app, customer, f"http://{name}:8080/hook")
+        detail = assert_error_body(response, 422)
+        assert (
+            "private or reserved address" in detail and "VERIMAIL_WEBHOOK_ALLOW_NETWORKS" in detail
+        )
+        assert total_balance(app.store, customer.account_id) == 5
+    allowed = [ipaddress.ip_network(n) for n in ("127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12")]
+    await check_url_resolved(f"http://{name}:8080/hook", allowed, DomainResolver(settings))
 
 
 def test_a_form_webhook_host_name_that_resolves_inside_is_refused(testbed_factory, tmp_path):

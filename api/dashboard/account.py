@@ -54,10 +54,12 @@ from verimail.store.sessions import end_session
 router = APIRouter(prefix=PREFIX, route_class=DashboardRoute, include_in_schema=False)
 
 NOTICES = {
-    "welcome": "Welcome! Your account is ready, with its free credits, and you are signed "
-    "in. Create an API key below to use the API, or upload a list to verify it right away.",
-    "taken": "This address already has an account: log in with its password. (Forgotten "
-    "it? The service's operators can set a new one.)",
+    "welcome": "Welcome: you are signed in. Create an API key below to use the API, or "
+    "upload a list to verify it right away.",
+    "signed_up": "If this address is new, its account is ready, with its free credits: log "
+    "in with the password you just chose. If it already had an account, nothing was changed: "
+    "log in with that account's password (forgotten it? The service's operators can set a "
+    "new one).",
     "logged_out": "You are logged out.",
     "revoked": "The key was revoked: requests using it now get 401.",
 }
@@ -103,8 +105,10 @@ async def signup_form(request: Request, account: MaybeAccount) -> Response:
 
 @router.post("/signup")
 async def signup(request: Request, store: StoreDep, form: CheckedForm) -> Response:
-    """Create the account and sign it in (on to the keys page: the next step); a taken
-    address gets the login form with the address filled in, saying so."""
+    """Create the account unless the address has one, and answer the same either way: the
+    login form, the address filled in, a notice that covers both (then on to the keys page,
+    the next step). No sign-in here, as it would tell a new address from a taken one; the
+    stranger's password never touches an existing account."""
     state = dashboard_state(request)
     raw_email = text_field(form, "email", 320)
     password = text_field(form, "password", 4096)
@@ -137,14 +141,13 @@ async def signup(request: Request, store: StoreDep, form: CheckedForm) -> Respon
         except IntegrityError:  # taken meanwhile
             return None
 
-    account = await to_thread.run_sync(create)
-    if account is None:
-        # Said plainly (sign-ups are throttled per address, so this is no cheap way to
-        # list accounts); the owner's password is not checked here: that is the login's job.
-        context = {"email": raw_email, "next": PREFIX, "notice": NOTICES["taken"]}
-        return render(request, "login.html", context, status_code=409)
-    session_of(request).log_in(account.id, state.signer.password_fingerprint(password_hash))
-    return redirect(f"{PREFIX}/keys?notice=welcome")
+    await to_thread.run_sync(create)  # (made or not: the answer must not say)
+    context = {
+        "email": raw_email,
+        "next": f"{PREFIX}/keys?notice=welcome",
+        "notice": NOTICES["signed_up"],
+    }
+    return render(request, "login.html", context)
 
 
 @router.get("/login")

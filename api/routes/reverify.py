@@ -9,6 +9,7 @@ job is a 404, as everywhere.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
@@ -28,7 +29,7 @@ from verimail.api.errors import (
 from verimail.api.jobs import start_run, webhook_options
 from verimail.api.routes.bulk import BULK_KINDS
 from verimail.files.bulk_io import change_report_csv, job_dir
-from verimail.flows.planner import cancel_run, plan_list_run
+from verimail.flows.planner import cancel_run, load_flow, plan_list_run
 from verimail.jobs import reverify as lists
 from verimail.schemas.errors import ValidationErrorBody
 from verimail.schemas.jobs import BulkJob
@@ -234,13 +235,15 @@ async def save_schedule(
         raise ApiError(409, f"List {list_job} has no completed run yet; schedule it once it has.")
     settings = request.app.state.settings
     try:
-        await to_thread.run_sync(_prefect_ready, request)
-        planned = await plan_list_run(settings, store, account_id, list_job, first_run)
+        async with asyncio.timeout(SCHEDULER_WAIT):
+            # (in a thread the wait may leave: it goes on starting Prefect for the retry)
+            await asyncio.to_thread(_scheduler_ready, request)
+            planned = await plan_list_run(settings, store, account_id, list_job, first_run)
     except Exception as exc:
         raise ApiError(
             503,
-            "The schedule could not be planned right now (the scheduler did not answer); "
-            "nothing was changed.",
+            "The schedule could not be planned right now (the scheduler did not answer, or is "
+            "still starting); nothing was changed. Try again shortly.",
             {"Retry-After": str(DATABASE_RETRY_AFTER)},
         ) from exc
     try:
@@ -257,12 +260,22 @@ async def save_schedule(
     return schedule
 
 
-def _prefect_ready(request: Request) -> None:
-    """The local runner starts Prefect's embedded server once, for every thread (two
-    starting it at once would both pick one port); other runners need nothing."""
+SCHEDULER_WAIT = 5.0
+"""Seconds a schedule write waits for Prefect before answering 503. It waited for as long
+as Prefect took: the first write after a start waited behind the start of the embedded
+server (13.7 s seen, issue 47), and one to a Prefect API that does not answer for the
+client's whole time-out."""
+
+
+def _scheduler_ready(request: Request) -> None:
+    """Prefect ready to plan a run: the local runner starts Prefect's embedded server once,
+    for every thread (two starting it at once would both pick one port); other runners need
+    nothing. The flow is imported here too (it loads Prefect, seconds the first time), so
+    the planner finds it loaded: never on the event loop."""
     ready = getattr(request.app.state.runner, "prefect_ready", None)
     if ready is not None:
         ready()
+    load_flow("reverify")
 
 
 @router.get(

@@ -20,7 +20,7 @@ from verimail.schemas.account import LedgerPage, LedgerRow, Usage, UsageDay
 from verimail.schemas.errors import ValidationErrorBody
 from verimail.schemas.limits import MAX_PAGE, MAX_USAGE_DAYS
 from verimail.schemas.query_times import QueryDate
-from verimail.store.billing.ledger import daily_spending, ledger_page
+from verimail.store.billing import daily_spending, ledger_page
 from verimail.store.db import utcnow
 
 router = APIRouter(tags=["account"])

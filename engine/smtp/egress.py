@@ -25,9 +25,10 @@ import math
 import socket
 from dataclasses import dataclass, field
 
-from verimail.config import EgressFile, Settings, mask_proxy_url
+from verimail.config import EgressFile, Settings
 from verimail.engine.smtp.egress_kinds import kind_of
 from verimail.engine.smtp.egress_kinds.direct import DIRECT
+from verimail.url_secrets import redact
 
 PROXY = "proxy"
 """The name of the one egress of ``VERIMAIL_SMTP_PROXY``."""
@@ -46,7 +47,7 @@ class Egress:
     @property
     def shown(self) -> str:
         """The URL with the password masked: for logs, health, the CLI and errors."""
-        return mask_proxy_url(self.proxy_url) if self.proxy_url else DIRECT
+        return redact(self.proxy_url) if self.proxy_url else DIRECT
 
     def __repr__(self) -> str:
         return f"Egress(name={self.name!r}, via={self.shown!r}, helo_name={self.helo_name!r})"

@@ -39,7 +39,8 @@ that run inside their transactions. The door, by what it does:
 * **refund** — :func:`refund_request`, :func:`refund_for_run`;
 * **cancel** — :func:`cancel_refund` (what a job its owner stops gives back);
 * and around them: :func:`grant`, the ledger (:func:`ledger`, :func:`daily_spending`,
-  :func:`charges_under`, :func:`credit_totals`) and a finder job's references.
+  :func:`charges_under`, :func:`credit_totals`, :func:`ledger_page`) and a finder job's
+  references; what a completed verify job pays (:func:`verify_job_credits`).
 """
 
 from verimail.store.billing.job_charges import (
@@ -48,6 +49,7 @@ from verimail.store.billing.job_charges import (
     finder_references,
     finder_row_reference,
     refund_for_run,
+    verify_job_credits,
 )
 from verimail.store.billing.ledger import (
     LedgerEntry,
@@ -55,6 +57,7 @@ from verimail.store.billing.ledger import (
     credit_totals,
     daily_spending,
     ledger,
+    ledger_page,
 )
 from verimail.store.billing.movements import grant
 from verimail.store.billing.pools import AccountNotFound, Balance, balance, short_balance
@@ -76,8 +79,10 @@ __all__ = [
     "finder_row_reference",
     "grant",
     "ledger",
+    "ledger_page",
     "quote",
     "refund_for_run",
     "refund_request",
     "short_balance",
+    "verify_job_credits",
 ]

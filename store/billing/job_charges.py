@@ -1,12 +1,14 @@
 """What a job's credits do: the reservation made with the row, the refunds its completion or
 failure gives back, and the finds a finder run pays for as it goes.
 
-A bulk or re-verification job reserves at creation, under ``job:<id>``, in the *same*
-transaction that inserts it (:func:`reserve_in`, called by :func:`verimail.store.jobs.create_job`),
-so there is never a job without its reservation nor a reservation without its job. What it
-does not use comes back (:func:`refund_reservation_in`) in the same transaction as its final
-transition; the job row's ``credits_refunded`` records it and a CHECK keeps it within
-``credits_reserved``, so no job refunds twice or more than it reserved.
+A bulk or re-verification job pays 1 credit per address row, but not for the rows that end
+with a fault of ours (:func:`verify_job_credits`: ``egress_failed``). It reserves at
+creation, under ``job:<id>``, in the *same* transaction that inserts it (:func:`reserve_in`,
+called by :func:`verimail.store.jobs.create_job`), so there is never a job without its
+reservation nor a reservation without its job. What it does not use comes back
+(:func:`refund_reservation_in`) in the same transaction as its final transition; the job
+row's ``credits_refunded`` records it and a CHECK keeps it within ``credits_reserved``, so
+no job refunds twice or more than it reserved.
 
 A finder job reserves nothing: each verified find is charged once, under its row
 (:func:`finder_row_reference`), by the run that reports it (:func:`charge_for_run`), and
@@ -17,7 +19,7 @@ partial results).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -31,6 +33,7 @@ from verimail.store.billing.movements import (
     refund_in,
     refund_once_in,
 )
+from verimail.store.billing.prices import price
 from verimail.store.db import write_tx
 from verimail.store.job_lock import run_has_job
 from verimail.store.tables import credit_ledger
@@ -67,6 +70,21 @@ def reserve_in(
         reference=job_reference(job_id),
         now=now,
     )
+
+
+OUR_FAULTS = ("egress_failed",)
+"""Sub-statuses that say the service failed, not the address: ``egress_failed``, our own
+SOCKS5 proxy (or egress) was down or refused us. A row that ends so is not charged — the
+list owner does not pay for our outage (issue 47)."""
+
+
+def verify_job_credits(address_rows: int, sub_statuses: Mapping[str, int]) -> int:
+    """What a completed verify job (bulk, re-verification) pays: 1 per address row
+    (duplicates included), but not the rows that ended with one of :data:`OUR_FAULTS`
+    (``sub_statuses``: its rows by sub-status). Its completion refunds the rest of the
+    reservation (:func:`verimail.store.jobs.mark_completed`)."""
+    ours = sum(sub_statuses.get(name, 0) for name in OUR_FAULTS)
+    return price("verify", max(address_rows - ours, 0))
 
 
 def refund_reservation_in(

@@ -12,7 +12,7 @@ import errno
 import socket
 from typing import TYPE_CHECKING
 
-from python_socks import ProxyConnectionError, ProxyError, ProxyTimeoutError
+from python_socks import ProxyConnectionError, ProxyError, ProxyTimeoutError, ProxyType
 from python_socks.async_.asyncio import Proxy
 
 from verimail.config import proxy_parts
@@ -50,8 +50,9 @@ async def open_socket(egress: Egress, ip: str, port: int, timeout: float) -> soc
     refusing, as a direct dial would have met it."""
     if egress.proxy_url is None:
         return None
-    host, proxy_port, user, _ = proxy_parts(egress.proxy_url)
-    proxy = Proxy.from_url(egress.proxy_url, rdns=False)
+    host, proxy_port, user, password = proxy_parts(egress.proxy_url)
+    # (not Proxy.from_url: its URL parser ends a password at a "#", "/" or "?")
+    proxy = Proxy.create(ProxyType.SOCKS5, host, proxy_port, user, password, rdns=False)
     where = f"the SOCKS5 proxy {host}:{proxy_port} (egress {egress.name})"
     try:
         return await proxy.connect(dest_host=ip, dest_port=port, timeout=timeout)
