@@ -275,3 +275,11 @@ def test_egress_smoke(tmp_path):
     proxied = runs["SOCKS5 proxy, run 1"]
     assert proxied["proxy_connections"] == proxied["testbed"]["sessions"] > 0
     assert runs["direct, run 1"]["proxy_connections"] == 0
+
+
+def test_merge_memory_smoke(tmp_path):
+    """Two small sizes through the merge's steps: a row per size, a peak per step."""
+    result = _run(tmp_path, "merge_memory", "--rows", "2000", "120000")
+    rows = result["tables"][0]["rows"]
+    assert [row[0] for row in rows] == ["2,000", "120,000"]
+    assert all(float(cell.replace(",", "")) > 0 for row in rows for cell in row[1:-1])
