@@ -15,7 +15,6 @@ Issue 43.1: bulk-verify's and reverify-stored's forms were refused by the UI's v
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -212,34 +211,3 @@ def _every_form(
         said = _logged(api, runs[name]["id"], why)
         assert any(why in line for line in said), (name, said)
     return runs
-
-
-async def test_the_documented_worker_stops_on_the_first_sigterm(tmp_path: Path) -> None:
-    """``verimail worker`` as docs/deployment.md writes it, idle on a pool: one SIGTERM and
-    it ends (exit 0), as systemd's stop expects (issue 43.3: an idle ``prefect worker
-    start`` ignored the first)."""
-    import asyncio
-    import signal
-
-    from prefect.settings import PREFECT_API_URL
-
-    from verimail.runners.deploy import register_deployments
-    from verimail.runners.worker import worker_online
-
-    pool = f"verimail-sigterm-{os.getpid()}"
-    assert await asyncio.to_thread(register_deployments, pool, schedule=False)
-    env = worker_env(
-        {"VERIMAIL_PREFECT_WORK_POOL": pool},
-        database_url=f"sqlite:///{tmp_path / 'verimail.db'}",
-        data_dir=tmp_path,
-    )
-    log = tmp_path / "worker.log"
-    api = str(PREFECT_API_URL.value())
-    with warm_worker(None, env, log, limit=None, poll=None) as worker:
-        deadline = time.monotonic() + 120
-        while not await asyncio.to_thread(worker_online, api, pool):
-            assert worker.poll() is None and time.monotonic() < deadline, log.read_text()
-            await asyncio.sleep(0.2)  # (a process starting: nothing to await but its heartbeat)
-        worker.send_signal(signal.SIGTERM)
-        assert await asyncio.to_thread(worker.wait, 60) == 0, log.read_text()
-    assert "stopped (0 run(s) taken)" in log.read_text()
