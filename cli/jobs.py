@@ -392,7 +392,7 @@ def deploy_command(
         )
         raise typer.Exit(2)
     try:
-        names = register_deployments(pool or get_settings().prefect_work_pool)
+        names = register_deployments(pool_name := pool or get_settings().prefect_work_pool)
     except (httpx.HTTPError, PrefectHTTPStatusError) as exc:
         console.print(
             f"Could not register the deployments at PREFECT_API_URL={url}: {exc}",
@@ -402,3 +402,10 @@ def deploy_command(
         raise typer.Exit(1) from None
     for name in names:
         console.print(f"deployment {name}")
+    pool_option = f" --pool {pool}" if pool else ""
+    console.print(
+        f"Start a worker on each machine that runs flows: verimail worker{pool_option} "
+        f"(or: prefect worker start --pool {pool_name} --limit 2; docs/deployment.md)",
+        highlight=False,
+        soft_wrap=True,
+    )

@@ -52,12 +52,15 @@ async def start_job(
         raise no_such_job(store, job_id)
     flow_run_id = _flow_run_id()
     if job.finished:
+        _nothing_to_do(job, f"it has ended ({job.status})")
         return {"job_id": job.id, "status": job.status}
     if started_late(job, attempt):
+        _nothing_to_do(job, f"run {attempt} was superseded: run {job.attempt} has the job")
         return superseded_outcome(job, attempt)
     if not retry_pass and job.retry.get("phase") in ("waiting_to_retry", "retrying"):
         # (A second first pass of the same run — a sharded job's merge started twice — finds
         # the job parked by the first: its deferred passes have it.)
+        _nothing_to_do(job, "it waits for a deferred retry pass, which will work it")
         return superseded_outcome(job, attempt)
     if job.status == "pending":
         await asyncio.to_thread(
@@ -71,8 +74,22 @@ async def start_job(
             claim_retry_pass, store.engine, job.id, job.attempt, retry_pass
         )
         if not claimed:  # (another run started this pass, or the job moved on)
+            _nothing_to_do(job, f"retry pass {retry_pass} was taken by another run")
             return superseded_outcome(job, attempt)
     return job
+
+
+def _nothing_to_do(job: job_store.Job, why: str) -> None:
+    """Say in the run's log why this run ends at once (a run started by hand for an ended
+    job otherwise ended Completed without a word)."""
+    with contextlib.suppress(Exception):  # (outside a flow run there is no run log)
+        from prefect import get_run_logger
+
+        get_run_logger().info("%s job %s: nothing to do: %s", _kind(job), job.id, why)
+
+
+def _kind(job: job_store.Job) -> str:
+    return "finder" if job.kind == "finder_csv" else "bulk"
 
 
 def _flow_run_id() -> str | None:

@@ -42,6 +42,7 @@ from verimail.jobs import reverify as lists
 from verimail.jobs import reverify_parking as parking
 from verimail.jobs.context import store_for
 from verimail.jobs.forms import FormError
+from verimail.schemas.forms import ReverifyForm
 from verimail.schemas.results import VerificationResult
 from verimail.store import jobs as job_store
 from verimail.store import reverify as reverify_store
@@ -61,10 +62,11 @@ def _artifact_name(job_id: int | None, file_path: str | None, older_than_days: i
 
 @flow(name="reverify-stored", persist_result=False, log_prints=True)
 async def reverify_stored(
-    job_id: int | SkipJsonSchema[None] = None,
-    file_path: str | SkipJsonSchema[None] = None,
-    older_than_days: int = 30,
-    retry_unknowns: bool = True,
+    reverify: ReverifyForm | SkipJsonSchema[None] = None,
+    job_id: SkipJsonSchema[int | None] = None,
+    file_path: SkipJsonSchema[str | None] = None,
+    older_than_days: SkipJsonSchema[int] = 30,
+    retry_unknowns: SkipJsonSchema[bool] = True,
     account_id: SkipJsonSchema[int | None] = None,
     list_job_id: SkipJsonSchema[int | None] = None,
     retry_of: SkipJsonSchema[str | None] = None,
@@ -73,21 +75,17 @@ async def reverify_stored(
     """Re-verify a job's, a file's, or all stale addresses; report status changes.
 
     Args:
-        job_id: A completed bulk job to verify again (its number). Leave empty for a file
-            or for the stale addresses.
-        file_path: A CSV file inside the shared data dir (e.g. inbox/leads.csv) to verify
-            again and compare with the history. Leave empty for a job or the stale addresses.
-        older_than_days: With neither a job nor a file: re-verify every address whose
-            latest verification is older than this many days.
-        retry_unknowns: Ask greylisted and temporarily failed addresses again later (a
-            follow-up run, after VERIMAIL_JOB_RETRY_DELAY), updating the report; off: the
-            report is final after this run.
+        reverify: What to re-verify: a job, a file, or (both left empty) the addresses
+            not verified lately.
         account_id: (Set by a list's schedule, hidden from the form.) The list's owner.
         list_job_id: (Set by a list's schedule, hidden from the form.) The list's first job.
         retry_of: (Set by a parked run, hidden from the form.) The report to update.
         retry_pass: (Set by a parked run, hidden from the form.) Which retry pass this is.
     """
     settings = current_settings()
+    if reverify is not None:  # (the form; scripts may pass the same fields as keywords)
+        job_id, file_path = reverify.job_id, reverify.file_path
+        older_than_days, retry_unknowns = reverify.older_than_days, reverify.retry_unknowns
     if list_job_id is not None:  # a customer's list, on its schedule
         if account_id is None:
             return refused("A list's scheduled run needs both its account and its list.")

@@ -188,12 +188,22 @@ def prefect_worker(
 
 @contextlib.contextmanager
 def warm_worker(
-    pool: str, env: Mapping[str, str], log: Path, *, limit: int = 2, poll: float = 0.2
+    pool: str | None,
+    env: Mapping[str, str],
+    log: Path,
+    *,
+    limit: int | None = 2,
+    poll: float | None = 0.2,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """A ``verimail worker`` process (the warm worker) on ``pool``, as :func:`prefect_worker`
     starts Prefect's; whatever is left of it is killed at the end (a test that wants to see
-    it stop on SIGTERM sends it and waits first)."""
-    command = [VERIMAIL, "worker", "--pool", pool, "--limit", str(limit), "--poll", f"{poll:g}"]
+    it stop on SIGTERM sends it and waits first). ``None`` leaves an option out: with all
+    three None it is the command as docs/deployment.md writes it (``verimail worker``; the
+    pool from ``VERIMAIL_PREFECT_WORK_POOL``)."""
+    command = [VERIMAIL, "worker"]
+    for option, value in (("--pool", pool), ("--limit", limit), ("--poll", poll)):
+        if value is not None:
+            command += [option, f"{value:g}" if isinstance(value, float) else str(value)]
     with log.open("ab") as out:
         worker = subprocess.Popen(
             command, env=dict(env), stdout=out, stderr=subprocess.STDOUT, cwd=log.parent

@@ -10,7 +10,9 @@ BENCHMARKS.md "Job start"); here a run begins within the poll interval and a rou
 What it takes: only flow runs of verimail's deployments (``schemas/flows.py``);
 a run of any other deployment in the pool is left for other workers. Claiming a run moves
 it to Pending, which Prefect grants once, so several warm workers (and process workers) on
-one pool never run one flow run twice. It claims no more runs than it has free threads.
+one pool never run one flow run twice. It claims no more runs than it has free threads, and
+of several runs due at once (a sharded job's shards) only its share among the pool's live
+workers per poll, so the shards of one job spread over the workers.
 
 What it trades (docs/deployment.md "A warm worker"): the runs share one process, so a crash
 or a memory blow-up takes them all (their jobs' heartbeats stop, and the reaper resumes
@@ -22,11 +24,12 @@ the process at once, leaving those runs' jobs to the reaper (``jobs/recovery.py`
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -141,20 +144,23 @@ class WarmWorker:
                 done.wait(HEARTBEAT_SECONDS)
 
     def poll_once(self, client: Any) -> int:
-        """Claim the pool's due runs of our deployments, as many as there are free threads,
-        and start each in a thread; returns how many. The pool is asked even when every
-        thread is busy: Prefect counts a poll as the deployments' sign of life ("Ready")."""
+        """Claim this worker's share of the pool's due runs of our deployments (no more than
+        it has free threads) and start each in a thread; returns how many. The pool is asked
+        even when every thread is busy: Prefect counts a poll as the deployments' sign of
+        life ("Ready")."""
         due = client.get_scheduled_flow_runs_for_work_pool(
             self.pool, scheduled_before=datetime.now(UTC)
         )
-        started = 0
+        ours = []
         for response in due:
-            run = response.flow_run
-            if len(self.running()) >= self.limit:
+            name = self._deployment_name(client, response.flow_run.deployment_id)
+            if name is not None:  # (else another deployment's run: another worker's)
+                ours.append((response.flow_run, name))
+        share = min(self.limit - len(self.running()), self._fair_share(client, len(ours)))
+        started = 0
+        for run, name in ours:
+            if started >= share:
                 break
-            name = self._deployment_name(client, run.deployment_id)
-            if name is None:
-                continue  # (another deployment's run: another worker's)
             claimed = self._claim(client, run.id)
             if claimed is None:
                 continue  # (another worker claimed it first)
@@ -165,6 +171,33 @@ class WarmWorker:
             self.started += 1
             started += 1
         return started
+
+    def _fair_share(self, client: Any, due: int) -> int:
+        """How many of ``due`` runs this poll may claim: an even share among the pool's live
+        workers (rounded up). Several due at once are a sharded job's shards, and claimed
+        all by the first worker to poll they would queue on its threads (and share its one
+        interpreter) while the other workers idled; a worker alone takes them all."""
+        if due <= 1:
+            return due
+        return math.ceil(due / self._live_workers(client))
+
+    def _live_workers(self, client: Any) -> int:
+        """The pool's workers whose heartbeat is recent (this one counted in any case; a
+        worker gone missing is counted until it misses two heartbeats, and only slows the
+        others' claims by a poll)."""
+        try:
+            workers = client.read_workers_for_work_pool(self.pool)
+        except Exception as exc:  # (Prefect slow to answer: claim as if alone)
+            log.warning("reading the workers of pool %s failed: %r", self.pool, exc)
+            return 1
+        now = datetime.now(UTC)
+        alive = {self.name}
+        for worker in workers:
+            every = worker.heartbeat_interval_seconds or HEARTBEAT_SECONDS
+            seen = worker.last_heartbeat_time
+            if seen is not None and now - seen <= timedelta(seconds=2 * every + HEARTBEAT_SECONDS):
+                alive.add(worker.name)
+        return len(alive)
 
     def _claim(self, client: Any, run_id: UUID) -> Any:
         """Move the run to Pending for this worker; the run if it is ours now, else None.

@@ -284,3 +284,11 @@ def test_shard_planning_smoke(tmp_path):
     now = [p for p in plans if p["code"] == "this tree (now)"]
     assert now[0]["dns_queries"] == 0  # (rows without an @: no DNS)
     assert [p["shards"] for p in now] == [1, 1]
+
+
+def test_merge_memory_smoke(tmp_path):
+    """Two small sizes through the merge's steps: a row per size, a peak per step."""
+    result = _run(tmp_path, "merge_memory", "--rows", "2000", "120000")
+    rows = result["tables"][0]["rows"]
+    assert [row[0] for row in rows] == ["2,000", "120,000"]
+    assert all(float(cell.replace(",", "")) > 0 for row in rows for cell in row[1:-1])

@@ -20,7 +20,7 @@ import pytest
 from api_helpers import env_for_testbed, poll_job, running_app
 from hardening_helpers import assert_ledger_exact
 
-from verimail.runners.testing import kill_tree, prefect_worker, worker_env
+from verimail.runners.testing import kill_tree, prefect_worker, warm_worker, worker_env
 from verimail.store import job_shards
 from verimail.store.billing.pools import balance
 from verimail.store.testing import temporary_database_url
@@ -175,3 +175,75 @@ async def test_two_workers_keep_to_the_per_server_cap(testbed_factory, testbed_s
             stats = tb.host_stats(BUSY)
             assert stats.sessions >= 9  # (2 recipients a session: several per shard)
             assert stats.peak_concurrent == 2, stats
+
+
+async def test_two_workers_started_as_documented_share_one_job(
+    testbed_factory, testbed_settings, tmp_path
+):
+    """Issue 43.2: two workers started as docs/deployment.md says (`verimail worker`, no
+    options) both run shards of one 7-shard job. (Prefect's process worker without
+    `--limit` took all seven in 8 of 9 runs while the other idled.)"""
+    domains = [f"d{n}.test" for n in range(7)]
+    tb = testbed_factory(
+        World.of(
+            [
+                HostSpec(f"mx.{d}", HostBehaviour(mailboxes={"u0"}, reply_delay=0.05))
+                for d in domains
+            ],
+            [DomainSpec(d, mx=[(10, f"mx.{d}")]) for d in domains],
+        )
+    )
+    pool = _pool()
+    emails = [f"u{i}@{d}" for d in domains for i in range(3)]
+    with temporary_database_url("postgres", tmp_path) as url:
+        settings = testbed_settings(
+            tb, tmp_path, database_url=url, runner="deployment", prefect_work_pool=pool
+        )
+        await _register(pool)
+        env = _env(
+            tb,
+            url,
+            tmp_path,
+            VERIMAIL_REDIS_URL=REDIS_URL,
+            VERIMAIL_JOB_SHARD_SIZE="3",
+            VERIMAIL_PREFECT_WORK_POOL=pool,
+        )
+        logs = [tmp_path / "w1.log", tmp_path / "w2.log"]
+        async with running_app(settings) as app:
+            customer = app.customer(credits=100)
+            with (
+                warm_worker(None, env, logs[0], limit=None, poll=None),
+                warm_worker(None, env, logs[1], limit=None, poll=None),
+            ):
+                await asyncio.to_thread(_workers_online, pool, 2)
+                created = await app.client.post(
+                    "/api/verify/bulk", headers=customer.headers, json={"emails": emails}
+                )
+                job_id = created.json()["job_id"]
+                done = await poll_job(
+                    app.client, f"/api/verify/bulk/{job_id}", customer.headers, timeout=240
+                )
+            shards = job_shards.shards_of(app.store.engine, int(job_id))
+        texts = [p.read_text(errors="replace") for p in logs]
+    assert done["status"] == "completed", (done, texts[0][-2000:], texts[1][-2000:])
+    assert done["shards_total"] == done["shards_done"] == 7
+    assert (done["valid_count"], done["invalid_count"]) == (7, 14)
+    runs = {s.flow_run_id for s in shards}
+    taken = [
+        {r for r in runs if f"flow run {r} (verify-shard/verify-shard) claimed" in t} for t in texts
+    ]
+    assert taken[0] and taken[1], taken  # shards on both workers
+    assert taken[0] | taken[1] == runs and not taken[0] & taken[1]  # each run once
+
+
+def _workers_online(pool: str, count: int, timeout: float = 120.0) -> None:
+    """Wait until ``count`` workers of ``pool`` have sent a heartbeat."""
+    import time
+
+    from prefect.client.orchestration import get_client
+
+    deadline = time.monotonic() + timeout
+    with get_client(sync_client=True) as client:
+        while len(client.read_workers_for_work_pool(pool)) < count:
+            assert time.monotonic() < deadline, f"fewer than {count} workers of {pool} online"
+            time.sleep(0.2)  # (processes starting: nothing to await but their heartbeats)

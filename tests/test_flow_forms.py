@@ -229,13 +229,10 @@ async def test_reverify_names_its_run_and_leaves_a_table_of_transitions(setup, t
     deployment_id = await deployment.apply()
     async with get_client() as client:
         schema = (await client.read_deployment(deployment_id)).parameter_openapi_schema
-        assert set(schema["properties"]) == {
-            "job_id",
-            "file_path",
-            "older_than_days",
-            "retry_unknowns",
-        }
-        assert all(field.get("description") for field in schema["properties"].values())
+        assert set(schema["properties"]) == {"reverify"}
+        form = schema["definitions"]["ReverifyForm"]["properties"]
+        assert set(form) == {"job_id", "file_path", "older_than_days", "retry_unknowns"}
+        assert all(field.get("description") for field in form.values())
         created = await client.create_flow_run_from_deployment(
             deployment_id, parameters={"job_id": job.id}
         )
@@ -248,3 +245,41 @@ async def test_reverify_names_its_run_and_leaves_a_table_of_transitions(setup, t
     assert artifact is not None and str(artifact.flow_run_id) == str(run.id)
     rows = {(r["from"], r["to"]): r["addresses"] for r in json.loads(artifact.data)}
     assert rows == {("valid", "invalid"): 1, ("invalid", "valid"): 1}
+
+
+def test_every_form_validates_with_its_optional_fields_left_empty():
+    """Issue 43.1: what the Prefect UI sends for a form left as it shows it (each field's
+    default, the empty ones left out — or null), checked by Prefect's own validation (the
+    UI's "Validate parameters" and the server's), is valid; an optional field has no
+    ``default`` in the schema (the UI sent ``default: null`` and its validation refused it:
+    "None is not of type 'string'")."""
+    from prefect.utilities.schema_tools.validation import validate
+
+    from verimail.flows.reverify import reverify_stored
+
+    filled = {
+        "bulk-verify": {"verify": {"account": "12", "file": "inbox/leads.csv"}},
+        "reverify-stored": {"reverify": {}},
+    }
+    for flow in (bulk_verify, reverify_stored):
+        schema = flow.parameters.model_dump_for_openapi()
+        (name,) = schema["properties"]
+        (model,) = schema["definitions"].values()
+        required = set(model.get("required", []))
+        for field, spec in model["properties"].items():
+            if field not in required:
+                assert spec.get("default", ...) is not None, (flow.name, field, spec)
+        shown = {k: v["default"] for k, v in model["properties"].items() if "default" in v}
+        values = {name: {**shown, **filled[flow.name][name]}}
+        assert validate(values, schema) == [], (flow.name, values)
+        nulls = {
+            name: {
+                **values[name],
+                **{
+                    f: None
+                    for f in model["properties"]
+                    if f not in required and "default" not in model["properties"][f]
+                },
+            }
+        }
+        assert validate(nulls, schema) == [], (flow.name, nulls)

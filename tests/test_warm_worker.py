@@ -281,3 +281,73 @@ async def test_sigterm_lets_the_running_job_end(testbed_factory, testbed_setting
     assert job is not None and (job.options or {}).get("attempts", 1) == 1
     assert "waiting for 1 run(s) to end" in _log(log)
     assert "stopped (1 run(s) taken)" in _log(log)
+
+
+async def test_runs_due_together_are_shared_among_the_live_workers(tmp_path):
+    """Issue 43.2: of three runs due at once (a job's shards), a warm worker with threads to
+    spare claims two when another worker of the pool beats a heartbeat (the rest are the
+    other's), and all three when it is alone. The runs are claimed from Prefect for real;
+    only their running is left out (they are recorded, not started)."""
+    from prefect.client.orchestration import get_client
+
+    from verimail.config import Settings
+    from verimail.runners.warm_worker import WarmWorker
+    from verimail.schemas.flows import DEPLOYMENTS
+
+    def claimed(pool: str, other_worker: bool) -> tuple[int, list[str]]:
+        from verimail.runners.deploy import register_deployments
+
+        register_deployments(pool, schedule=False)  # (the deployments move to this pool)
+        with get_client(sync_client=True) as client:
+            if other_worker:
+                client.send_worker_heartbeat(pool, "another-machine", heartbeat_interval_seconds=10)
+            deployment = client.read_deployment_by_name(DEPLOYMENTS["shard"])
+            made = [
+                client.create_flow_run_from_deployment(
+                    deployment.id, parameters={"job_id": 10**9, "shard": shard, "attempt": 1}
+                ).id
+                for shard in range(3)
+            ]
+            worker = WarmWorker(Settings(data_dir=tmp_path), pool, limit=4, poll=60)
+            started: list[Any] = []
+            worker._threads.submit = lambda fn, key, run: started.append(run)  # type: ignore[method-assign,assignment]
+            count = worker.poll_once(client)
+            worker._threads.shutdown()
+            states = [client.read_flow_run(i).state.type.value for i in made]  # type: ignore[union-attr]
+        assert len(started) == count
+        return count, sorted(states)
+
+    shared, alone = f"{_pool()}-shared", f"{_pool()}-alone"
+    assert await asyncio.to_thread(claimed, shared, True) == (
+        2,
+        ["PENDING", "PENDING", "SCHEDULED"],
+    )
+    assert await asyncio.to_thread(claimed, alone, False) == (3, ["PENDING"] * 3)
+
+
+async def test_the_documented_worker_stops_on_the_first_sigterm(tmp_path: Path) -> None:
+    """``verimail worker`` as docs/deployment.md writes it, idle on a pool: one SIGTERM and
+    it ends (exit 0), as systemd's stop expects (issue 43.3: an idle ``prefect worker
+    start`` ignored the first)."""
+    from prefect.settings import PREFECT_API_URL
+
+    from verimail.runners.deploy import register_deployments
+    from verimail.runners.worker import worker_online
+
+    pool = f"verimail-sigterm-{os.getpid()}"
+    assert await asyncio.to_thread(register_deployments, pool, schedule=False)
+    env = worker_env(
+        {"VERIMAIL_PREFECT_WORK_POOL": pool},
+        database_url=f"sqlite:///{tmp_path / 'verimail.db'}",
+        data_dir=tmp_path,
+    )
+    log = tmp_path / "worker.log"
+    api = str(PREFECT_API_URL.value())
+    with warm_worker(None, env, log, limit=None, poll=None) as worker:
+        deadline = time.monotonic() + 120
+        while not await asyncio.to_thread(worker_online, api, pool):
+            assert worker.poll() is None and time.monotonic() < deadline, log.read_text()
+            await asyncio.sleep(0.2)  # (a process starting: nothing to await but its heartbeat)
+        worker.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(worker.wait, 60) == 0, log.read_text()
+    assert "stopped (0 run(s) taken)" in log.read_text()
