@@ -78,8 +78,12 @@ def flaky_prefect(upstream: str) -> Iterator[tuple[FlakyPrefect, str]]:
     thread of its own: (its state, its API URL)."""
     proxy = FlakyPrefect(upstream)
     port = free_port()
+    # (log_config=None: uvicorn's own logging set-up flushes every handler there is, and a
+    # Prefect API log handler of an earlier test, its server gone, waited for ever there)
     server = uvicorn.Server(
-        uvicorn.Config(proxy, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+        uvicorn.Config(
+            proxy, host="127.0.0.1", port=port, lifespan="off", log_config=None, access_log=False
+        )
     )
     thread = threading.Thread(target=server.run, name="flaky-prefect", daemon=True)
     thread.start()
