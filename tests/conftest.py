@@ -22,7 +22,7 @@ os.environ.update(WIDTH_ENV)
 # default gmail.com) unless its test asks for it: traffic stays on the testbed.
 os.environ.setdefault("VERIMAIL_DOCTOR_INTERVAL", "0")
 
-from api_helpers import TEST_RETRY_WINDOW, RunningApp, api_world, running_app
+from api_helpers import TEST_RETRY_WINDOW, TEST_TIMEOUTS, RunningApp, api_world, running_app
 
 from verimail.config import Settings
 from verimail.testbed.server import Testbed
@@ -34,12 +34,11 @@ SUITE_MARK = process_leaks.mark_this_process()
 
 
 def make_testbed_settings(tb: Testbed, tmp_path: Path, **overrides: Any) -> Settings:
-    """Settings for an engine run against ``tb``: short timeouts so failing tests fail fast."""
+    """Settings for an engine run against ``tb``: timeouts no busy machine reaches on
+    loopback (``TEST_TIMEOUTS``), a short greylisting back-off and retry window."""
     values: dict[str, Any] = {
         "data_dir": tmp_path,
-        "dns_timeout": 2.0,
-        "smtp_connect_timeout": 3.0,
-        "smtp_command_timeout": 3.0,
+        **TEST_TIMEOUTS,
         "smtp_greylist_delay": 0.05,
         **TEST_RETRY_WINDOW,
         "prefect_warm_up": False,  # a test session shares one Prefect server (prefect_harness)

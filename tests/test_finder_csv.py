@@ -339,7 +339,7 @@ async def _taken_for_dead_while_probing(app, customer, tb, host: str) -> tuple[s
     )
     assert created.status_code == 200, created.text
     public = created.json()["job_id"]
-    assert await asyncio.to_thread(tb.wait_until, lambda t: t.host_stats(host).active >= 1, 60)
+    assert await asyncio.to_thread(tb.wait_until, lambda t: t.host_stats(host).active >= 1)
     job = get_job_by_public_id(app.store.engine, customer.account_id, public)
     assert job is not None and take_for_dead(app.store, job.id) == 2
     return public, job
@@ -359,9 +359,7 @@ async def test_a_finder_run_taken_for_dead_stops_and_a_later_run_finishes(
     async with running_app(settings) as app:
         customer = app.customer(credits=100)
         public, _ = await _taken_for_dead_while_probing(app, customer, tb, slow)
-        done = await poll_job(
-            app.client, f"/api/find-email/csv/{public}", customer.headers, timeout=120
-        )
+        done = await poll_job(app.client, f"/api/find-email/csv/{public}", customer.headers)
         final = get_job_by_public_id(app.store.engine, customer.account_id, public)
     assert done["status"] == "completed" and done["found_count"] == len(STAFF), (
         done,

@@ -11,7 +11,7 @@ import time
 import uuid
 
 import pytest
-from api_helpers import clean_env, env_for_testbed
+from api_helpers import PATIENCE, clean_env, env_for_testbed
 
 from verimail.config import Settings
 from verimail.engine.core import Engine
@@ -175,12 +175,12 @@ async def test_a_take_cancelled_while_redis_answers_leaves_no_lease() -> None:
     key = leases.key(host)
     try:
         taking = asyncio.create_task(leases.take(host, 2))
-        assert await asyncio.to_thread(started.wait, 10)
+        assert await asyncio.to_thread(started.wait, PATIENCE)
         taking.cancel()
         with pytest.raises(asyncio.CancelledError):
             await taking
-        assert await asyncio.to_thread(finished.wait, 10)  # the script did add its lease
-        deadline = time.monotonic() + 10
+        assert await asyncio.to_thread(finished.wait, PATIENCE)  # the script did add its lease
+        deadline = time.monotonic() + PATIENCE
         while leases._client.zcard(key):  # (added by the script, then given back)
             assert time.monotonic() < deadline, "the cancelled take's lease was left in Redis"
             await asyncio.sleep(0.02)

@@ -179,9 +179,7 @@ async def test_a_sharded_job_with_a_retry_pass_has_runs_named_for_what_they_do(
                 )
                 assert created.status_code == 200, created.text
                 job_id = int(created.json()["job_id"])
-                done = await poll_job(
-                    app.client, f"/api/bulk/{job_id}", customer.headers, timeout=240
-                )
+                done = await poll_job(app.client, f"/api/bulk/{job_id}", customer.headers)
             log = (tmp_path / "worker.log").read_text(errors="replace")[-3000:]
             assert done["status"] == "completed", (done, log)
             assert done["valid_count"] == 6, done  # (the greylisted two settled by the retry)
@@ -243,7 +241,7 @@ async def test_the_local_runner_runs_a_job_run_once_however_often_asked(
         runner = app.app.state.runner
         for _ in range(3):
             runner.submit("bulk", job_id)
-        done = await poll_job(app.client, f"/api/bulk/{job_id}", customer.headers, timeout=120)
+        done = await poll_job(app.client, f"/api/bulk/{job_id}", customer.headers)
         assert done["status"] == "completed", done
         await asyncio.to_thread(runner.wait, 60)
     runs = await asyncio.to_thread(_runs_named, f"bulk job {job_id} ·%")
