@@ -45,6 +45,10 @@ answered after the resolver gave up, and a test got a DNS failure it was not abo
 waits them out: a test about a timeout sets its own, against a server that never answers
 within it (``hostile="silent"``, a tarpit far longer than the timeout)."""
 
+TIMEOUTS_ENV = {f"VERIMAIL_{name.upper()}": str(value) for name, value in TEST_TIMEOUTS.items()}
+"""``TEST_TIMEOUTS`` as the environment of a ``verimail`` process (one on the demo's own
+testbed, say)."""
+
 STALE_AFTER = 8.0
 """``job_stale_after`` of the suite's tests whose reaper must resume a job whose process was
 killed (or that want the reaper to sweep often: every quarter of it). Recovery itself needs
@@ -182,10 +186,8 @@ def env_for_testbed(tb: Testbed) -> dict[str, str]:
     """The environment that points a ``verimail`` process at the testbed."""
     return {
         **tb.environment(),
-        **{
-            f"VERIMAIL_{name.upper()}": str(value)
-            for name, value in {**TEST_RETRY_WINDOW, **TEST_TIMEOUTS}.items()
-        },
+        **{f"VERIMAIL_{name.upper()}": str(value) for name, value in TEST_RETRY_WINDOW.items()},
+        **TIMEOUTS_ENV,
     }
 
 

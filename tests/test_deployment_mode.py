@@ -294,7 +294,6 @@ async def test_a_parked_job_waits_as_a_scheduled_flow_run_and_frees_the_worker(
                     app.client,
                     f"/api/verify/bulk/{second.json()['job_id']}",
                     customer.headers,
-                    timeout=120,
                 )
                 assert other["status"] == "completed"
                 still = (await app.client.get(first, headers=customer.headers)).json()

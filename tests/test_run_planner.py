@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import yaml
-from api_helpers import env_for_testbed, poll_job, running_app
+from api_helpers import PATIENCE, env_for_testbed, poll_job, running_app
 
 from verimail.flows import planner
 from verimail.runners.testing import warm_worker, worker_env
@@ -129,7 +129,7 @@ def _runs_named(prefix: str) -> list[Any]:
         )
 
 
-def _artifact_run(key: str, timeout: float = 60.0) -> str | None:
+def _artifact_run(key: str, timeout: float = PATIENCE) -> str | None:
     """The flow run of the artifact ``key``, once it is there (a job's summary is published
     just after the job is completed)."""
     from prefect.client.orchestration import get_client

@@ -25,7 +25,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from api_helpers import api_world, env_for_testbed, poll_job, running_app
+from api_helpers import PATIENCE, api_world, env_for_testbed, poll_job, running_app
 
 from verimail.runners.testing import warm_worker, worker_env
 from verimail.store import jobs as job_store
@@ -62,7 +62,7 @@ def _foreign_run(pool: str) -> UUID:
         return client.create_flow_run_from_deployment(deployment).id
 
 
-def _state_types(run_id: UUID, *, final: bool = False, timeout: float = 60.0) -> list[str]:
+def _state_types(run_id: UUID, *, final: bool = False, timeout: float = PATIENCE) -> list[str]:
     """The run's state types, oldest first; with ``final``, once it is in a final state (the
     job is completed by the flow a moment before the flow run itself ends)."""
     from prefect.client.orchestration import get_client
@@ -80,7 +80,7 @@ def _state_types(run_id: UUID, *, final: bool = False, timeout: float = 60.0) ->
 FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 
-def _online_and_ready(pool: str, timeout: float = 60.0) -> tuple[bool, set[str]]:
+def _online_and_ready(pool: str, timeout: float = PATIENCE) -> tuple[bool, set[str]]:
     """Whether a worker of ``pool`` is Online, and the statuses of our four deployments,
     once both are as the warm worker's heartbeats and polls make them (Prefect marks the
     deployments Ready in a background task of its own, a moment after a poll)."""
