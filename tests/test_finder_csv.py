@@ -9,7 +9,7 @@ import io
 from typing import Any
 
 import pytest
-from api_helpers import assert_error_body, poll_job, running_app, total_balance
+from api_helpers import STALE_AFTER, assert_error_body, poll_job, running_app, total_balance
 from hardening_helpers import take_for_dead
 from sqlalchemy import update
 
@@ -354,7 +354,7 @@ async def test_a_finder_run_taken_for_dead_stops_and_a_later_run_finishes(
     slow = "mx.slow.test"
     tb = _slow_world(testbed_factory, slow, 0.1)
     settings = testbed_settings(
-        tb, tmp_path, finder_charge=10, job_stale_after=1.0, job_max_attempts=5
+        tb, tmp_path, finder_charge=10, job_stale_after=STALE_AFTER, job_max_attempts=5
     )
     async with running_app(settings) as app:
         customer = app.customer(credits=100)

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 import aiosmtplib
 import pytest
 
+from verimail.testbed import smtp_server
 from verimail.testbed.server import Testbed
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
@@ -82,18 +83,35 @@ def test_full_mailbox_and_block(testbed_factory: MakeTestbed) -> None:
         )
 
 
+class _Clock:
+    """A ``time`` stand-in for the testbed's SMTP module: its ``monotonic`` moves only when
+    the test says, so a rule about elapsed time does not depend on the machine's speed."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
 def test_postgrey_rule_per_triplet_with_delay_and_retry_window(
-    testbed_factory: MakeTestbed,
+    testbed_factory: MakeTestbed, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """postgrey: a (client IP, sender, recipient) triplet is deferred until ``greylist_delay``
     after its first try, passes when retried within ``greylist_window``, and is new again
-    when first retried after the window. The rule is about elapsed time, so the test waits it."""
+    when first retried after the window. The rule is about elapsed time: the test moves the
+    testbed's clock (at 0.3 s, a busy machine's two RCPTs could be that far apart)."""
+    clock = _Clock()
+    monkeypatch.setattr(smtp_server, "time", clock)
     tb = testbed_factory(one_host(mailboxes={"alice"}, greylist_delay=0.3, greylist_window=0.9))
     greylisted = (450, "4.2.0 Greylisted, try again later")
     with session(tb) as client:
         assert rcpt(client, "alice@test.test") == greylisted
         assert rcpt(client, "alice@test.test") == greylisted  # too early: still deferred
-    time.sleep(0.35)
+    clock.sleep(0.35)
     other_ip = smtplib.SMTP(
         tb.address_of("mx.test.test"), tb.smtp_port, timeout=30, source_address=("127.0.0.2", 0)
     )
@@ -107,7 +125,7 @@ def test_postgrey_rule_per_triplet_with_delay_and_retry_window(
         client.rset()
         assert client.mail("other@verimail.test")[0] == 250
         assert rcpt(client, "alice@test.test") == greylisted  # another sender: new triplet
-    time.sleep(0.95)
+    clock.sleep(0.95)
     with session(tb) as client:
         client.rset()
         assert client.mail("other@verimail.test")[0] == 250
