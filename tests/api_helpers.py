@@ -38,12 +38,18 @@ from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 SLOW_REPLY_DELAY = 0.3
 """Seconds each SMTP reply of ``mx.slow.test`` takes: long enough to overlap requests."""
 
-TEST_TIMEOUTS = {"dns_timeout": 10.0, "smtp_connect_timeout": 10.0, "smtp_command_timeout": 10.0}
-"""The suite's DNS and SMTP timeouts: far above what the testbed on loopback takes to answer
-even beside busy loops on every core (issue 48: with 2 s, at a load of 8 the testbed's DNS
-answered after the resolver gave up, and a test got a DNS failure it was not about). No test
-waits them out: a test about a timeout sets its own, against a server that never answers
-within it (``hostile="silent"``, a tarpit far longer than the timeout)."""
+TEST_TIMEOUTS = {
+    "dns_timeout": 10.0,
+    "smtp_connect_timeout": 10.0,
+    "smtp_command_timeout": 10.0,
+    "verify_timeout": 60.0,
+}
+"""The suite's DNS and SMTP timeouts and a synchronous call's deadline: far above what the
+testbed on loopback takes to answer even beside busy loops on every core (issue 48: with
+2 s, at a load of 8 the testbed's DNS answered after the resolver gave up, and a test got a
+DNS failure it was not about). No test waits them out: a test about a timeout sets its own,
+against a server that never answers within it (``hostile="silent"``, a tarpit far longer
+than the timeout)."""
 
 TIMEOUTS_ENV = {f"VERIMAIL_{name.upper()}": str(value) for name, value in TEST_TIMEOUTS.items()}
 """``TEST_TIMEOUTS`` as the environment of a ``verimail`` process (one on the demo's own
