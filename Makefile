@@ -44,7 +44,7 @@ test: $(STAMP) chromium
 # make test beside a busy loop on every core (issue 48: no test's outcome may depend on the
 # machine's speed). Each loop spins on "is the recipe's shell still there?" and ends when
 # it is gone, however it ended (even killed outright); the shell kills them too when the
-# suite ends, whatever its outcome, or on a signal. The target's status is the suite's.
+# suite ends, whatever its outcome, or on a signal. The target fails when the suite does.
 # LOAD_LOOPS sets how many loops (default: one per core).
 LOAD_LOOPS ?= $(shell nproc)
 test-under-load: $(STAMP) chromium
