@@ -21,8 +21,7 @@ import anyio
 from anyio import to_thread
 
 from verimail.api.errors import ApiError
-from verimail.store.billing.pools import balance
-from verimail.store.billing.requests import charge_request, refund_request
+from verimail.store.billing import balance, charge_request, refund_request
 from verimail.store.db import Store
 
 log = logging.getLogger("verimail.api.billing")

@@ -33,7 +33,8 @@ from prometheus_fastapi_instrumentator import Instrumentator
 from verimail.api.errors import ApiError
 from verimail.config import Settings
 from verimail.engine import ENGINE_REGISTRY
-from verimail.store.stats import credit_totals, jobs_by_state
+from verimail.store.billing import credit_totals
+from verimail.store.stats import jobs_by_state
 from verimail.store.tables import JOB_KINDS, JOB_STATUSES
 
 log = logging.getLogger(__name__)

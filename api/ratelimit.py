@@ -11,11 +11,12 @@ a Free account inside any 60 s is refused, and ``Retry-After`` says when the old
 ten leaves the window.
 
 Concurrency in Redis is a sorted set per account whose members are the requests in flight,
-scored by a lease expiry. A request renews its lease while it runs; a process that crashes
-stops renewing, and its slots expire after
-:data:`~verimail.engine.leases.LEASE_SECONDS` instead of leaking
-forever. Expired members are swept by the same Lua script that admits requests, so the
-check-and-add is atomic across processes.
+scored by a lease expiry: leases held by the engine's one lease client
+(:class:`~verimail.engine.leases.Leases`, as the SMTP host slots are). A request's lease is
+renewed while it runs; a process that crashes stops renewing, and its slots expire after
+:data:`~verimail.engine.leases.LEASE_SECONDS` instead of leaking forever. Expired members are
+swept by the same Lua script that admits requests, so the check-and-add is atomic across
+processes.
 
 Redis failures fail *open* (the request is allowed, a warning is logged): limits protect
 fairness, and an outage of the counter store should not take the whole API down with it.
@@ -31,7 +32,6 @@ import contextlib
 import logging
 import math
 import time
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -39,9 +39,8 @@ from limits import RateLimitItemPerMinute
 from limits.aio.storage import MemoryStorage, RedisStorage, Storage
 from limits.aio.strategies import MovingWindowRateLimiter
 
-from verimail.engine import ACQUIRE_SCRIPT, RENEW_SCRIPT
 from verimail.engine import LEASE_SECONDS as SLOT_LEASE_SECONDS
-from verimail.engine import RENEW_SECONDS as SLOT_RENEW_SECONDS
+from verimail.engine import Leases
 
 log = logging.getLogger("verimail.api.ratelimit")
 
@@ -68,17 +67,20 @@ class Limiter:
         self.redis_url = redis_url
         self.prefix = prefix
         self._storage: Storage
-        self._redis = None
+        self._leases: Leases | None = None
         if redis_url:
-            import redis.asyncio as aioredis
-
             scheme_url = redis_url if redis_url.startswith("async+") else f"async+{redis_url}"
             self._storage = RedisStorage(
                 scheme_url, implementation="redispy", key_prefix=f"{prefix}:rate"
             )
-            self._redis = aioredis.Redis.from_url(redis_url)
-            self._acquire = self._redis.register_script(ACQUIRE_SCRIPT)
-            self._renew = self._redis.register_script(RENEW_SCRIPT)
+            self._leases = Leases(
+                redis_url,
+                f"{prefix}:concurrency",
+                log=log,
+                warning="concurrency storage failed, requests allowed for %d s: %s",
+                retry_seconds=REDIS_PAUSE,
+                lease_seconds=SLOT_LEASE_SECONDS,
+            )
         else:
             self._storage = MemoryStorage()
         self._window = MovingWindowRateLimiter(self._storage)
@@ -87,7 +89,9 @@ class Limiter:
 
     def _skip_redis(self) -> bool:
         """Whether Redis failed within the last :data:`REDIS_PAUSE` seconds (fail open)."""
-        return self._redis is not None and time.monotonic() < self._redis_down_until
+        return self._leases is not None and (
+            time.monotonic() < self._redis_down_until or self._leases.down
+        )
 
     def _redis_failed(self, what: str, exc: BaseException) -> None:
         self._redis_down_until = time.monotonic() + REDIS_PAUSE
@@ -99,13 +103,11 @@ class Limiter:
         a first request that paid for both inside :data:`REDIS_DEADLINE` on a busy machine
         timed out and was let through unlimited. A Redis that does not answer in time is
         logged and left to the requests (which fail open)."""
-        if self._redis is None:
+        if self._leases is None:
             return
         try:
             async with asyncio.timeout(WARM_UP_DEADLINE):
-                await self._redis.ping()
-                for script in (ACQUIRE_SCRIPT, RENEW_SCRIPT):
-                    await self._redis.script_load(script)
+                await asyncio.to_thread(self._leases.warm_up)
                 await self._window.get_window_stats(RateLimitItemPerMinute(1), "warm-up")
         except Exception as exc:
             detail = str(exc) or type(exc).__name__
@@ -114,12 +116,12 @@ class Limiter:
     @property
     def backend(self) -> str:
         """``redis`` or ``memory``: where the counters live."""
-        return "redis" if self._redis is not None else "memory"
+        return "redis" if self._leases is not None else "memory"
 
     async def close(self) -> None:
         """Release Redis connections (app shutdown)."""
-        if self._redis is not None:
-            await self._redis.aclose()
+        if self._leases is not None:
+            self._leases.close()
             bridge = getattr(self._storage, "bridge", None)
             storage_client = getattr(bridge, "storage", None)
             if storage_client is not None:
@@ -137,7 +139,7 @@ class Limiter:
         if self._skip_redis():
             return None
         try:
-            async with asyncio.timeout(REDIS_DEADLINE if self._redis is not None else None):
+            async with asyncio.timeout(REDIS_DEADLINE if self._leases is not None else None):
                 if await self._window.hit(item, *key):
                     return None
                 stats = await self._window.get_window_stats(item, *key)
@@ -164,7 +166,7 @@ class Limiter:
             return
         if self._skip_redis():
             yield None
-        elif self._redis is None:
+        elif self._leases is None:
             async with self._memory_slot(account_id, cap) as refusal:
                 yield refusal
         else:
@@ -198,37 +200,23 @@ class Limiter:
 
     @contextlib.asynccontextmanager
     async def _redis_slot(self, account_id: int, cap: int) -> AsyncIterator[Refusal | None]:
-        assert self._redis is not None
-        key = f"{self.prefix}:concurrency:{account_id}"
-        member = uuid.uuid4().hex
+        assert self._leases is not None
+        name = str(account_id)
         try:
             async with asyncio.timeout(REDIS_DEADLINE):
-                admitted = await self._acquire(keys=[key], args=[cap, SLOT_LEASE_SECONDS, member])
+                lease = await self._leases.take_now(name, cap)
         except Exception as exc:  # fail open
             self._redis_failed("concurrency storage", exc)
             yield None
             return
-        if not admitted:
+        if lease is None:
             yield self._refusal(cap)
             return
-        renewer = asyncio.create_task(self._keep_renewing(key, member))
         try:
             yield None
         finally:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
-            try:
+            try:  # (given back before the answer: the next request may take the slot)
                 async with asyncio.timeout(REDIS_DEADLINE):
-                    await self._redis.zrem(key, member)
+                    await asyncio.wrap_future(self._leases.give_back(name, lease))
             except Exception as exc:  # the lease expires by itself
                 log.warning("could not release a concurrency slot (it will expire): %s", exc)
-
-    async def _keep_renewing(self, key: str, member: str) -> None:
-        while True:
-            await asyncio.sleep(SLOT_RENEW_SECONDS)
-            try:
-                async with asyncio.timeout(REDIS_DEADLINE):
-                    await self._renew(keys=[key], args=[SLOT_LEASE_SECONDS, member])
-            except Exception as exc:
-                log.warning("could not renew a concurrency slot: %s", exc)

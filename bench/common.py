@@ -49,25 +49,19 @@ def _memory_gib() -> float:
     return 0.0
 
 
+def _git(*args: str) -> str:
+    """What a read-only git command prints in the repository, stripped."""
+    run = subprocess.run(
+        ["git", *args], cwd=REPO, capture_output=True, text=True, check=True, timeout=10
+    )
+    return run.stdout.strip()
+
+
 def _commit() -> str:
     """The checked-out commit, and whether the tree had changes (read-only git calls)."""
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
+        head = _git("rev-parse", "--short", "HEAD")
+        dirty = _git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return head + (" + uncommitted changes" if dirty else "")

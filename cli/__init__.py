@@ -38,7 +38,7 @@ def _register() -> None:
     from verimail.cli.demo import demo_command
     from verimail.cli.doctor import doctor_command
     from verimail.cli.history import history_app
-    from verimail.cli.jobs import bulk_command, deploy_command, find_command
+    from verimail.cli.jobs import bulk_command, deploy_command, find_command, retry_command
     from verimail.cli.passwords import set_password_command
     from verimail.cli.serve import serve_command
     from verimail.cli.verify import verify_command
@@ -56,6 +56,7 @@ def _register() -> None:
     app.add_typer(keys_app, name="keys")
     app.add_typer(credits_app, name="credits")
     app.command("bulk")(bulk_command)
+    app.command("retry")(retry_command)
     app.add_typer(history_app, name="history")
     app.command("deploy")(deploy_command)
     app.command("worker")(worker_command)

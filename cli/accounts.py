@@ -112,7 +112,7 @@ def accounts_create(
     from sqlalchemy.exc import IntegrityError
 
     from verimail.store import accounts as acc
-    from verimail.store.billing import pools
+    from verimail.store import billing
 
     _check_plan(plan)
     _check_key_name(key_name)
@@ -135,7 +135,7 @@ def accounts_create(
         except IntegrityError:
             raise _fail(f"an account with email {email!r} exists already") from None
         raw_key, info = acc.create_api_key(store.engine, account.id, key_name)
-        balance = pools.balance(store.engine, account.id)
+        balance = billing.balance(store.engine, account.id)
     console.print(
         f"Created account [bold]{account.id}[/bold] on plan {account.plan}, finder "
         f"{'on' if account.finder_enabled else 'off'}, {balance.prepaid} prepaid credits."
@@ -150,11 +150,11 @@ def accounts_list(
 ) -> None:
     """List accounts with their plan and balance."""
     from verimail.store import accounts as acc
-    from verimail.store.billing import pools
+    from verimail.store import billing
 
     with _store() as store:
         rows = [
-            (a, pools.balance(store.engine, a.id))
+            (a, billing.balance(store.engine, a.id))
             for a in acc.list_accounts(store.engine, limit, offset)
         ]
     # An address is never broken over lines ("ali" + "ce@acme.test" was copied as two
@@ -223,7 +223,7 @@ def keys_create(
 ) -> None:
     """Issue a new API key (printed once)."""
     from verimail.store import accounts as acc
-    from verimail.store.billing.pools import AccountNotFound
+    from verimail.store.billing import AccountNotFound
 
     _check_key_name(name)
     with _store() as store:
@@ -286,8 +286,7 @@ def credits_grant(
     reason: Annotated[str, typer.Option(help="Why (kept in the ledger).")] = "operator grant",
 ) -> None:
     """Add prepaid credits (they never expire)."""
-    from verimail.store.billing.movements import grant
-    from verimail.store.billing.pools import AccountNotFound
+    from verimail.store.billing import AccountNotFound, grant
 
     with _store() as store:
         try:
@@ -303,13 +302,12 @@ def credits_show(
     limit: Annotated[int, typer.Option(min=0, max=MAX_INT, help="Ledger rows to show.")] = 20,
 ) -> None:
     """Show an account's balance and its most recent ledger rows."""
-    from verimail.store.billing import pools
-    from verimail.store.billing.ledger import ledger
-    from verimail.store.billing.pools import AccountNotFound
+    from verimail.store import billing
+    from verimail.store.billing import AccountNotFound, ledger
 
     with _store() as store:
         try:
-            bal = pools.balance(store.engine, account)
+            bal = billing.balance(store.engine, account)
         except AccountNotFound as exc:
             raise _fail(str(exc)) from None
         entries = ledger(store.engine, account, limit=limit)

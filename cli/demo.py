@@ -68,6 +68,20 @@ DEMO_RETRIES = {"job_retry_delay": 5.0, "job_retry_max_wait": 15.0}
 demo's 10-row job a minute on its one blocked address.)"""
 
 
+def cli_line(settings: Settings) -> str:
+    """The ``export`` line that points the CLI at the demo: its testbed, its store and its
+    retry pace (the CLI's own store is ``.verimail/``: its jobs were not the demo's)."""
+    pairs = {
+        "VERIMAIL_DATA_DIR": str(settings.data_dir),
+        "VERIMAIL_DNS_NAMESERVERS": ",".join(settings.dns_nameservers),
+        "VERIMAIL_SMTP_PORT": str(settings.smtp_port),
+        "VERIMAIL_SMTP_ALLOW_NETWORKS": ",".join(str(n) for n in settings.smtp_allow_networks),
+        "VERIMAIL_JOB_RETRY_DELAY": f"{settings.job_retry_delay:g}",
+        "VERIMAIL_JOB_RETRY_MAX_WAIT": f"{settings.job_retry_max_wait:g}",
+    }
+    return "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in pairs.items())
+
+
 def demo_key(store: Store, data_dir: Path) -> str:
     """The demo account's raw key: the saved one if it still works, else a new one."""
     from verimail.store.accounts import (
@@ -98,8 +112,7 @@ def demo_key(store: Store, data_dir: Path) -> str:
 def _top_up(store: Store, key: str) -> None:
     """Keep the demo account able to run the showcase however often the demo is run."""
     from verimail.store.accounts import authenticate
-    from verimail.store.billing.movements import grant
-    from verimail.store.billing.pools import balance
+    from verimail.store.billing import balance, grant
 
     account = authenticate(store.engine, key)
     assert account is not None
@@ -270,6 +283,13 @@ async def _serve_and_show(
     console.rule()
     console.print("More addresses of the demo world to try: " + ", ".join(MORE), **plain)
     console.print(f"Dashboard: {base_url}/dashboard (sign up there, or use the key above)")
+    console.print(
+        "The CLI on this demo's testbed and store, in another shell (its jobs are then in "
+        "this store, under cli@verimail.localhost, and its put-off addresses retried "
+        "after seconds, as here):",
+        **plain,
+    )
+    console.print(cli_line(settings), **plain)
     console.print(metrics_line(settings, base_url), **plain)
     if prefect_url is not None:
         console.print(

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from verimail.cli.output import OutputFormat, print_rows
+from verimail.cli.output import OutputFormat, print_rows, store_notice
 
 history_app = typer.Typer(
     help="The verification history: an address, a job, a domain, or any SQL (DuckDB).",
@@ -40,8 +40,10 @@ def _print(
     from verimail.config import get_settings
     from verimail.files.history import query_rows
 
+    settings = get_settings()
+    err.print(store_notice(settings), markup=False, highlight=False, soft_wrap=True)
     try:
-        columns, rows, more = query_rows(get_settings().data_dir, sql, limit, params)
+        columns, rows, more = query_rows(settings.data_dir, sql, limit, params)
     except duckdb.Error as exc:
         raise typer.BadParameter(str(exc).splitlines()[0], param_hint=hint) from exc
     if not columns:

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import os
-import shutil
-import signal
-import sys
-import time
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
-from verimail.cli.progress import JobProgress, finder_counts, status_counts, summary_table
+from verimail.cli.follow import PLAIN, RUNNER_KIND, is_parked, run_here, stop_signals, wait_until
+from verimail.cli.output import store_notice
 
 console = Console(stderr=True)
 
@@ -78,106 +77,49 @@ def quiet_prefect() -> None:
 
 
 RETRY_OPTION = typer.Option(
-    True,
+    None,
     "--retry-unknowns/--no-retry-unknowns",
-    help="Ask the addresses a server put off (greylisting, 421, other 4xx, timeouts) again "
-    "in later passes, minutes apart; --no-retry-unknowns ends after the first pass.",
+    help="Addresses a server put off (greylisting, 421, other 4xx, timeouts): by default the "
+    "results are written after the first pass, those unknown, with the command that asks "
+    "them again later; --retry-unknowns waits here for the later passes (minutes apart); "
+    "--no-retry-unknowns leaves them unknown for good.",
+    show_default=False,
 )
-PLAIN: dict[str, bool] = {"markup": False, "highlight": False, "soft_wrap": True}
-"""Lines a person (or a script) reads whole: never wrapped at the terminal's width."""
-CANCELLED_EXIT = 130  # (128 + SIGINT, as a shell reports a command stopped by Ctrl-C)
+DETAILS_OPTION = typer.Option(
+    True,
+    "--details/--no-details",
+    help="Status, Sub Status, Reason, Score and Did You Mean beside Safe to Send (the "
+    "default); --no-details: the upload's columns and Safe to Send only.",
+)
 
 
-def retry_notice(settings, retry_unknowns: bool) -> str:  # type: ignore[no-untyped-def]
-    """The start line on deferred retries: how long they may hold the run, or that they are
-    off. A run once sat 45 minutes in the foreground on one address without a word."""
+def retry_notice(settings, retry_unknowns: bool | None) -> str:  # type: ignore[no-untyped-def]
+    """The start line on deferred retries: what happens to addresses a server puts off, and
+    how long waiting for them may hold the run. A run once sat 45 minutes in the foreground
+    on one address without a word."""
     from verimail.jobs import retries
 
-    if not retry_unknowns or settings.job_retry_passes <= 0:
+    if retry_unknowns is False or settings.job_retry_passes <= 0:
         return "retries: off (addresses a server puts off end as unknown after one pass)"
     passes, waited, done = 0, 0.0, 0
     while (step := retries.plan(settings, done, waited)) is not None:
         done, _, waited = step
         passes += 1
+    later = f"up to {passes} later pass(es), which may add up to {waited / 60:.0f} min"
+    if retry_unknowns is None:
+        return (
+            "retries: addresses a server puts off are written as unknown after the first "
+            "pass, with the command that asks them again later (--retry-unknowns waits here "
+            f"instead: {later})"
+        )
     return (
-        f"retries: addresses a server puts off are asked again in up to {passes} later "
-        f"pass(es), which may add up to {waited / 60:.0f} min; --no-retry-unknowns skips them"
+        f"retries: addresses a server puts off are asked again in {later}; Ctrl-C stops "
+        "(keeping what was settled), --no-retry-unknowns skips them"
     )
 
 
-def _retry_options(retry_unknowns: bool) -> dict[str, object]:
-    return {} if retry_unknowns else {"retry_unknowns": False}  # (as the API stores it)
-
-
-def _run_here(  # type: ignore[no-untyped-def]
-    settings, store, kind: str, job_id: int, total: int, partial: Path
-):
-    """Run a job's flow in this process with a progress bar; the finished job row.
-
-    Ctrl-C stops the job for its owner (``partial``: where its settled rows go): see
-    :func:`_cancel`."""
-    from verimail.runners.local import LocalRunner
-    from verimail.store import jobs as job_store
-
-    runner = LocalRunner(settings)
-    runner.submit(kind, job_id)
-    counts_of = finder_counts if kind == "finder" else status_counts
-    try:
-        with JobProgress(console, total, counts_of) as progress:
-            while True:
-                current = job_store.get_job_any(store.engine, job_id)
-                assert current is not None
-                progress.update(current, final=current.finished)
-                if current.finished:
-                    break
-                time.sleep(0.2)
-    except KeyboardInterrupt:
-        _cancel(settings, store, runner, kind, job_id, partial)
-    runner.wait()
-    runner.shutdown()
-    if current.status != "completed":
-        console.print(Text.assemble((f"job {job_id} failed: ", "red"), current.failed_reason or ""))
-        raise typer.Exit(1)
-    return current
-
-
-def _cancel(settings, store, runner, kind: str, job_id: int, partial: Path) -> None:  # type: ignore[no-untyped-def]
-    """Ctrl-C: record the job as cancelled by its owner, its settled rows kept in
-    ``partial`` (a bulk job's in the history too), say what it was charged, and exit 130
-    (``jobs/cancel.py``).
-
-    Ends with ``os._exit``: the flow still runs in a worker thread of this process, which
-    the interpreter would wait for at exit (minutes, for a job parked on a slow server);
-    everything it could write is settled by then, and the job is no longer its to finish."""
-    from verimail.jobs.cancel import cancel_bulk_job, cancel_finder_job
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a second Ctrl-C must not cut this short)
-    console.print("stopping: keeping what was settled…", highlight=False)
-    cancel = cancel_finder_job if kind == "finder" else cancel_bulk_job
-    done = cancel(settings, store, job_id, partial)
-    if not done.recorded:  # (it ended as the key was pressed: its page says how)
-        console.print(f"job {job_id} had ended already: verimail history job {job_id}", **PLAIN)
-        runner.shutdown()
-        os._exit(CANCELLED_EXIT)
-    settled, total, written = done.settled_rows, done.total_rows, done.partial_csv
-    if kind == "finder":  # (it charges as it goes: the finds handed over, and no other)
-        charged = (
-            f"{done.credits_used} credit(s) charged for the {done.finds} address(es) found, "
-            "in its partial results; nothing else"
-            if done.finds
-            else "nothing was charged"
-        )
-    else:
-        charged = "the rest was refunded"
-    console.print(f"job {job_id} cancelled after {settled} of {total} rows; {charged}.", **PLAIN)
-    if written is not None:
-        console.print(f"partial results ({settled} rows): {written}", **PLAIN)
-    else:
-        console.print("no row was settled: no partial results file", **PLAIN)
-    runner.shutdown()  # (stops the parked job's timer and this process's Prefect server)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(CANCELLED_EXIT)
+def _retry_options(retry_unknowns: bool | None) -> dict[str, object]:
+    return {"retry_unknowns": False} if retry_unknowns is False else {}  # (as the API stores it)
 
 
 def _results_path(out: Path | None, default: Path) -> Path:
@@ -198,14 +140,15 @@ def bulk_command(
     ),
     column: str | None = typer.Option(None, "--column", "-c", help="The email column."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Where to write results CSV."),
-    retry_unknowns: bool = RETRY_OPTION,
+    retry_unknowns: bool | None = RETRY_OPTION,
+    details: bool = DETAILS_OPTION,
 ) -> None:
     """Verify a CSV with the bulk-verify flow, here and now, with a progress bar.
 
     The job is booked to an operator account (cli@verimail.localhost, enterprise plan)
     that is granted exactly the credits the file needs, so the ledger stays complete.
-    Ctrl-C cancels the job: the rows verified so far go to <results>.partial.csv and the
-    history, the rest is refunded, and the command exits 130.
+    Ctrl-C (or SIGTERM) cancels the job: the rows verified so far go to
+    <results>.partial.csv and the history, the rest is refunded, and the command exits 130.
     """
     quiet_prefect()
     from verimail.config import get_settings
@@ -213,8 +156,7 @@ def bulk_command(
     from verimail.files.upload_errors import UploadError
     from verimail.jobs.context import store_for
     from verimail.jobs.create import create_verify_job
-    from verimail.store.billing.movements import grant
-    from verimail.store.billing.prices import price
+    from verimail.store.billing import grant, quote
 
     target = _results_path(out, file.with_name(f"{file.stem}.results.csv"))
     settings = get_settings()
@@ -230,7 +172,7 @@ def bulk_command(
     count = job_input.address_rows
     store = store_for(settings)
     account = _cli_account(store, settings)
-    grant(store.engine, account.id, price("verify", count), reason=f"verimail bulk {file.name}")
+    grant(store.engine, account.id, quote("verify", count), reason=f"verimail bulk {file.name}")
     job = create_verify_job(
         store,
         account.id,
@@ -240,21 +182,51 @@ def bulk_command(
         email_column=job_input.info.email_reference,
         options={"source": "cli", **_retry_options(retry_unknowns)},
     )
-    console.print(
-        f"job {job.id}: {count} addresses ({len(job_input.uniques)} unique) from "
-        f"column {job_input.info.email_column!r}; starting the flow (Prefect may take a few "
-        "seconds to start)…",
-        highlight=False,
-    )
-    notice = job_input.info.column_notice("--column chooses another.")
-    if notice:
-        console.print(Text(notice, style="yellow"))
-    console.print(retry_notice(settings, retry_unknowns), **PLAIN)
+
+    def announce() -> None:
+        console.print(
+            f"job {job.id}: {count} addresses ({len(job_input.uniques)} unique) from "
+            f"column {job_input.info.email_column!r}; starting the flow (Prefect may take a "
+            "few seconds to start)…",
+            **PLAIN,
+        )
+        console.print(store_notice(settings), **PLAIN)
+        notice = job_input.info.column_notice("--column chooses another.")
+        if notice:
+            console.print(Text(notice, style="yellow"))
+        console.print(retry_notice(settings, retry_unknowns), **PLAIN)
+
+    _run_and_deliver(settings, store, job, count, target, retry_unknowns, details, announce)
+
+
+def _run_and_deliver(  # type: ignore[no-untyped-def]
+    settings,
+    store,
+    job,
+    total: int,
+    target: Path,
+    retry_unknowns: bool | None,
+    details: bool,
+    announce: Callable[[], None] | None = None,
+    retry_pass: int = 0,
+) -> None:
+    """Run the job here (or its deferred pass ``retry_pass``), then write its results."""
+    from verimail.cli.job_results import deliver
+
     partial = target.with_name(f"{target.stem}.partial.csv")
-    current = _run_here(settings, store, "bulk", job.id, count, partial)
-    shutil.copyfile(current.result_path or "", target)
-    Console().print(summary_table(status_counts(current)))
-    console.print(Text(f"results: {target}"))
+    with stop_signals():
+        current = run_here(
+            settings,
+            store,
+            RUNNER_KIND[job.kind],
+            job.id,
+            total,
+            partial,
+            wait_retries=bool(retry_unknowns),
+            retry_pass=retry_pass,
+            announce=announce,
+        )
+    deliver(settings, current, target, details=details)
 
 
 def find_command(
@@ -267,13 +239,13 @@ def find_command(
     out: Path | None = typer.Option(None, "--out", "-o", help="Results CSV (with --file)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
     max_probes: int | None = typer.Option(None, "--max-probes", min=1, help="Candidates to try."),
-    retry_unknowns: bool = RETRY_OPTION,
+    retry_unknowns: bool | None = RETRY_OPTION,
 ) -> None:
     """Find a person's email address at a company domain (never a role inbox).
 
     "verimail find FIRST LAST DOMAIN" looks one person up with the engine directly;
-    "verimail find --file people.csv" runs the find-emails flow on a CSV here. Ctrl-C
-    cancels its job: the rows looked up so far go to <results>.partial.csv, only the
+    "verimail find --file people.csv" runs the find-emails flow on a CSV here. Ctrl-C (or
+    SIGTERM) cancels its job: the rows looked up so far go to <results>.partial.csv, only the
     addresses found in it are charged, and the command exits 130.
     """
     if file is None:
@@ -299,8 +271,7 @@ def find_command(
     from verimail.files.upload_errors import UploadError
     from verimail.jobs.context import store_for
     from verimail.jobs.create import create_finder_job
-    from verimail.store.billing.movements import grant
-    from verimail.store.billing.prices import price
+    from verimail.store.billing import grant, quote
 
     if first_name or last_name or domain:
         raise typer.BadParameter("give FIRST LAST DOMAIN, or --file people.csv, not both")
@@ -321,7 +292,7 @@ def find_command(
     store = store_for(settings)
     account = _cli_account(store, settings)
     grant(
-        store.engine, account.id, price("find", rows.height, settings), reason=f"find {file.name}"
+        store.engine, account.id, quote("find", rows.height, settings), reason=f"find {file.name}"
     )
     job = create_finder_job(
         store,
@@ -332,14 +303,69 @@ def find_command(
         info=info,
         options={"source": "cli", **_retry_options(retry_unknowns)},
     )
-    console.print(retry_notice(settings, retry_unknowns), **PLAIN)
-    partial = target.with_name(f"{target.stem}.partial.csv")
-    current = _run_here(settings, store, "finder", job.id, rows.height, partial)
-    shutil.copyfile(current.result_path or "", target)
-    console.print(
-        f"{current.found_count} found, {current.catch_all_count} catch-all guesses, "
-        f"{current.invalid_count} not found of {rows.height} rows; results: {target}"
+
+    def announce() -> None:
+        console.print(f"job {job.id}: {rows.height} rows", **PLAIN)
+        console.print(store_notice(settings), **PLAIN)
+        console.print(retry_notice(settings, retry_unknowns), **PLAIN)
+
+    _run_and_deliver(settings, store, job, rows.height, target, retry_unknowns, False, announce)
+
+
+def retry_command(
+    job_id: int = typer.Argument(..., metavar="JOB_ID", help="The job verimail bulk ran."),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="Results CSV (default: job-JOB_ID.results.csv)."
+    ),
+    wait: bool = typer.Option(False, "--retry-unknowns", help="Wait here for any later pass too."),
+    details: bool = DETAILS_OPTION,
+) -> None:
+    """Ask again the addresses a job's first pass put off, into its results file.
+
+    "verimail bulk" and "verimail find --file" print this command when servers put some
+    addresses off (greylisting, 421, timeouts): it waits for the time they asked for, with
+    a countdown, runs the job's retry pass here, and writes the whole results again. Ctrl-C
+    while it waits leaves the job as it was; Ctrl-C while the pass runs cancels the job as
+    in "verimail bulk".
+    """
+    quiet_prefect()
+    from verimail.config import get_settings
+    from verimail.jobs.context import store_for
+    from verimail.store import jobs as job_store
+
+    settings = get_settings()
+    store = store_for(settings)
+    console.print(store_notice(settings), **PLAIN)
+    job = job_store.get_job_any(store.engine, job_id)
+    if job is None or job.kind not in RUNNER_KIND:
+        raise typer.BadParameter(f"no bulk or finder job {job_id}", param_hint="JOB_ID")
+    name = "found" if RUNNER_KIND[job.kind] == "finder" else "results"
+    target = _results_path(out, Path(f"job-{job_id}.{name}.csv"))
+    if job.finished or not is_parked(job):
+        _retry_not_needed(settings, job, target, details)
+        return
+    state = job.retry
+    what = f"retry pass {state.get('pass')} of job {job_id} ({state.get('waiting', 0)} put off)"
+    with stop_signals():
+        try:
+            wait_until(datetime.fromisoformat(state["next_retry_at"]), what)
+        except KeyboardInterrupt:
+            console.print(f"stopped waiting: job {job_id} is still parked", **PLAIN)
+            raise typer.Exit(130) from None
+    _run_and_deliver(
+        settings, store, job, job.total_emails, target, wait, details, None, int(state["pass"])
     )
+
+
+def _retry_not_needed(settings, job, target: Path, details: bool) -> None:  # type: ignore[no-untyped-def]
+    """A job that is not parked: finished (its results written anyway), or at work."""
+    from verimail.cli.job_results import deliver
+
+    if not job.finished:
+        console.print(f"job {job.id} is at work, not waiting for a retry pass", **PLAIN)
+        raise typer.Exit(1)
+    console.print(f"job {job.id} has no retry pass left: it {job.status}", **PLAIN)
+    deliver(settings, job, target, details=details)
 
 
 def deploy_command(

@@ -124,3 +124,51 @@ def plain_help() -> None:
     display_type_rich._verimail_plain = True  # type: ignore[attr-defined]
     TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
     TyperArgument._usage_display_name = _usage_display_name  # type: ignore[method-assign]
+    _whole_paragraphs()
+
+
+def _unwrapped(paragraph: str) -> str:
+    """A docstring paragraph as one line (Rich wraps it at the terminal's width); a
+    ``\b`` paragraph keeps its lines, as in click."""
+    return paragraph if paragraph.startswith("\b") else " ".join(paragraph.split("\n"))
+
+
+def _whole_paragraphs() -> None:
+    """(3) Typer 0.29 keeps the docstring's own line ends in the command list's one-line
+    help and in a help page's later paragraphs, and Rich wraps them again: "exit 1 when an
+    SMTP egress / fails" broke mid-sentence at 80 columns. Each paragraph is one line for
+    Rich to wrap."""
+    import inspect
+
+    from typer import rich_utils
+
+    command_help = rich_utils._make_command_help
+
+    def _make_command_help(*, help_text: str, markup_mode: Any) -> Any:
+        first, *rest = inspect.cleandoc(help_text).split("\n\n")
+        return command_help(
+            help_text="\n\n".join([_unwrapped(first), *rest]), markup_mode=markup_mode
+        )
+
+    def _fix_linebreaks(paragraphs: list[str], markup_mode: Any) -> str:
+        return "\n\n".join(_unwrapped(p) for p in paragraphs)
+
+    rich_utils._make_command_help = _make_command_help  # type: ignore[assignment]
+    rich_utils._fix_linebreaks = _fix_linebreaks  # type: ignore[assignment]
+
+
+def store_notice(settings: Any) -> str:
+    """Which store a command reads and writes, and how to pick the other: the CLI's
+    default is ``.verimail/``, the demo's ``.verimail/demo``, and CLI jobs never showed in
+    the demo's dashboard, nor the README's ``history job 1`` the demo's job 1."""
+    where = str(settings.data_dir)
+    default_db = f"sqlite:///{settings.data_dir / 'verimail.db'}"
+    if settings.database_url and settings.database_url != default_db:
+        from sqlalchemy.engine import make_url
+
+        url = make_url(settings.database_url).render_as_string(hide_password=True)
+        where += f", database {url}"
+    return (
+        f"store: {where} (VERIMAIL_DATA_DIR picks another; the demo prints the line that "
+        "points the CLI at its own)"
+    )

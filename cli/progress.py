@@ -4,8 +4,11 @@ A bulk job of 500 addresses sat at 329/500 for ~22 s with no hint why (greyliste
 waiting for their retry). The line now says how fast it goes, when it should end, what the
 verdicts are so far, and when the job waits to retry.
 
-On a terminal it is a Rich progress bar; elsewhere (a CI log, a pipe) a plain line every
-few seconds and once at the end, so logs show the same facts without control codes.
+On a terminal it is a Rich progress bar; elsewhere (a CI log, a pipe) a plain line when
+something changed (at most one every :data:`PLAIN_MIN_GAP` s), one every
+:data:`PLAIN_EVERY` s while nothing does, and one at the end: a pipe once got ~450 identical
+lines in 15 minutes. The ETA is shown only once it can be estimated (see :class:`Rate`): a
+job that had settled only its first batch once said "ETA 0:04" with minutes to go.
 """
 
 from __future__ import annotations
@@ -23,7 +26,10 @@ from verimail.schemas.status_groups import STATUSES, groups
 
 STATUS_NAMES = STATUSES
 """The API's status names in the order every surface shows them (one definition)."""
-PLAIN_EVERY = 2.0  # seconds between plain progress lines (not on a terminal)
+PLAIN_EVERY = 30.0  # seconds between plain progress lines while nothing changes
+PLAIN_MIN_GAP = 2.0  # ...and at least this many between lines when something does
+ETA_ADVANCES = 3  # the pace is measured over this many advances before an ETA is shown
+ETA_SECONDS = 5.0  # ...and over at least this long
 
 
 def status_counts(job: Any) -> dict[str, int]:
@@ -43,7 +49,7 @@ def finder_counts(job: Any) -> dict[str, int]:
     }
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     hours, rest = divmod(round(seconds), 3600)
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
@@ -59,7 +65,7 @@ def retry_phase(fields: dict[str, Any], now: datetime | None = None) -> str | No
         next_at = fields.get("next_retry_at")
         if isinstance(next_at, datetime):
             left = (next_at - (now or datetime.now(UTC))).total_seconds()
-            text += f" (next try in {_duration(max(left, 0))})"
+            text += f" (next try in {duration(max(left, 0))})"
         return text
     if phase == "retrying":
         return f"retrying {waiting} put off"
@@ -74,10 +80,15 @@ class Rate:
     started: float | None = None
     first_done: int = 0
     clock: Any = time.monotonic
+    advances: int = 0  # times ``done`` went up since the first progress
+    last_done: int = 0
 
     def update(self, done: int) -> None:
         if self.started is None and done > 0:
             self.started, self.first_done = self.clock(), done
+        elif self.started is not None and done > self.last_done:
+            self.advances += 1
+        self.last_done = max(self.last_done, done)
 
     def per_second(self, done: int) -> float | None:
         if self.started is None or done == self.first_done:
@@ -85,11 +96,18 @@ class Rate:
         elapsed = self.clock() - self.started
         return (done - self.first_done) / elapsed if elapsed >= 0.5 else None
 
-    def eta(self, done: int, total: int) -> str:
-        rate = self.per_second(done)
+    def eta(self, done: int, total: int) -> str | None:
+        """The time left at this pace, once the pace rests on :data:`ETA_ADVANCES` advances
+        over :data:`ETA_SECONDS` or more (answers come in batches, a mail server's at a
+        time: one batch says nothing of the next); None before."""
         if done >= total:
-            return "0:00"
-        return _duration((total - done) / rate) if rate else "–"
+            return None  # (done: nothing left to estimate)
+        rate = self.per_second(done)
+        if rate is None or self.started is None or self.advances < ETA_ADVANCES:
+            return None
+        if self.clock() - self.started < ETA_SECONDS:
+            return None
+        return duration((total - done) / rate)
 
 
 def progress_text(
@@ -99,7 +117,8 @@ def progress_text(
     above zero), or the retry phase in place of the pace while a job waits on it."""
     per_second = rate.per_second(done)
     pace = f"{per_second:.1f}/s" if per_second is not None else "–/s"
-    pace = f"{pace}, ETA {rate.eta(done, total)}"
+    eta = rate.eta(done, total)
+    pace = f"{pace}, ETA {eta}" if eta else pace
     shown = ", ".join(f"{name} {n}" for name, n in counts.items() if n) or "no results yet"
     return (phase or pace), shown
 
@@ -112,10 +131,11 @@ class JobProgress:
     total: int
     counts_of: Any = status_counts
     rate: Rate = field(default_factory=Rate)
+    clock: Any = time.monotonic  # (when the plain lines were printed)
     _progress: Progress | None = None
     _bar: Any = None
-    _last_plain: float = 0.0
-    _last_line: str = ""
+    _last_plain: float = -PLAIN_EVERY
+    _last_facts: tuple[object, ...] = ()
 
     def __enter__(self) -> JobProgress:
         if self.console.is_terminal:
@@ -159,17 +179,26 @@ class JobProgress:
         self.rate.update(done)
         pace, counts_text = progress_text(done, self.total, counts, self.rate, phase)
         pace += extra
-        self._draw(done, pace, counts_text, final)
+        facts = (done, counts_text, (phase or "").split(" (")[0])  # (not the countdown)
+        self._draw(done, pace, counts_text, final, facts)
 
-    def _draw(self, done: int, pace: str, counts: str, final: bool) -> None:
+    def note(self, text: str) -> None:
+        """A line above the bar (or between the plain lines): what the job waits for."""
+        self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def _draw(
+        self, done: int, pace: str, counts: str, final: bool, facts: tuple[object, ...]
+    ) -> None:
         if self._progress is not None:
             self._progress.update(self._bar, completed=done, pace=pace, counts=counts)
             return
-        line = f"progress {done}/{self.total}: {pace}; {counts}"
-        now = time.monotonic()
-        if line != self._last_line and (final or now - self._last_plain >= PLAIN_EVERY):
+        now = self.clock()
+        since = now - self._last_plain
+        changed = facts != self._last_facts
+        if final or (changed and since >= PLAIN_MIN_GAP) or since >= PLAIN_EVERY:
+            line = f"progress {done}/{self.total}: {pace}; {counts}"
             self.console.print(line, markup=False, highlight=False, soft_wrap=True)
-            self._last_plain, self._last_line = now, line
+            self._last_plain, self._last_facts = now, facts
 
 
 def summary_table(counts: dict[str, int]) -> Table:

@@ -176,16 +176,38 @@ async def _retry_greylisted(
     outcome.stats.smtp.add(again.stats.smtp)
 
 
+REASON_MIN_WIDTH = 30
+"""Narrower than this, the reason goes under the table, a line an address: at 80 columns
+it was wrapped one word a line, twenty lines for one address."""
+
+
 def _print_table(outcome: BatchResult) -> None:
-    table = Table(
-        "email", "status", "sub_status", "score", "did_you_mean", "reason", show_lines=False
-    )
-    table.columns[0].no_wrap = True  # (an address stays whole; the reason wraps instead)
-    for r in outcome.results:
+    console = Console()
+    rows = [
+        (r, [r.email, r.status.value, r.sub_status.value, f"{r.confidence_score:.2f}"])
+        for r in outcome.results
+    ]
+    columns = ["email", "status", "sub_status", "score"]
+    if any(r.did_you_mean for r in outcome.results):
+        columns.append("did_you_mean")
+        for r, cells in rows:
+            cells.append(r.did_you_mean or "")
+    widths = [
+        max(len(c) for c in [name, *(cells[i] for _, cells in rows)])
+        for i, name in enumerate(columns)
+    ]
+    left = console.width - sum(w + 3 for w in widths) - 4  # (borders and padding)
+    inline = left >= REASON_MIN_WIDTH
+    table = Table(*columns, *(["reason"] if inline else []), show_lines=False)
+    for column in table.columns[: len(columns)]:
+        column.no_wrap = True  # (an address, a status stay whole; the reason wraps instead)
+    for r, cells in rows:
         style = STATUS_STYLE.get(r.status.value, "")
         # Text, not markup: an address or a server's reply may hold "[/]" or ":x:".
-        table.add_row(
-            Text(r.email), Text(r.status.value, style=style), r.sub_status.value,
-            f"{r.confidence_score:.2f}", Text(r.did_you_mean or ""), Text(r.reason),
-        )  # fmt: skip
-    Console().print(table)
+        texts = [Text(cell) for cell in cells]
+        texts[1].stylize(style)
+        table.add_row(*texts, *([Text(r.reason)] if inline else []))
+    console.print(table)
+    if not inline:
+        for r, _ in rows:
+            console.print(Text.assemble((r.email, "bold"), ": ", r.reason))

@@ -41,15 +41,13 @@ _HOMES: dict[str, str] = {
     "normalise_finder_domain": "finder",
     "DomainPattern": "finder_learned",
     "PatternMemory": "finder_learned",
-    # SMTP politeness: a request a person waits for goes first; leases in Redis
+    # SMTP politeness: a request a person waits for goes first; the one lease client
     "urgent": "smtp.host_slots",
-    "ACQUIRE_SCRIPT": "leases",
     "LEASE_SECONDS": "leases",
-    "RENEW_SCRIPT": "leases",
-    "RENEW_SECONDS": "leases",
+    "Leases": "leases",
     # where SMTP sessions leave from (direct, SOCKS5 proxies) and their routes
     "Egress": "smtp.egress",
-    "EgressFailed": "smtp.egress",
+    "EgressFailed": "smtp.egress_kinds.failed",
     "Routes": "smtp.egress",
     "configured_egresses": "smtp.egress",
     "open_socket": "smtp.egress",
@@ -67,11 +65,8 @@ _HOMES: dict[str, str] = {
 }
 
 __all__ = [
-    "ACQUIRE_SCRIPT",
     "ENGINE_REGISTRY",
     "LEASE_SECONDS",
-    "RENEW_SCRIPT",
-    "RENEW_SECONDS",
     "BatchResult",
     "Check",
     "DomainPattern",
@@ -87,6 +82,7 @@ __all__ = [
     "GroupResult",
     "HostGroup",
     "IPNetwork",
+    "Leases",
     "NameField",
     "PatternMemory",
     "Prepared",
@@ -134,18 +130,13 @@ if TYPE_CHECKING:
         normalise_finder_domain,
     )
     from verimail.engine.finder_learned import DomainPattern, PatternMemory
-    from verimail.engine.leases import ACQUIRE_SCRIPT, LEASE_SECONDS, RENEW_SCRIPT, RENEW_SECONDS
+    from verimail.engine.leases import LEASE_SECONDS, Leases
     from verimail.engine.metrics import ENGINE_REGISTRY, observe_queue_wait
     from verimail.engine.netguard import IPNetwork, connect_allowed
     from verimail.engine.prepared import EngineStats, Prepared, SmtpShare
     from verimail.engine.smtp.domain_session import DomainSession
-    from verimail.engine.smtp.egress import (
-        Egress,
-        EgressFailed,
-        Routes,
-        configured_egresses,
-        open_socket,
-    )
+    from verimail.engine.smtp.egress import Egress, Routes, configured_egresses, open_socket
     from verimail.engine.smtp.egress_check import Check, EgressMonitor, run_checks
+    from verimail.engine.smtp.egress_kinds.failed import EgressFailed
     from verimail.engine.smtp.findings import GroupResult, HostGroup
     from verimail.engine.smtp.host_slots import urgent

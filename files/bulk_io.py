@@ -62,8 +62,8 @@ RESULT_COLUMNS = {name: "verified_email" if name == "email" else name for name i
 RESULT_PARTS = "result-parts"
 PART_ROWS = 20_000  # results a run holds before writing them out
 PART_SECONDS = 5.0
-"""...or for at most this long: a run stopped by its owner (Ctrl-C in ``verimail bulk``)
-keeps all but its last seconds of results (``jobs/cancel.py`` reads the parts)."""
+"""...or for at most this long (a shard's parts; a bulk run's :class:`ResultSink` writes
+each batch at once, for ``jobs/cancel.py``)."""
 
 
 def _dtype(annotation: Any) -> pl.DataType:
@@ -242,6 +242,14 @@ class ResultSink(ResultParts):
         (self.root / f"run-{run}").mkdir()
         super().__init__(self.root / f"run-{run}", part_rows)
 
+    def add(self, results: Iterable[tuple[str, VerificationResult]]) -> None:
+        """Each batch written as it comes (a pass has at most ``MAX_CHUNKS`` + 1 of them,
+        and pieces of ``PIECE_ADDRESSES``): a stop keeps every row the progress counted.
+        Held for :data:`PART_SECONDS`, a batch a slow server kept the next one from
+        pushing out was lost — progress showed 231 of 633, the partial file had none."""
+        self.pending.update(results)
+        self.flush()
+
     def remove(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
         with contextlib.suppress(OSError):
@@ -409,14 +417,24 @@ def results_csv(
 
 
 def write_partial_results(
-    upload: Path, job_input: JobInput, by_address: pl.DataFrame, dest: Path
+    upload: Path,
+    job_input: JobInput,
+    by_address: pl.DataFrame,
+    dest: Path,
+    *,
+    every_row: bool = False,
+    details: bool = True,
 ) -> int:
     """The rows of a stopped job that have a result, with ``Safe to Send`` and the details
-    columns, to ``dest`` (its owner keeps what was verified); the rows written."""
+    columns, to ``dest`` (its owner keeps what was verified); the rows written.
+    ``every_row``: rows without an address too (a parked job's results so far, which hold
+    every address); ``details``: False leaves the details columns out."""
     frame = _result_frame(job_input, by_address)
-    keep = frame.get_column("status").is_not_null().to_list()
+    keep = None if every_row else frame.get_column("status").is_not_null().to_list()
     safe = frame.get_column("safe_to_send").fill_null(False).to_list()
-    columns = {SAFE_COLUMN: ["Yes" if v else "No" for v in safe], **_details(frame)}
+    columns = {SAFE_COLUMN: ["Yes" if v else "No" for v in safe]}
+    if details:
+        columns.update(_details(frame))
     return write_results_csv(upload, job_input.info, dest, columns, keep=keep)
 
 

@@ -14,6 +14,8 @@ import logging
 import secrets
 from typing import TYPE_CHECKING
 
+import httpx
+
 from verimail.files.upload_errors import UploadError
 
 if TYPE_CHECKING:
@@ -74,3 +76,22 @@ def refused(sentence: str) -> State:
     # (The error as the state's data: a caller that runs the flow directly still gets it
     # raised, as a ValueError with the same sentence.)
     return Failed(message=sentence, data=ValueError(sentence))
+
+
+TRANSIENT_STATUSES = {408, 429, 500, 502, 503, 504}
+
+
+def prefect_api_error(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it) is Prefect's API failing for a while: a
+    transient answer (5xx, 408, 429) or a server that could not be reached. The flow engine
+    wraps some of them (``RuntimeError("Failed to reach API …")``), hence the chain."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, httpx.TransportError):
+            return True
+        if isinstance(current, httpx.HTTPStatusError):
+            return current.response.status_code in TRANSIENT_STATUSES
+        current = current.__cause__ or current.__context__
+    return False

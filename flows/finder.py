@@ -55,7 +55,7 @@ from verimail.jobs.finder_billing import FinderBilling
 from verimail.jobs.heartbeat import complete_run, still_owned
 from verimail.jobs.learned_patterns import StoredPatterns
 from verimail.store import jobs as job_store
-from verimail.store.billing.prices import price
+from verimail.store.billing import quote
 from verimail.store.db import Store
 from verimail.tasks.finder import find_domains, task_shares
 
@@ -207,7 +207,7 @@ async def find_emails(
     if not isinstance(started, job_store.Job):
         return started
     job = started
-    billing = FinderBilling(store, job, price("find", 1, settings))
+    billing = FinderBilling(store, job, quote("find", 1, settings))
     directory = job_dir(settings.data_dir, job.id)
     directory.mkdir(parents=True, exist_ok=True)
     progress = _Progress(store, job, billing, directory)

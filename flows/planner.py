@@ -35,6 +35,7 @@ from datetime import datetime
 from typing import Any
 
 from verimail.config import Settings, using_settings
+from verimail.flows.failures import prefect_api_error
 from verimail.flows.summary import installation_id, run_name
 from verimail.jobs.context import store_for
 from verimail.jobs.reverify import run_name as list_run_name
@@ -96,7 +97,8 @@ def job_request(
         name = f"{_job_words(job)} · retry pass {retry_pass} of {settings.job_retry_passes}"
         what += f"-retry-{retry_pass}"
     flow = flow_of_job(job.kind).key
-    return RunRequest(flow, parameters, name, _key(settings, what), at, job_id=job.id)
+    tags = (job_tag(settings, job.id),)
+    return RunRequest(flow, parameters, name, _key(settings, what), at, tags, job_id=job.id)
 
 
 def merge_request(settings: Settings, job: job_store.Job) -> RunRequest:
@@ -105,7 +107,8 @@ def merge_request(settings: Settings, job: job_store.Job) -> RunRequest:
     parameters = {"job_id": job.id, "attempt": job.attempt}
     what = f"job-{job.id}-run-{job.attempt}-merge"
     name = f"{_job_words(job)} · merge"
-    return RunRequest("bulk", parameters, name, _key(settings, what), job_id=job.id)
+    tags = (job_tag(settings, job.id),)
+    return RunRequest("bulk", parameters, name, _key(settings, what), tags=tags, job_id=job.id)
 
 
 def shard_request(
@@ -115,7 +118,15 @@ def shard_request(
     parameters = {"job_id": job.id, "shard": shard, "attempt": attempt}
     what = f"job-{job.id}-shard-{shard}-run-{attempt}"
     name = f"{_job_words(job)} · shard {shard + 1} of {total}"
-    return RunRequest("shard", parameters, name, _key(settings, what), job_id=job.id, shard=shard)
+    tags = (job_tag(settings, job.id),)
+    key = _key(settings, what)
+    return RunRequest("shard", parameters, name, key, tags=tags, job_id=job.id, shard=shard)
+
+
+def job_tag(settings: Settings, job_id: int) -> str:
+    """The tag every run of a job carries (``verimail-<installation>-job-12``): a job's runs
+    at a glance in the Prefect UI's filter, whatever their names."""
+    return _key(settings, f"job-{job_id}")
 
 
 def _job_words(job: job_store.Job) -> str:
@@ -168,7 +179,7 @@ async def submit_to_pool(settings: Settings, request: RunRequest) -> str:
             )
             break
         except Exception as exc:
-            if tries == SUBMIT_TRIES or not _transient(exc):
+            if tries == SUBMIT_TRIES or not prefect_api_error(exc):
                 raise
             log.warning("handing %r to the pool failed (%r); trying again", request.name, exc)
             await asyncio.sleep(2 ** (tries - 1))
@@ -181,17 +192,6 @@ def submit_to_pool_now(settings: Settings, request: RunRequest) -> str:
     from prefect.utilities.asyncutils import run_coro_as_sync
 
     return run_coro_as_sync(submit_to_pool(settings, request))  # type: ignore[return-value]
-
-
-def _transient(exc: BaseException) -> bool:
-    """An error of Prefect's API that a moment may clear: a 5xx, 408 or 429, or no answer."""
-    import httpx
-
-    if isinstance(exc, httpx.TransportError | TimeoutError):
-        return True
-    response = getattr(exc, "response", None)
-    status = getattr(response, "status_code", None)
-    return isinstance(status, int) and (status >= 500 or status in (408, 429))
 
 
 def load_flow(key: str) -> Any:

@@ -23,22 +23,17 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections import Counter
-from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import polars as pl
 from prefect import flow, get_run_logger
 from prefect.context import get_run_context
 from pydantic.json_schema import SkipJsonSchema
 
 from verimail.config import Settings, current_settings
-from verimail.files.bulk_io import job_dir, read_job_input, results_frame
-from verimail.files.csv_io import distinct_in_order
-from verimail.files.history import latest_statuses, query
-from verimail.files.upload_errors import UploadError
+from verimail.files import change_report as report_file
+from verimail.files.bulk_io import results_frame
 from verimail.flows import planner
 from verimail.flows.failures import refused
 from verimail.flows.summary import name_this_run, publish_table, transition_rows
@@ -46,36 +41,12 @@ from verimail.jobs import retries
 from verimail.jobs import reverify as lists
 from verimail.jobs import reverify_parking as parking
 from verimail.jobs.context import store_for
-from verimail.jobs.forms import FormError, shared_file
+from verimail.jobs.forms import FormError
 from verimail.schemas.results import VerificationResult
 from verimail.store import jobs as job_store
 from verimail.store import reverify as reverify_store
 from verimail.tasks.job_files import record_history
 from verimail.tasks.pipeline import verify_pass
-
-
-def _addresses(
-    job_id: int | None, file_path: str | None, older_than_days: int, max_rows: int
-) -> list[str]:
-    settings = current_settings()
-    if job_id is not None:
-        job = job_store.get_job_any(store_for(settings).engine, job_id)
-        if job is None or job.status != "completed" or job.kind not in ("bulk_csv", "bulk_json"):
-            raise FormError(f"Job {job_id} is not a completed verification job.")
-        frame = pl.read_parquet(job_dir(settings.data_dir, job_id) / "results.parquet")
-        return distinct_in_order(frame.get_column("normalised")).to_list()
-    if file_path is not None:
-        path = shared_file(settings, file_path)
-        try:
-            return read_job_input(path, None, max_rows).uniques
-        except UploadError as exc:
-            raise FormError(f"{path.name}: {exc.detail}") from None
-    cutoff = datetime.now(UTC) - timedelta(days=older_than_days)
-    frame = query(
-        settings.data_dir,
-        f"SELECT email FROM latest WHERE verified_at < TIMESTAMPTZ '{cutoff.isoformat()}'",
-    )
-    return frame.get_column("email").to_list()
 
 
 def _artifact_name(job_id: int | None, file_path: str | None, older_than_days: int) -> str:
@@ -117,13 +88,26 @@ async def reverify_stored(
         retry_pass: (Set by a parked run, hidden from the form.) Which retry pass this is.
     """
     settings = current_settings()
-    if list_job_id is not None:
+    if list_job_id is not None:  # a customer's list, on its schedule
         if account_id is None:
             return refused("A list's scheduled run needs both its account and its list.")
         outcome = await run_scheduled(settings, account_id, list_job_id)
-        return await planner.hand_over(settings, outcome)
-    if retry_of is not None:
-        return await _retry_pass(settings, retry_of, retry_pass)
+    elif retry_of is not None:  # an operator run's deferred retry pass
+        outcome = await _retry_pass(settings, retry_of, retry_pass)
+    else:  # an operator run: a job, a file, or the stale addresses
+        outcome = await _operator_run(settings, job_id, file_path, older_than_days, retry_unknowns)
+    return await planner.hand_over(settings, outcome)
+
+
+async def _operator_run(
+    settings: Settings,
+    job_id: int | None,
+    file_path: str | None,
+    older_than_days: int,
+    retry_unknowns: bool,
+) -> Any:
+    """Verify a job's, a file's or the stale addresses again (charging no one), write the
+    change report, and park what the servers put off for a later pass."""
     what = (
         f"job {job_id}"
         if job_id is not None
@@ -134,7 +118,7 @@ async def reverify_stored(
     await name_this_run(f"reverify {what}")
     try:
         addresses = await asyncio.to_thread(
-            _addresses, job_id, file_path, older_than_days, settings.upload_max_rows
+            lists.addresses_to_reverify, settings, job_id, file_path, older_than_days
         )
     except FormError as exc:
         return refused(str(exc))
@@ -143,13 +127,15 @@ async def reverify_stored(
     )
     greylist_retries = retries.in_pass_greylist_retries(settings, deferred_pass_follows=follows)
     results = await _verify(addresses, what, greylist_retries)
-    previous = await asyncio.to_thread(_previous, settings, addresses, results)
+    previous = await asyncio.to_thread(
+        report_file.previous_statuses, settings.data_dir, addresses, results
+    )
     await _to_history(settings, addresses, results, job_id)
     reports = parking.reports_dir(settings)
     reports.mkdir(parents=True, exist_ok=True)
     report = reports / f"reverify-{datetime.now(UTC):%Y%m%dT%H%M%S%f}.csv"
-    changed = _changes(addresses, results, previous)
-    await asyncio.to_thread(_write_report, report, changed)
+    changed = report_file.changes(addresses, results, previous)
+    await asyncio.to_thread(report_file.write_report, report, changed)
     done = parking.Parked.model_construct(  # (unchecked: a weekly run's list is long)
         report=report.name, retry_pass=0, next_retry_at=datetime.now(UTC), waited=0.0,
         addresses=addresses, previous=previous, mail_from=settings.smtp_mail_from,
@@ -188,8 +174,8 @@ async def _retry_pass(settings: Settings, report_name: str, retry_pass: int) -> 
         )
         await _to_history(settings, addresses, results, parked.job_id)
         report = parking.reports_dir(settings) / report_name
-        fresh = _changes(addresses, results, parked.previous)
-        changed = await asyncio.to_thread(_update_report, report, addresses, fresh)
+        fresh = report_file.changes(addresses, results, parked.previous)
+        changed = await asyncio.to_thread(report_file.update_report, report, addresses, fresh)
         waiting = parking.retryable(zip(addresses, results, strict=True))
         return await _end_pass(settings, parked, changed, waiting)
     finally:
@@ -205,7 +191,7 @@ async def _end_pass(
     logger = get_run_logger()
     report = parking.reports_dir(settings) / done.report
     parked = await _park(settings, done, waiting) if waiting else None
-    transitions = Counter(f"{row['previous_status']}->{row['status']}" for row in changed)
+    transitions = report_file.transitions(changed)
     summary = f"{len(done.addresses)} addresses re-verified, {len(changed)} changed status"
     if done.retry_pass:
         summary = (
@@ -288,22 +274,6 @@ async def _verify(
     return [results[a] for a in addresses]
 
 
-def _previous(
-    settings: Settings, addresses: list[str], results: list[VerificationResult]
-) -> dict[str, tuple[str, datetime | None]]:
-    """Each address's latest status and time in the history, before this run's are added.
-    The history keys an address as its result spells it (an IDN domain in ASCII, say)."""
-    before = latest_statuses(settings.data_dir, [result.email for result in results])
-    by_email = {
-        row["email"]: (row["status"], row["verified_at"]) for row in before.iter_rows(named=True)
-    }
-    return {
-        address: by_email[result.email]
-        for address, result in zip(addresses, results, strict=True)
-        if result.email in by_email
-    }
-
-
 async def _to_history(
     settings: Settings,
     addresses: list[str],
@@ -317,53 +287,6 @@ async def _to_history(
         account_id=None,
         source="reverify",
     )
-
-
-def _changes(
-    addresses: list[str],
-    results: list[VerificationResult],
-    previous: Mapping[str, tuple[str, datetime | None]],
-) -> list[dict[str, Any]]:
-    """The report's rows: addresses whose status differs from their previous one."""
-    changed = []
-    for address, result in zip(addresses, results, strict=True):
-        old = previous.get(address)
-        if old is not None and old[0] != result.status.value:
-            changed.append(
-                {
-                    "email": address,
-                    "previous_status": old[0],
-                    "status": result.status.value,
-                    "previous_verified_at": old[1],
-                    "reason": result.reason,
-                }
-            )
-    return changed
-
-
-REPORT_SCHEMA = {
-    "email": pl.String,
-    "previous_status": pl.String,
-    "status": pl.String,
-    "previous_verified_at": pl.Datetime(time_zone="UTC"),
-    "reason": pl.String,
-}
-
-
-def _write_report(path: Path, changed: list[dict[str, Any]]) -> None:
-    partial = path.with_suffix(".partial")
-    pl.DataFrame(changed, schema=REPORT_SCHEMA).write_csv(partial)
-    partial.replace(path)  # (a reader never sees half a report)
-
-
-def _update_report(
-    path: Path, addresses: list[str], fresh: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """Replace the rows of ``addresses`` in the report with ``fresh``; its rows now."""
-    kept = pl.read_csv(path, schema=REPORT_SCHEMA).filter(~pl.col("email").is_in(addresses))
-    changed = kept.to_dicts() + fresh
-    _write_report(path, changed)
-    return changed
 
 
 async def run_scheduled(settings: Settings, account_id: int, list_job: int) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from verimail.files.csv_io import finder_columns, write_finder_results
 from verimail.jobs import retries
 from verimail.jobs.create import stored_info, stored_upload
 from verimail.store import jobs as job_store
+from verimail.store.billing import cancel_refund
 from verimail.store.db import Store
 
 
@@ -113,9 +114,8 @@ def cancel_bulk_job(settings: Settings, store: Store, job_id: int, partial_csv: 
         )
         write_partial_results(upload, job_input, by_address, partial_csv)
         written = partial_csv
-    unsettled = job.credits_reserved - job.credits_refunded - settled
     recorded = job_store.mark_failed(
-        store.engine, job.id, _reason(settled, job.total_emails), max(unsettled, 0)
+        store.engine, job.id, _reason(settled, job.total_emails), cancel_refund(job, settled)
     )
     return Cancelled(settled, job.total_emails, written, recorded)
 

@@ -28,8 +28,7 @@ from verimail.files.bulk_io import INFO_FILE, job_dir, load_info, save_info
 from verimail.files.csv_detect import CsvInfo
 from verimail.schemas.flows import flow_of_job
 from verimail.store import jobs as job_store
-from verimail.store.billing.pools import balance
-from verimail.store.billing.prices import price
+from verimail.store.billing import balance, quote, short_balance
 from verimail.store.db import Store
 
 log = logging.getLogger(__name__)
@@ -102,7 +101,7 @@ def create_verify_job(
 
     ``info``: the upload's inspection, stored with the job for its run. Raises
     :class:`NotEnoughCredits` when the balance is short."""
-    needed = price("verify", total)
+    needed = quote("verify", total)
     job = job_store.create_job(
         store.engine,
         account_id,
@@ -135,9 +134,9 @@ def create_finder_job(
     """A finder job of ``rows`` people. Nothing is reserved (each find is charged as the job
     goes), but a balance that cannot pay for one find is refused up front
     (:class:`NotEnoughCredits`): such a job could only skip every row."""
-    cost = price("find", 1, settings)
-    have = balance(store.engine, account_id).total
-    if have < cost:
+    cost = quote("find", 1, settings)
+    have = short_balance(store.engine, account_id, cost)
+    if have is not None:
         raise NotEnoughCredits(cost, have)
     job = job_store.create_job(
         store.engine,

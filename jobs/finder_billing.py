@@ -14,9 +14,8 @@ import asyncio
 
 from verimail.jobs.context import db_retried
 from verimail.jobs.heartbeat import Superseded
+from verimail.store import billing
 from verimail.store import jobs as job_store
-from verimail.store.billing import job_charges
-from verimail.store.billing.ledger import charges_under
 from verimail.store.db import Store
 
 
@@ -33,16 +32,16 @@ class FinderBilling:
         self.lock = asyncio.Lock()
 
     def _reference(self, row: int) -> str:
-        return job_charges.finder_row_reference(self.job.id, row)
+        return billing.finder_row_reference(self.job.id, row)
 
     @property
     def _prefix(self) -> str:
-        return job_charges.finder_references(self.job.id)
+        return billing.finder_references(self.job.id)
 
     async def load(self) -> None:
         """What earlier runs of this job paid for (a resumed job)."""
         spent = await asyncio.to_thread(
-            charges_under, self.store.engine, self.job.account_id, self._prefix
+            billing.charges_under, self.store.engine, self.job.account_id, self._prefix
         )
         self.paid = {int(ref.removeprefix(self._prefix)): amount for ref, amount in spent.items()}
 
@@ -65,7 +64,7 @@ class FinderBilling:
             if self.exhausted:
                 return False
             outcome = await db_retried(
-                job_charges.charge_for_run,
+                billing.charge_for_run,
                 self.store.engine,
                 self.job,
                 self.price,
@@ -88,7 +87,7 @@ class FinderBilling:
             if row not in self.paid:
                 return
             given = await db_retried(
-                job_charges.refund_for_run,
+                billing.refund_for_run,
                 self.store.engine,
                 self.job,
                 reference=self._reference(row),

@@ -19,13 +19,20 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from verimail.config import Settings
+from verimail.files.bulk_io import job_dir, read_job_input
+from verimail.files.csv_io import distinct_in_order
+from verimail.files.history import query
+from verimail.files.upload_errors import UploadError
 from verimail.jobs.context import store_for
 from verimail.jobs.create import NotEnoughCredits, create_verify_job, stored_info
+from verimail.jobs.forms import FormError, shared_file
 from verimail.store import jobs as job_store
 from verimail.store import reverify as reverify_store
 from verimail.store.accounts import get_account
-from verimail.store.billing.pools import balance
+from verimail.store.billing import balance
 from verimail.store.db import Store
 
 VERIFIABLE_KINDS = ("bulk_csv", "bulk_json")
@@ -143,3 +150,30 @@ def run_name(store: Store, account_id: int, list_job: int) -> str:
 def any_list_due(settings: Settings) -> bool:
     """Whether the store says a list's scheduled run is due (one query, no Prefect)."""
     return reverify_store.any_due(store_for(settings).engine, datetime.now(UTC))
+
+
+def addresses_to_reverify(
+    settings: Settings, job_id: int | None, file_path: str | None, older_than_days: int
+) -> list[str]:
+    """What an operator's ``reverify-stored`` run verifies again, in order: a completed bulk
+    job's addresses, a file's on the shared data dir, or every address whose latest
+    verification is older than ``older_than_days``; :class:`FormError` for a wrong input."""
+    max_rows = settings.upload_max_rows
+    if job_id is not None:
+        job = job_store.get_job_any(store_for(settings).engine, job_id)
+        if job is None or job.status != "completed" or job.kind not in ("bulk_csv", "bulk_json"):
+            raise FormError(f"Job {job_id} is not a completed verification job.")
+        frame = pl.read_parquet(job_dir(settings.data_dir, job_id) / "results.parquet")
+        return distinct_in_order(frame.get_column("normalised")).to_list()
+    if file_path is not None:
+        path = shared_file(settings, file_path)
+        try:
+            return read_job_input(path, None, max_rows).uniques
+        except UploadError as exc:
+            raise FormError(f"{path.name}: {exc.detail}") from None
+    cutoff = datetime.now(UTC) - timedelta(days=older_than_days)
+    frame = query(
+        settings.data_dir,
+        f"SELECT email FROM latest WHERE verified_at < TIMESTAMPTZ '{cutoff.isoformat()}'",
+    )
+    return frame.get_column("email").to_list()

@@ -28,6 +28,7 @@ from verimail.jobs.context import store_for
 from verimail.jobs.heartbeat import was_superseded
 from verimail.jobs.notify import notify_job_soon
 from verimail.jobs.reverify import any_list_due
+from verimail.runners.prefect_retries import retry_prefect_api_errors
 from verimail.store import jobs as job_store
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ class LocalRunner:
         self._warm_up: threading.Thread | None = None
         self._timers: list[threading.Timer] = []  # parked jobs' next passes
         self._closed = False
+        self._stopping = threading.Event()  # (ends a wait to try a run again)
 
     def warm_up(self) -> threading.Thread:
         """Import Prefect and start its embedded server in a background thread."""
@@ -81,6 +83,8 @@ class LocalRunner:
         with self._prefect_lock:
             if self._prefect_ready:
                 return
+            if self._closed:  # (a server started now would outlive the shutdown's stop)
+                raise RuntimeError("the runner is shut down")
             _start_embedded_prefect()
             from prefect.client.orchestration import get_client
 
@@ -180,8 +184,12 @@ class LocalRunner:
         error: BaseException | None = None
         outcome: Any = None
         try:
-            self._ensure_prefect()
-            outcome = planner.run_here(self.settings, request)
+            outcome = retry_prefect_api_errors(
+                lambda: self._run_here(request),
+                still_wanted=lambda: _unfinished(self.settings, request.job_id),
+                stopping=self._stopping,
+                what=request.name,
+            )
         except BaseException as exc:  # the flow has marked the job failed if it got that far
             error = exc
             log.warning("%s ended with %r", request.name, exc)
@@ -194,6 +202,10 @@ class LocalRunner:
                 self._keys.discard(request.key)
         for next_run in _next_runs(outcome):
             self.execute(next_run)
+
+    def _run_here(self, request: planner.RunRequest) -> Any:
+        self._ensure_prefect()
+        return planner.run_here(self.settings, request)
 
     def _settle(
         self, request: planner.RunRequest, outcome: Any, error: BaseException | None
@@ -260,6 +272,7 @@ class LocalRunner:
 
     def shutdown(self) -> None:
         self._closed = True
+        self._stopping.set()
         with self._lock:
             for timer in self._timers:
                 timer.cancel()
@@ -269,6 +282,10 @@ class LocalRunner:
         # ("FATAL: exception not rethrown", seen with `verimail demo --once`): let it end.
         if self._warm_up is not None:
             self._warm_up.join(WARM_UP_JOIN_SECONDS)
+        # A run's own start of the server (`verimail bulk` stopped while Prefect starts) is
+        # let end too, then stopped: stopped half-way, uvicorn kept running after the CLI.
+        if self._prefect_lock.acquire(timeout=EMBEDDED_START_SECONDS):
+            self._prefect_lock.release()
         _stop_embedded_prefect()
 
 
@@ -353,6 +370,14 @@ def send_pending_logs() -> None:
     )
     drain.start()
     drain.join(LOG_DRAIN_SECONDS + 1)
+
+
+def _unfinished(settings: Settings, job_id: int | None) -> bool:
+    """Whether the job is still open (a run that failed to start may be tried again)."""
+    if job_id is None:
+        return True
+    job = job_store.get_job_any(store_for(settings).engine, job_id)
+    return job is not None and not job.finished
 
 
 def _fail_if_unfinished(

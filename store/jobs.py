@@ -309,18 +309,21 @@ def find_stale_processing(
 
 
 def _set_if(
-    engine: Engine, job_id: int, status: str, values: dict[str, Any], attempt: int | None = None
+    engine: Engine,
+    job_id: int,
+    status: str | None,
+    values: dict[str, Any],
+    attempt: int | None = None,
 ) -> bool:
-    """Update the job only while it is in ``status`` (and, given ``attempt``, still that
-    run's: :func:`run_owns`); True when it was."""
+    """Update the job only while it is in ``status`` (None: in any) and, given ``attempt``,
+    still that run's (:func:`run_owns`); True when it was."""
+    where = [jobs.c.id == job_id] + ([jobs.c.status == status] if status is not None else [])
     with write_tx(engine) as conn:
         if attempt is not None:
             job = lock_job(conn, job_id)
             if job is None or not run_owns(job, attempt):
                 return False
-        result = conn.execute(
-            update(jobs).where(jobs.c.id == job_id, jobs.c.status == status).values(**values)
-        )
+        result = conn.execute(update(jobs).where(*where).values(**values))
     return result.rowcount == 1
 
 
@@ -554,15 +557,7 @@ def set_flow_run_id(
     to the pool after the job passed to a later run (the reaper resumed it meanwhile) must
     not stand for the later run — once it ended, the job looked dead and was resumed again,
     until it failed as out of attempts."""
-    with write_tx(engine) as conn:
-        if attempt is not None:
-            job = lock_job(conn, job_id)
-            if job is None or not run_owns(job, attempt):
-                return False
-        result = conn.execute(
-            update(jobs).where(jobs.c.id == job_id).values(flow_run_id=flow_run_id)
-        )
-    return result.rowcount == 1
+    return _set_if(engine, job_id, None, {"flow_run_id": flow_run_id}, attempt)
 
 
 RESULT_COUNT_COLUMNS = (

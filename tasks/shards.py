@@ -12,6 +12,7 @@ domain larger than a shard is a shard of its own, whatever its size.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -26,30 +27,43 @@ from verimail.files.shards import write_shard_input
 
 
 def domain_of(address: str) -> str:
-    """The domain an address is sharded by (none for an address without one)."""
-    return address.rpartition("@")[2]
+    """The domain an address is sharded by: what follows its last ``@`` ("" for a string
+    without one, which is no address: it is refused on syntax, with no DNS asked)."""
+    _, at, domain = address.rpartition("@")
+    return domain if at else ""
 
 
 def pack(groups: Sequence[Sequence[str]], sizes: Mapping[str, int], limit: int) -> list[list[str]]:
     """``groups`` of domains (``sizes``: addresses per domain) dealt into shards of at most
-    ``limit`` addresses where they fit; each shard's domains, shards largest first."""
-    items: list[tuple[int, list[str]]] = []
+    ``limit`` addresses where they fit; each shard's domains, shards largest first.
+
+    O(n log n) in the number of domains: the shards' loads are kept in a heap, so the
+    emptiest is found without looking at every shard, and a shard's domains are appended
+    to its own list, never copied."""
+    items: list[tuple[int, Sequence[str]]] = []
     for group in groups:
         size = sum(sizes[d] for d in group)
         if size <= limit:
-            items.append((size, list(group)))
+            items.append((size, group))
         else:  # (too big for one shard: its domains are dealt one by one)
             items += [(sizes[d], [d]) for d in group]
+    items.sort(key=lambda item: -item[0])
     total = sum(size for size, _ in items)
-    bins: list[tuple[int, list[str]]] = [(0, []) for _ in range(max(1, math.ceil(total / limit)))]
-    for size, domains in sorted(items, key=lambda item: -item[0]):
-        n = min(range(len(bins)), key=lambda i: bins[i][0])
-        if bins[n][0] and bins[n][0] + size > limit:
-            bins.append((0, []))
-            n = len(bins) - 1
-        load, kept = bins[n]
-        bins[n] = (load + size, kept + domains)
-    return [domains for load, domains in sorted(bins, key=lambda b: -b[0]) if domains]
+    shards: list[list[str]] = [[] for _ in range(max(1, math.ceil(total / limit)))]
+    loads = [0] * len(shards)
+    emptiest = [(0, n) for n in range(len(shards))]  # (load, shard): a heap, ties by number
+    for size, domains in items:
+        load, n = heapq.heappop(emptiest)
+        if load and load + size > limit:  # (even the emptiest is too full: a new shard)
+            heapq.heappush(emptiest, (load, n))
+            n, load = len(shards), 0
+            shards.append([])
+            loads.append(0)
+        shards[n].extend(domains)
+        loads[n] = load + size
+        heapq.heappush(emptiest, (loads[n], n))
+    order = sorted(range(len(shards)), key=lambda n: -loads[n])
+    return [shards[n] for n in order if shards[n]]
 
 
 @task(name="plan-shards", persist_result=False, cache_policy=NO_CACHE)

@@ -99,3 +99,22 @@ def kill(processes: list[Survivor]) -> None:
 
 def can_look() -> bool:
     return (PROC / str(os.getpid()) / "environ").is_file()
+
+
+def children_of(pid: int) -> set[int]:
+    """The processes ``pid`` started (every thread's children, from /proc)."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        listed = task / "children"
+        if listed.exists():
+            found |= {int(c) for c in listed.read_text().split()}
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"

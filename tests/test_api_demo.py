@@ -94,3 +94,53 @@ def test_demo_stopped_by_sigterm_ends_as_on_ctrl_c(tmp_path: Path) -> None:
     finally:
         if demo.poll() is None:
             demo.kill()
+
+
+def test_the_readmes_cli_commands_on_the_demo_never_wait_silently(
+    tmp_path: Path, prefect_harness: None
+) -> None:
+    """Issue 44 points 3 and 6: with `make demo` serving, the README's CLI commands, in
+    another shell pointed at the demo by the line the demo prints: `verimail bulk` on the
+    demo's CSV writes its results after the first pass (its greylisted address put off,
+    with the line that retries it, no 15-minute wait), in the demo's store, where `history
+    job` finds it."""
+    import signal
+
+    from cli_helpers import folded, run_verimail
+    from prefect.settings import PREFECT_API_URL
+
+    prefect = {"PREFECT_API_URL": str(PREFECT_API_URL.value())}  # (the session's: no start-up)
+    port = free_port()
+    command = [str(VERIMAIL_BIN), "demo", "--no-prefect-ui", "--port", str(port)]
+    demo = subprocess.Popen(
+        command, cwd=tmp_path, env=clean_env(prefect), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert demo.stdout is not None
+        said = []
+        for line in demo.stdout:
+            said.append(line)
+            if line.startswith("Serving on"):
+                break
+        else:
+            raise AssertionError("".join(said))
+        (export,) = [line for line in said if line.startswith("export VERIMAIL_DATA_DIR=")]
+        env = clean_env({**prefect, **dict(w.split("=", 1) for w in shlex.split(export)[1:])})
+        bulk = run_verimail(["bulk", ".verimail/demo/demo.csv"], env, timeout=240, cwd=tmp_path)
+        assert bulk.returncode == 0, bulk.stderr
+        text = folded(bulk.stderr)
+        assert f"store: {tmp_path / '.verimail' / 'demo'}" in text, text
+        assert "put off by their servers" in text and "verimail retry" in text, text
+        job = re.search(r"^job (\d+):", bulk.stderr, re.MULTILINE)
+        assert job is not None, bulk.stderr
+        # (the README's `history job 1`: the demo's own job, in the one store)
+        history = run_verimail(["history", "job", "1", "--format", "csv"], env, cwd=tmp_path)
+        assert history.returncode == 0, history.stderr
+        assert "alice@acme.test" in history.stdout, history.stdout
+        demo.send_signal(signal.SIGTERM)
+        demo.stdout.read()
+        assert demo.wait(timeout=60) == 0
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()

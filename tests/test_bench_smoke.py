@@ -277,3 +277,12 @@ def test_egress_smoke(tmp_path):
     proxied = runs["SOCKS5 proxy, run 1"]
     assert proxied["proxy_connections"] == proxied["testbed"]["sessions"] > 0
     assert runs["direct, run 1"]["proxy_connections"] == 0
+
+
+def test_shard_planning_smoke(tmp_path):
+    result = _run(tmp_path, "shard_planning", "--rows", "2000", "--old-timeout", "5")
+    assert _first_cells(result) == ["2,000"]
+    plans = result["extra"]["plan_shards"]
+    now = [p for p in plans if p["code"] == "this tree (now)"]
+    assert now[0]["dns_queries"] == 0  # (rows without an @: no DNS)
+    assert [p["shards"] for p in now] == [1, 1]

@@ -67,7 +67,7 @@ def _env(tb, tmp_path) -> dict[str, str]:  # type: ignore[no-untyped-def]
 def _ctrl_c_once_parked(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
     """Run ``verimail *args``, send SIGINT once its progress shows the job waiting for a
     retry pass (read from its output, no sleeps); (exit status, output before, all)."""
-    return _ctrl_c_once_shown(args, env, "waiting to retry 1 put off")
+    return _ctrl_c_once_shown([*args, "--retry-unknowns"], env, "waiting to retry 1 put off")
 
 
 def _ctrl_c_once_shown(args: list[str], env: dict[str, str], shown: str) -> tuple[int, str, str]:
@@ -110,7 +110,12 @@ def test_no_retry_unknowns_ends_after_one_pass_and_says_so(testbed_factory, tmp_
     assert "| INFO" not in done.stderr  # (Prefect's INFO lines stay off the terminal...)
     with open(tmp_path / "list.results.csv", newline="") as fh:
         rows = list(csv.reader(fh))
-    assert [row[-1] for row in rows] == ["Safe to Send", "Yes", "No", "No"]
+    assert [row[2:4] for row in rows] == [
+        ["Safe to Send", "Status"],
+        ["Yes", "valid"],
+        ["No", "invalid"],
+        ["No", "unknown"],
+    ]
     # ...but reach the run's Logs tab (issue 36.2: it was empty).
     job_id = re.search(r"^job (\d+):", done.stderr, re.MULTILINE).group(1)  # type: ignore[union-attr]
     newest = {"limit": 200, "sort": "TIMESTAMP_DESC"}

@@ -3,6 +3,8 @@ named one way (upper case), and nothing points at documents outside the reposito
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
 import subprocess
 import sys
@@ -116,3 +118,27 @@ def test_help_imports_no_heavy_module(words: list[str]) -> None:
     assert "Usage" in done.stdout
     line = done.stderr.strip().splitlines()[-1]
     assert line == "LOADED=", f"verimail {' '.join(words)} --help imported {line[7:]}"
+
+
+def test_help_text_breaks_only_where_the_line_is_full():
+    """Issue 44.8: Typer kept the docstrings' own line ends, and Rich wrapped them again:
+    `verimail --help` at 80 columns read "exit 1 when an SMTP egress" / "fails (…)". A
+    description line now ends only where the next word would not fit."""
+    from cli_helpers import VERIMAIL_BIN
+
+    done = subprocess.run(
+        [str(VERIMAIL_BIN), "--help"],
+        env={**os.environ, "COLUMNS": "80", "TERMINAL_WIDTH": "80"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    panel = [line[1:-1] for line in done.stdout.splitlines() if line.startswith("│ ")]
+    column = max(len(line) - len(line[1:].lstrip()) for line in panel if line.startswith("  "))
+    width = len(panel[0]) - column - 1  # (the description column, less its padding)
+    for above, below in itertools.pairwise(panel):
+        if below[:column].strip():
+            continue  # (a new command, not a continuation)
+        said, next_word = above[column:].rstrip(), below.split()[0]
+        assert len(said) + 1 + len(next_word) > width, (above, below)

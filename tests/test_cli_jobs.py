@@ -69,10 +69,10 @@ def test_bulk_find_and_history_commands(testbed_factory, tmp_path):
     }, bulk.stdout
     with open(tmp_path / "out.csv", newline="") as fh:
         rows = list(csv.reader(fh))
-    assert rows == [
-        ["Name", "E-mail", "Work email", "Safe to Send"],
-        ["Alice", "alice@acme.test", "a@w.test", "Yes"],
-        ["No", "nobody@acme.test", "n@w.test", "No"],
+    assert [row[:6] for row in rows] == [  # (and Reason, Score, Did You Mean: issue 44)
+        ["Name", "E-mail", "Work email", "Safe to Send", "Status", "Sub Status"],
+        ["Alice", "alice@acme.test", "a@w.test", "Yes", "valid", "ok"],
+        ["No", "nobody@acme.test", "n@w.test", "No", "invalid", "mailbox_not_found"],
     ]
     finder = tmp_path / "people.csv"
     finder.write_text("first_name,last_name,domain\nJohn,Smith,acme.test\n")

@@ -19,19 +19,56 @@ class Clock:
         return self.now
 
 
-def test_pace_and_eta_count_from_the_first_progress_not_from_start_up():
+def test_pace_counts_from_the_first_progress_and_the_eta_waits_for_a_measured_pace():
+    """Answers come a mail server's batch at a time: one batch said "ETA 0:04" with
+    minutes to go. The ETA is shown once the pace rests on three advances over 5 s."""
     clock = Clock()
     rate = Rate(clock=clock)
     rate.update(0)  # (Prefect starting: no pace yet)
-    assert progress_text(0, 160, {"valid": 0}, rate, None) == ("–/s, ETA –", "no results yet")
+    assert progress_text(0, 160, {"valid": 0}, rate, None) == ("–/s", "no results yet")
     rate.update(10)
     clock.now += 5
-    assert progress_text(10, 160, {}, rate, None)[0] == "–/s, ETA –"
+    assert progress_text(10, 160, {}, rate, None)[0] == "–/s"
     rate.update(60)
     pace, counts = progress_text(60, 160, {"valid": 50, "catchall": 0, "invalid": 10}, rate, None)
-    assert pace == "10.0/s, ETA 0:10"
+    assert pace == "10.0/s"  # (one advance: no ETA yet)
     assert counts == "valid 50, invalid 10"  # (statuses still at zero are left out)
-    assert progress_text(160, 160, {}, rate, None)[0].endswith("ETA 0:00")
+    clock.now += 2
+    rate.update(80)
+    assert "ETA" not in progress_text(80, 160, {}, rate, None)[0]
+    clock.now += 3
+    rate.update(100)
+    assert progress_text(100, 160, {}, rate, None)[0] == "9.0/s, ETA 0:07"
+    assert "ETA" not in progress_text(160, 160, {}, rate, None)[0]  # (done)
+
+
+def test_plain_lines_come_on_change_or_every_30_seconds_not_every_poll():
+    """Outside a terminal an identical line every 2 s filled a pipe (~450 in 15 min)."""
+    import io
+
+    from rich.console import Console
+
+    from verimail.cli.progress import JobProgress
+
+    out = io.StringIO()
+    clock = Clock()
+    console = Console(file=out, force_terminal=False)
+    shown = JobProgress(console, 10, rate=Rate(clock=clock), clock=clock)
+    with shown:
+        for _ in range(20):  # (the same facts for 20 polls, 1 s apart)
+            shown.show(3, {"valid": 3})
+            clock.now += 1
+        shown.show(4, {"valid": 4})  # (a change: a line at once)
+        clock.now += 40
+        shown.show(4, {"valid": 4})  # (nothing new for 40 s: one line)
+        shown.show(10, {"valid": 10}, final=True)
+    lines = out.getvalue().splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "progress 3/10",
+        "progress 4/10",
+        "progress 4/10",
+        "progress 10/10",
+    ], lines
 
 
 def test_the_retry_phase_replaces_the_pace_while_a_job_waits():

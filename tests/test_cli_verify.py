@@ -6,7 +6,7 @@ import json
 import subprocess
 
 from api_helpers import api_world, clean_env, env_for_testbed
-from cli_helpers import folded, run_verimail
+from cli_helpers import VERIMAIL_BIN, folded, run_verimail
 
 
 def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -52,5 +52,26 @@ def test_verify_file_skips_an_email_header_and_shows_pace_eta_and_counts(testbed
     # Not on a terminal: the plain progress lines of `bulk`, then the counts by status.
     progress = [line for line in out.stderr.splitlines() if line.startswith("progress ")]
     assert progress and progress[-1].startswith("progress 2/2: "), out.stderr
-    assert "ETA" in progress[-1] and progress[-1].endswith("; valid 1, invalid 1"), progress
+    assert "/s" in progress[-1] and progress[-1].endswith("; valid 1, invalid 1"), progress
     assert "total 2" in said and "valid 1 50.0%" in said, said
+
+
+def test_verify_table_at_80_columns_keeps_the_reason_readable(testbed_factory, tmp_path):
+    """Issue 44.8: at 80 columns the reason column was a word a line (some twenty lines
+    for one address). Now the reason goes under the table, a line an address, whole."""
+    tb = testbed_factory(api_world())
+    env = clean_env({**env_for_testbed(tb), "VERIMAIL_DATA_DIR": str(tmp_path)})
+    done = subprocess.run(
+        [str(VERIMAIL_BIN), "verify", "alice@acme.test", "nobody@acme.test"],
+        env={**env, "COLUMNS": "80", "TERMINAL_WIDTH": "80"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80, done.stdout
+    assert len(lines) <= 12, done.stdout  # (a 6-line table, then a reason or two a line)
+    said = folded(done.stdout)
+    assert "alice@acme.test: The mail server for acme.test confirmed that this mailbox" in said
+    assert "alice@acme.test valid ok 0.97 nobody@acme.test invalid" in said, said

@@ -201,3 +201,34 @@ async def test_health_never_shows_a_proxys_password(testbed_factory, testbed_set
     (egress,) = body["smtp_egress"]["egresses"]
     assert egress["name"] == "proxy" and egress["ok"] is False
     assert "SOCKS5 proxy" in egress["advice"] and "pw-Secret-42" not in raw
+
+
+def test_doctor_on_the_demo_world_checks_that_world_and_passes(testbed_factory):
+    """Issue 44.7: pointed at the testbed (its `export` line only), the doctor failed on
+    gmail.com and on the default HELO name until VERIMAIL_DOCTOR_DOMAIN was set. It now
+    says it talks to the testbed and probes the demo world's acme.test."""
+    from verimail.testbed.cli import DEFAULT_WORLD
+    from verimail.testbed.world import load_world
+
+    tb = testbed_factory(load_world(DEFAULT_WORLD))
+    done = run_verimail(["doctor"], clean_env(env_for_testbed(tb)))
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = folded(done.stdout)
+    assert "the DNS is the testbed's, on loopback: probing acme.test" in said, said
+    lines = done.stdout.splitlines()[1:]
+    assert [line.split()[0] for line in lines] == ["ok", "ok", "ok"], lines
+    assert "mx1.acme.test" in lines[2]
+
+
+def test_the_default_helo_name_fails_with_the_exact_setting_to_make(env):
+    """The default HELO name resolves nowhere: the advice names the value to set (this
+    machine's name when it resolves; here, the testbed's DNS knows no such name, what a
+    name needs and an example)."""
+    env = {k: v for k, v in env.items() if k != "VERIMAIL_SMTP_HELO_NAME"}
+    done = run_verimail(["doctor", "--json"], {**env, "VERIMAIL_DOCTOR_DOMAIN": "greets.test"})
+    assert done.returncode == 0, done.stdout + done.stderr  # (the SMTP check passed)
+    helo = {c["name"]: c for c in json.loads(done.stdout)["checks"]}["helo"]
+    assert helo["ok"] is False and "verimail.localhost" in helo["detail"]
+    name = socket.getfqdn()
+    assert f"this machine's own name ({name}) does not resolve either" in helo["advice"]
+    assert "VERIMAIL_SMTP_HELO_NAME=mail.example.com" in helo["advice"]

@@ -9,9 +9,8 @@ from sqlalchemy.exc import OperationalError
 
 from verimail.jobs.context import forget, store_for
 from verimail.runners.local import LocalRunner
-from verimail.store import accounts
+from verimail.store import accounts, billing
 from verimail.store import jobs as job_store
-from verimail.store.billing import job_charges
 from verimail.store.billing.pools import balance
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
@@ -88,7 +87,7 @@ def test_a_bulk_run_rides_out_a_failed_progress_write(world_settings, tmp_path, 
 
 def test_a_finder_run_rides_out_a_failed_charge(world_settings, tmp_path, monkeypatch):
     store, account, job = _finder_job(world_settings, tmp_path)
-    calls = _fails_once(monkeypatch, "charge_for_run", 2, job_charges)  # (the second find's charge)
+    calls = _fails_once(monkeypatch, "charge_for_run", 2, billing)  # (the second find's charge)
     _run(world_settings, "finder", job.id)
     after = job_store.get_job_any(store.engine, job.id)
     assert len(calls) >= 3  # the second charge failed once and was made again
@@ -104,7 +103,7 @@ def test_a_find_charged_before_its_connection_dropped_is_counted_once(
     the row paid ("already"). The run did not count it, and the job reported fewer
     credits_used than the account was charged."""
     store, account, job = _finder_job(world_settings, tmp_path)
-    real = job_charges.charge_for_run
+    real = billing.charge_for_run
     calls: list[str] = []
 
     def committed_then_lost(*args, **kwargs):
@@ -114,7 +113,7 @@ def test_a_find_charged_before_its_connection_dropped_is_counted_once(
             raise OperationalError("COMMIT", {}, Exception("server closed the connection"))
         return outcome
 
-    monkeypatch.setattr(job_charges, "charge_for_run", committed_then_lost)
+    monkeypatch.setattr(billing, "charge_for_run", committed_then_lost)
     _run(world_settings, "finder", job.id)
     after = job_store.get_job_any(store.engine, job.id)
     assert calls[:2] == ["charged", "already"]

@@ -119,13 +119,16 @@ def _greylisting_world() -> World:
     )
 
 
-def _runs_named(prefix: str) -> list[Any]:
+def _runs_of_job(settings: Any, job_id: int) -> list[Any]:
+    """Every flow run of the job (by the tag each of its runs carries: job numbers restart
+    in each test's database, and the session's tests share one Prefect server)."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
 
+    tag = planner.job_tag(settings, job_id)
     with get_client(sync_client=True) as client:
         return client.read_flow_runs(
-            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(like_=prefix)), limit=200
+            flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[tag])), limit=200
         )
 
 
@@ -187,7 +190,7 @@ async def test_a_sharded_job_with_a_retry_pass_has_runs_named_for_what_they_do(
             assert job is not None
             shards = job.options["shards"]["total"]
             assert shards >= 2
-        runs = await asyncio.to_thread(_runs_named, f"bulk job {job_id} ·%")
+        runs = await asyncio.to_thread(_runs_of_job, settings, job_id)
         names = Counter(run.name for run in runs)
         expected = {f"bulk job {job_id} · leads.csv", f"bulk job {job_id} · merge"}
         expected |= {f"bulk job {job_id} · shard {k} of {shards}" for k in range(1, shards + 1)}
@@ -244,7 +247,7 @@ async def test_the_local_runner_runs_a_job_run_once_however_often_asked(
         done = await poll_job(app.client, f"/api/bulk/{job_id}", customer.headers)
         assert done["status"] == "completed", done
         await asyncio.to_thread(runner.wait, 60)
-    runs = await asyncio.to_thread(_runs_named, f"bulk job {job_id} ·%")
+    runs = await asyncio.to_thread(_runs_of_job, settings, job_id)
     assert [run.name for run in runs] == [f"bulk job {job_id} · once.csv"]
 
 

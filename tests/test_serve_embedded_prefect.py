@@ -9,24 +9,8 @@ from pathlib import Path
 
 import pytest
 from api_helpers import PATIENCE, serve_processes
-
-
-def _children(pid: int) -> set[int]:
-    """The processes ``pid`` started (every thread's children, from /proc)."""
-    found: set[int] = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with_children = task / "children"
-        if with_children.exists():
-            found |= {int(c) for c in with_children.read_text().split()}
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
+from process_leaks import alive as _alive
+from process_leaks import children_of as _children
 
 
 def _wait(predicate, timeout: float, what: str) -> None:

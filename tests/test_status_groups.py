@@ -78,9 +78,16 @@ async def test_every_surface_counts_one_job_the_same(settings):
         )
         assert {k: int(v) for k, v in legend.items()} == expected
         facts = page.split('class="facts"', 1)[1].split("</dl>", 1)[0]
-        listed = dict(re.findall(r'<dd data-status="(\w+)">([\d,]+)</dd>', facts))
+        listed = dict(re.findall(r'<dd data-status="(\w+)"[^>]*>([\d,]+)</dd>', facts))
         assert {k: int(v) for k, v in listed.items()} == expected
         assert list(listed) == list(STATUSES)  # (the chart's order)
+        # The Jobs list too (it said "Catch-all 3" where the page said 1 and 2: issue 44).
+        jobs = (await app.client.get("/dashboard/jobs")).text
+        row = jobs.split(f'data-job="{job_id}"', 1)[1].split("</tr>", 1)[0]
+        columns = dict(re.findall(r'data-group="(\w+)">([\d,]+)</td>', row))
+        assert {k: int(v) for k, v in columns.items()} == {
+            k: expected[k] for k in ("valid", "likely_valid", "catchall", "invalid")
+        }
 
         job = get_job_any(app.store.engine, job_id)
         assert job is not None

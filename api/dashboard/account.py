@@ -46,9 +46,7 @@ from verimail.api.dashboard.web import (
 from verimail.api.errors import ApiError
 from verimail.store import accounts as acc
 from verimail.store import jobs as job_store
-from verimail.store.billing.ledger import ledger
-from verimail.store.billing.pools import balance
-from verimail.store.billing.prices import price
+from verimail.store.billing import balance, ledger, quote
 from verimail.store.db import utcnow
 from verimail.store.plans import PLANS, get_plan
 from verimail.store.sessions import end_session
@@ -82,6 +80,17 @@ def _normalise_email(raw: str) -> str | None:
     return checked.normalized.lower()
 
 
+def _email_problem(raw: str) -> str:
+    """Why an address is refused, in the validator's words: "Enter a valid email address."
+    alone left a person signing up with ``newbie@example.test`` guessing (``.test`` and
+    the other reserved names cannot receive mail)."""
+    try:
+        validate_email(raw.strip(), check_deliverability=False)
+    except EmailNotValidError as exc:
+        return f"Enter a valid email address: {exc}"
+    return "Enter a valid email address."
+
+
 # --- sign-up, login, logout ----------------------------------------------------------------
 
 
@@ -101,9 +110,7 @@ async def signup(request: Request, store: StoreDep, form: CheckedForm) -> Respon
     password = text_field(form, "password", 4096)
     confirm = text_field(form, "password_confirm", 4096)
     email = _normalise_email(raw_email)
-    problem = (
-        "Enter a valid email address." if email is None else password_problem(password, confirm)
-    )
+    problem = _email_problem(raw_email) if email is None else password_problem(password, confirm)
     if problem is not None:
         return render(
             request, "signup.html", {"email": raw_email, "error": problem}, status_code=422
@@ -253,7 +260,7 @@ async def plan_page(request: Request, account: CurrentAccount, store: StoreDep) 
             "plan": get_plan(account.plan),
             "plans": list(PLANS.values()),
             "balance": bal,
-            "finder_charge": price("find", 1, request.app.state.settings),
+            "finder_charge": quote("find", 1, request.app.state.settings),
         },
         account=account,
     )

@@ -60,14 +60,13 @@ from verimail.files.csv_columns import (
 )
 from verimail.files.upload_errors import UploadError
 from verimail.store.accounts import Account
-from verimail.store.billing.pools import balance
-from verimail.store.billing.prices import price
+from verimail.store.billing import balance, quote
 
 router = APIRouter(prefix=PREFIX, route_class=DashboardRoute, include_in_schema=False)
 
 DISABLED_WHY = (
     f"{FINDER_DISABLED} The service's operators switch it on per account "
-    "(`verimail accounts set --id N --finder`); ask them, quoting your account id."
+    "(`verimail accounts set --account N --finder`); ask them, quoting your account id."
 )
 
 
@@ -81,7 +80,7 @@ async def _page(
     bal = await to_thread.run_sync(balance, store.engine, account.id)
     values = {
         "balance": bal,
-        "charge": price("find", 1, app_settings(request)),
+        "charge": quote("find", 1, app_settings(request)),
         "disabled_why": None if account.finder_enabled else DISABLED_WHY,
         "person": {"first_name": "", "last_name": "", "domain": ""},
         **context,

@@ -8,7 +8,7 @@ from anyio import to_thread
 from sqlalchemy import Engine
 
 from verimail.api.dashboard.charts import breakdown, daily_bars, job_slices
-from verimail.store.billing.ledger import daily_spending
+from verimail.store.billing import daily_spending
 from verimail.store.db import utcnow
 from verimail.store.jobs import result_totals
 

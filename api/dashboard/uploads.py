@@ -40,7 +40,7 @@ from verimail.files.csv_encoding import open_info
 from verimail.files.csv_records import iter_data_records
 from verimail.files.upload_errors import UploadError, UploadTooLarge
 from verimail.store import accounts as acc
-from verimail.store.billing.pools import balance
+from verimail.store.billing import balance
 
 router = APIRouter(prefix=PREFIX, route_class=DashboardRoute, include_in_schema=False)
 

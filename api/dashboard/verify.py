@@ -28,8 +28,7 @@ from verimail.api.errors import ApiError
 from verimail.engine import urgent
 from verimail.schemas.api import VerifyResult
 from verimail.schemas.limits import MAX_EMAIL_LENGTH
-from verimail.store.billing.pools import balance
-from verimail.store.billing.prices import price
+from verimail.store.billing import balance, quote
 
 router = APIRouter(prefix=PREFIX, route_class=DashboardRoute, include_in_schema=False)
 
@@ -56,7 +55,7 @@ async def verify_one(
     try:
         async with (
             plan_limits(request, account),
-            charged(store, account.id, price("verify", 1), reason="verify single (dashboard)"),
+            charged(store, account.id, quote("verify", 1), reason="verify single (dashboard)"),
         ):
             with urgent():
                 context["result"] = VerifyResult.of(await engine.verify(email))

@@ -47,6 +47,7 @@ from verimail.api.dashboard.security import (
 from verimail.api.deps import get_store, limited_account
 from verimail.api.errors import DATABASE_UNAVAILABLE, ApiError, validation_detail
 from verimail.schemas.limits import MAX_INT
+from verimail.schemas.status_groups import groups
 from verimail.store.accounts import Account, get_account
 from verimail.store.db import Store
 from verimail.store.jobs import Job, get_job
@@ -72,7 +73,14 @@ SECURITY_HEADERS = {
 }
 
 
-def _when(value: datetime | None) -> str:
+def _when(value: datetime | str | None) -> str:
+    """A time as people read it; an API field's ISO 8601 text too (a page once showed
+    ``2026-12-07T12:53:41.215039Z``)."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return value
     return value.strftime("%Y-%m-%d %H:%M UTC") if value else "—"
 
 
@@ -83,6 +91,7 @@ def _number(value: int | None) -> str:
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
 templates.env.filters["when"] = _when
 templates.env.filters["number"] = _number
+templates.env.filters["status_groups"] = groups  # (the one grouping: schemas/status_groups)
 templates.env.filters.update(
     kind_label=labels.kind_label,
     status_label=labels.status_label,

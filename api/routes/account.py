@@ -14,8 +14,7 @@ from verimail.api.deps import AccountDep, StoreDep
 from verimail.api.errors import pick_error_docs
 from verimail.schemas.account import UPGRADE_HELP, AccountBalance, AccountInfo, AccountLimits
 from verimail.schemas.limits import MAX_BATCH, MAX_JSON_BULK
-from verimail.store.billing.pools import balance
-from verimail.store.billing.prices import price
+from verimail.store.billing import balance, quote
 from verimail.store.plans import get_plan
 
 router = APIRouter(tags=["account"])
@@ -54,6 +53,6 @@ async def get_account(request: Request, account: AccountDep, store: StoreDep) ->
             upload_max_rows=settings.upload_max_rows,
         ),
         finder_enabled=account.finder_enabled,
-        finder_credits_per_find=price("find", 1, settings),
+        finder_credits_per_find=quote("find", 1, settings),
         upgrade=UPGRADE_HELP,
     )

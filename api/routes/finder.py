@@ -47,8 +47,7 @@ from verimail.schemas.finder import DomainPatternResponse, FindEmailResponse, Le
 from verimail.schemas.finder import FindEmailRequest as FindEmailContract
 from verimail.schemas.limits import DOMAIN_MAX_LENGTH, DOMAIN_PATTERN
 from verimail.store.accounts import Account
-from verimail.store.billing.pools import balance
-from verimail.store.billing.prices import price
+from verimail.store.billing import quote, short_balance
 
 router = APIRouter(tags=["email finder"])
 
@@ -135,9 +134,9 @@ async def find_email_route(
     engine: EngineDep,
     settings: SettingsDep,
 ) -> FindEmailResponse:
-    cost = price("find", 1, settings)
-    have = await to_thread.run_sync(lambda: balance(store.engine, account.id).total)
-    if have < cost:
+    cost = quote("find", 1, settings)
+    have = await to_thread.run_sync(short_balance, store.engine, account.id, cost)
+    if have is not None:
         raise ApiError(
             402,
             f"Not enough credits: a found address costs {cost}, the balance is {have}; "

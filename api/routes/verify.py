@@ -29,7 +29,7 @@ from verimail.schemas.api import (
 )
 from verimail.schemas.errors import ValidationErrorBody
 from verimail.schemas.outcomes import Status
-from verimail.store.billing.prices import price
+from verimail.store.billing import quote
 
 router = APIRouter(tags=["verification"])
 
@@ -61,7 +61,7 @@ def _errors(credits_402: str) -> dict[int | str, dict]:
 async def verify_single(
     body: SingleRequest, account: AccountDep, store: StoreDep, engine: EngineDep
 ) -> VerifyResult:
-    async with charged(store, account.id, price("verify", 1), reason="verify single"):
+    async with charged(store, account.id, quote("verify", 1), reason="verify single"):
         with urgent():
             timeout = body.timeout or engine.settings.verify_timeout
             result = await engine.verify(body.email, timeout=timeout, greylist_retries=0)
@@ -82,7 +82,7 @@ async def verify_batch(
     body: BatchRequest, account: AccountDep, store: StoreDep, engine: EngineDep
 ) -> BatchResponse:
     n = len(body.emails)
-    async with charged(store, account.id, price("verify", n), reason=f"verify batch of {n}"):
+    async with charged(store, account.id, quote("verify", n), reason=f"verify batch of {n}"):
         with urgent():
             timeout = body.timeout or engine.settings.verify_timeout
             outcome = await engine.verify_many(body.emails, timeout=timeout, greylist_retries=0)

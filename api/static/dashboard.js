@@ -22,6 +22,12 @@
         if (el.hasAttribute("data-status-class")) el.className = "status status-" + job.status;
       }
     });
+    // (the counts by status group, as the server groups them: schemas/status_groups.py)
+    const groups = job.status_groups || {};
+    scope.querySelectorAll("[data-group]").forEach(function (el) {
+      const count = groups[el.dataset.group];
+      if (count !== undefined) el.textContent = show(count, "count");
+    });
     const bar = box.querySelector("progress");
     if (bar) bar.value = job.percent_complete;
     box.dataset.status = job.status;

@@ -12,34 +12,25 @@ recipient's domain: the same domain goes out through the same egress on every pa
 greylisted address is asked again from the client address that was greylisted (greylisting
 keys on the client IP), and adding an egress moves only its share of the domains.
 
-The SOCKS protocol is python-socks'; this module only words its failures
-(:class:`EgressFailed`) and keeps the password out of everything shown.
+How a session's socket leaves is its egress's kind, a module each
+(:mod:`verimail.engine.smtp.egress_kinds`: direct, SOCKS5); this module holds what all kinds
+share: the egresses, the routes choosing one, and the password kept out of everything shown.
 """
 
 from __future__ import annotations
 
-import errno
 import fnmatch
 import hashlib
 import math
 import socket
 from dataclasses import dataclass, field
 
-from python_socks import ProxyConnectionError, ProxyError, ProxyTimeoutError
-from python_socks.async_.asyncio import Proxy
+from verimail.config import EgressFile, Settings, mask_proxy_url
+from verimail.engine.smtp.egress_kinds import kind_of
+from verimail.engine.smtp.egress_kinds.direct import DIRECT
 
-from verimail.config import EgressFile, Settings, mask_proxy_url, proxy_parts
-
-DIRECT = "direct"
-"""The name of the one egress when no proxy and no egress file is configured."""
 PROXY = "proxy"
 """The name of the one egress of ``VERIMAIL_SMTP_PROXY``."""
-
-# SOCKS5 replies (RFC 1928 §6) that say the destination, not the proxy, failed: read as a
-# direct dial's refusal or time-out would be, so verdicts match a direct run's.
-_UNREACHABLE = {0x03: errno.ENETUNREACH, 0x04: errno.EHOSTUNREACH, 0x05: errno.ECONNREFUSED}
-_TTL_EXPIRED = 0x06
-_NOT_ALLOWED = 0x02
 
 
 @dataclass(frozen=True)
@@ -75,21 +66,6 @@ class Egress:
         return address if self.name == DIRECT else f"{address}@{self.name}"
 
 
-class EgressFailed(Exception):
-    """A proxy fault: no session could be had through ``egress`` for reasons of the proxy,
-    not of the mail server. ``kind`` is ``proxy_unreachable``, ``proxy_auth_refused`` or
-    ``destination_refused``; ``reason`` is one sentence for a person (no password)."""
-
-    KINDS = ("proxy_unreachable", "proxy_auth_refused", "destination_refused")
-
-    def __init__(self, egress: Egress, kind: str, reason: str) -> None:
-        assert kind in self.KINDS, kind
-        super().__init__(reason)
-        self.egress = egress
-        self.kind = kind
-        self.reason = reason
-
-
 def configured_egresses(settings: Settings) -> tuple[Egress, ...]:
     """Every egress the settings name: those of the egress file, else one through
     ``VERIMAIL_SMTP_PROXY``, else the direct one."""
@@ -97,50 +73,11 @@ def configured_egresses(settings: Settings) -> tuple[Egress, ...]:
 
 
 async def open_socket(egress: Egress, ip: str, port: int, timeout: float) -> socket.socket | None:
-    """A socket connected through ``egress``'s proxy to ``ip``:``port``; None for a direct
-    egress (the caller dials). :class:`EgressFailed` for a fault of the proxy; an
-    ``OSError``/``TimeoutError`` when the proxy reports the destination unreachable or
-    refusing, as a direct dial would have met it."""
-    if egress.proxy_url is None:
-        return None
-    host, proxy_port, user, _ = proxy_parts(egress.proxy_url)
-    proxy = Proxy.from_url(egress.proxy_url, rdns=False)
-    where = f"the SOCKS5 proxy {host}:{proxy_port} (egress {egress.name})"
-    try:
-        return await proxy.connect(dest_host=ip, dest_port=port, timeout=timeout)
-    except ProxyTimeoutError:
-        # A proxy answers once it has reached the server: no answer in time is a server (or
-        # a proxy) that did not answer, read as a direct dial's time-out — as the caller's
-        # own deadline, which expires at the same moment, reads it (docs/egress.md).
-        raise TimeoutError(f"{where} did not connect us within {timeout:g} s") from None
-    except ProxyConnectionError as exc:
-        raise EgressFailed(
-            egress, "proxy_unreachable", f"{where} could not be reached ({exc.strerror or exc})."
-        ) from None
-    except ProxyError as exc:
-        code = exc.error_code
-        if code in _UNREACHABLE:
-            raise OSError(_UNREACHABLE[code], f"{exc} (reported by {where})") from None
-        if code == _TTL_EXPIRED:
-            raise TimeoutError(f"{exc} (reported by {where})") from None
-        if code == _NOT_ALLOWED:
-            raise EgressFailed(
-                egress,
-                "destination_refused",
-                f"{where} refused to connect us to {ip}:{port} (not allowed by its rules).",
-            ) from None
-        if code is not None:
-            refused = f"{where} could not connect us to {ip}:{port}: {exc}."
-            raise EgressFailed(egress, "destination_refused", refused) from None
-        # No reply code: the proxy refused our user name and password (RFC 1929 status), or
-        # closed the connection during the handshake, which is how some proxies (pproxy)
-        # refuse them or a client without any.
-        named = "the user name and password of the URL" if user else "no user name and password"
-        raise EgressFailed(
-            egress,
-            "proxy_auth_refused",
-            f"{where} refused authentication with {named} ({exc}).",
-        ) from None
+    """A socket connected through ``egress`` to ``ip``:``port``, opened by its kind
+    (:mod:`verimail.engine.smtp.egress_kinds`); None for a direct egress (the caller dials).
+    :class:`~verimail.engine.smtp.egress_kinds.failed.EgressFailed` for a fault of the
+    way out itself."""
+    return await kind_of(egress).open_socket(egress, ip, port, timeout)
 
 
 @dataclass(frozen=True)

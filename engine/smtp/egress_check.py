@@ -20,7 +20,8 @@ from datetime import UTC, datetime
 from verimail.config import Settings
 from verimail.engine.dns_facts import DomainResolver, MailHost
 from verimail.engine.netguard import connect_allowed
-from verimail.engine.smtp.egress import DIRECT, Egress, configured_egresses
+from verimail.engine.smtp.egress import Egress, configured_egresses
+from verimail.engine.smtp.egress_kinds import kind_of
 from verimail.engine.smtp.findings import SmtpStats
 from verimail.engine.smtp.session import NoSession, connect
 from verimail.schemas.outcomes import DomainOutcome, SmtpOutcome
@@ -116,24 +117,16 @@ async def check_egress(settings: Settings, resolver: DomainResolver, egress: Egr
 def _failed(name: str, egress: Egress, where: str, outcome: SmtpOutcome, said: str | None) -> Check:
     """A failed egress check, with the one sentence on what to do."""
     via = egress.shown
+    kind = kind_of(egress)
     if outcome is SmtpOutcome.EGRESS_FAILED:
-        advice = f"fix or replace the SOCKS5 proxy of egress {egress.name} ({EGRESS_DOC})."
+        advice = kind.failed_advice(egress, EGRESS_DOC)
     elif outcome is SmtpOutcome.EGRESS_BLOCKED:
         advice = (
             f"the server refuses this egress's IP address: ask the blocklist named to delist "
             f"it, or send through another egress ({EGRESS_DOC}#when-a-server-refuses-our-ip)."
         )
     elif outcome in (SmtpOutcome.TIMEOUT, SmtpOutcome.CONNECTION_FAILED):
-        if egress.name == DIRECT and egress.proxy_url is None:
-            advice = (
-                "outbound port 25 is blocked from this machine: set "
-                f"VERIMAIL_SMTP_PROXY=socks5://… ({EGRESS_DOC})."
-            )
-        else:
-            advice = (
-                f"the proxy of egress {egress.name} cannot reach port 25: use a proxy whose "
-                f"provider allows outbound SMTP ({EGRESS_DOC})."
-            )
+        advice = kind.unreachable_advice(egress, EGRESS_DOC)
     else:
         advice = f"the server did not greet us normally; try again later ({EGRESS_DOC})."
     detail = f"{where} via {via}: {said or outcome.value}"

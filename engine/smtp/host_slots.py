@@ -9,16 +9,13 @@ job on its own loop, and the API verifies on another), and with Redis
 (``VERIMAIL_REDIS_URL``) every process and machine draws from one set too, so ten workers
 open five sessions to a host between them, not fifty.
 
-In Redis a host's slots are leases (:mod:`verimail.engine.leases`, as the API's concurrency
-slots are). A thread renews the leases of a process's open sessions (not the sessions' event
-loop, which CPU work can hold for longer than a lease lives); a process that dies stops
-renewing, and its leases lapse after :data:`~verimail.engine.leases.LEASE_SECONDS`. Redis
-failures fail *open* to the process's own slots for
-:data:`~verimail.engine.leases.RETRY_SECONDS` (a warning is logged): an outage of the
-counter store must not stop verification.
-
-The Redis client is the synchronous one, called from worker threads: it is safe to share
-between threads and event loops, which an asyncio client is not.
+In Redis a host's slots are leases, held by the one lease client
+(:class:`verimail.engine.leases.Leases`, as the API's concurrency slots are). A thread renews
+the leases of a process's open sessions (not the sessions' event loop, which CPU work can
+hold for longer than a lease lives); a process that dies stops renewing, and its leases
+lapse after :data:`~verimail.engine.leases.LEASE_SECONDS`. Redis failures fail *open* to the
+process's own slots for :data:`~verimail.engine.leases.RETRY_SECONDS` (a warning is
+logged): an outage of the counter store must not stop verification.
 """
 
 from __future__ import annotations
@@ -26,28 +23,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import threading
-import uuid
 import weakref
 from collections import deque
 from collections.abc import Iterator, MutableMapping
-from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from typing import Any
 
-from verimail.engine.leases import (
-    ACQUIRE_SCRIPT,
-    LEASE_SECONDS,
-    RENEW_SCRIPT,
-    RENEW_SECONDS,
-    FailOpen,
-)
+from verimail.engine.leases import LEASE_SECONDS, RENEW_SECONDS, Leases
 
 log = logging.getLogger("verimail.engine.smtp.host_slots")
-
-POLL_FIRST, POLL_MAX = 0.02, 0.5
-"""Waiting for a Redis slot: the first pause between tries, doubling up to the last."""
 
 _Waiters = deque[tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]]
 
@@ -63,10 +48,6 @@ def urgent() -> Iterator[None]:
         yield
     finally:
         _URGENT.reset(token)
-
-
-# Leases are given back from here: a small pool, so a closing session never waits on Redis.
-_GIVE_BACK = ThreadPoolExecutor(max_workers=2, thread_name_prefix="verimail-slots")
 
 
 class SharedSemaphore:
@@ -161,113 +142,6 @@ class SharedSemaphore:
             return sum(len(queue) for queue in self._queues)
 
 
-class _RedisLeases:
-    """Host leases in Redis (see the module docstring)."""
-
-    def __init__(self, url: str, prefix: str) -> None:
-        import redis
-
-        self._client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
-        self._acquire = self._client.register_script(ACQUIRE_SCRIPT)
-        self._renew = self._client.register_script(RENEW_SCRIPT)
-        self._prefix = prefix
-        self._outage = FailOpen(
-            log, "SMTP host slots in Redis failed; each process uses its own for %d s: %s"
-        )
-        self._held: dict[str, str] = {}  # lease id -> key, renewed by the thread below
-        self._held_lock = threading.Lock()
-        self._stop = threading.Event()
-        self._renewer: threading.Thread | None = None
-
-    def key(self, host: str) -> str:
-        return f"{self._prefix}:smtp-host:{host.lower()}"
-
-    @property
-    def down(self) -> bool:
-        """Redis failed less than :data:`~verimail.engine.leases.RETRY_SECONDS` ago:
-        sessions do not wait on it."""
-        return self._outage.down
-
-    async def take(self, host: str, cap: int, urgent: bool = False) -> str | None:
-        """Wait for one of the host's ``cap`` slots; its lease id, or None when Redis is
-        down (the caller goes on with its own slots). Urgent takers keep asking at the
-        shortest pause rather than backing off, so they tend to be first."""
-        key, member = self.key(host), uuid.uuid4().hex
-        pause = POLL_FIRST
-        while not self.down:
-            asking = asyncio.ensure_future(
-                asyncio.to_thread(self._acquire, keys=[key], args=[cap, LEASE_SECONDS, member])
-            )
-            try:
-                taken = await asyncio.shield(asking)
-            except asyncio.CancelledError:
-                # The script runs on in its thread and may still add the lease: give it
-                # back once it has, or the slot stays taken for LEASE_SECONDS everywhere.
-                asking.add_done_callback(lambda done: self._drop_if_taken(done, host, member))
-                raise
-            except Exception as exc:
-                self._failed(exc)
-                return None
-            if taken:
-                self._hold(key, member)
-                return member
-            await asyncio.sleep(pause * random.uniform(0.5, 1.0))
-            pause = pause if urgent else min(pause * 2, POLL_MAX)
-        return None
-
-    def _drop_if_taken(self, asking: asyncio.Future[object], host: str, member: str) -> None:
-        if not asking.cancelled() and asking.exception() is None and asking.result():
-            self.give_back(host, member)
-
-    def _hold(self, key: str, member: str) -> None:
-        with self._held_lock:
-            self._held[member] = key
-            if self._renewer is None:
-                self._renewer = threading.Thread(
-                    target=self._renew_held, name="verimail-slot-leases", daemon=True
-                )
-                self._renewer.start()
-
-    def _renew_held(self) -> None:
-        """Renew every held lease each RENEW_SECONDS, from a thread of its own: an event
-        loop held by CPU work (parsing a big upload) must not let its sessions' leases lapse
-        while the sessions stay open — other processes would open more."""
-        while not self._stop.wait(RENEW_SECONDS):
-            with self._held_lock:
-                held = list(self._held.items())
-            for member, key in held:
-                try:
-                    self._renew(keys=[key], args=[LEASE_SECONDS, member])
-                except Exception as exc:  # it lapses by itself; the next round may work
-                    self._failed(exc)
-                    break
-
-    def give_back(self, host: str, member: str) -> None:
-        """Drop the lease, from a worker thread: it runs while a session closes, even under
-        cancellation, so it must not await, and must not block the loop if Redis hangs."""
-        key = self.key(host)
-        with self._held_lock:
-            self._held.pop(member, None)
-
-        def drop() -> None:
-            try:
-                self._client.zrem(key, member)
-            except Exception as exc:  # the lease lapses by itself
-                self._failed(exc)
-
-        _GIVE_BACK.submit(drop)
-
-    def _failed(self, exc: Exception) -> None:
-        self._outage.failed(exc)
-
-    def close(self) -> None:
-        """Stop renewing (the renewer thread ends at its next wake-up, at once) and close
-        the client. Leases still held lapse by themselves."""
-        self._stop.set()
-        with contextlib.suppress(Exception):
-            self._client.close()
-
-
 class HeldSlots:
     """What one SMTP session holds: its host's slot, its Redis lease and a process slot."""
 
@@ -305,7 +179,18 @@ class HostSlots:
     ) -> None:
         self.per_host = per_host
         self.total = total
-        self.leases = _RedisLeases(redis_url, prefix) if redis_url else None
+        self.leases = (
+            Leases(
+                redis_url,
+                f"{prefix}:smtp-host",
+                log=log,
+                warning="SMTP host slots in Redis failed; each process uses its own for %d s: %s",
+                lease_seconds=LEASE_SECONDS,  # (read here: the suite shortens them)
+                renew_seconds=RENEW_SECONDS,
+            )
+            if redis_url
+            else None
+        )
 
     async def take(self, host: str, cap: int | None = None) -> HeldSlots:
         """Wait for a slot on ``host``: this process's first (so a session queued behind a

@@ -22,7 +22,8 @@ from aiosmtplib.errors import (
 from verimail.config import Settings
 from verimail.engine import metrics
 from verimail.engine.dns_facts import MailHost
-from verimail.engine.smtp.egress import Egress, EgressFailed, open_socket
+from verimail.engine.smtp.egress import Egress, open_socket
+from verimail.engine.smtp.egress_kinds.failed import EgressFailed
 from verimail.engine.smtp.findings import Finding, SmtpStats
 from verimail.engine.smtp.group_run import Recipient
 from verimail.engine.smtp.host_slots import HeldSlots

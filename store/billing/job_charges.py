@@ -86,6 +86,13 @@ def refund_reservation_in(
     return amount
 
 
+def cancel_refund(job: Job, settled: int) -> int:
+    """What a bulk job its owner stops gives back: its unrefunded reservation but the
+    ``settled`` rows it keeps (in its partial results), never below nothing."""
+    unsettled = job.credits_reserved - job.credits_refunded - settled
+    return max(unsettled, 0)
+
+
 # --- a finder job's finds -----------------------------------------------------------------------
 
 

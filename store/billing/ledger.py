@@ -101,3 +101,15 @@ def daily_spending(engine: Engine, account_id: int, days: int, *, today: date) -
         rows = conn.execute(query).all()
     spent = {date.fromisoformat(str(when)[:10]): max(0, -int(total)) for when, total in rows}
     return [spent.get(first + timedelta(days=i), 0) for i in range(days)]
+
+
+def credit_totals(engine: Engine) -> dict[str, int]:
+    """Credits ever charged (charges and job reservations) and refunded, all accounts."""
+    charged = func.coalesce(func.sum(-credit_ledger.c.delta), 0)
+    refunded = func.coalesce(func.sum(credit_ledger.c.delta), 0)
+    with engine.connect() as conn:
+        spent = conn.execute(
+            select(charged).where(credit_ledger.c.kind.in_(("charge", "reserve")))
+        ).scalar_one()
+        back = conn.execute(select(refunded).where(credit_ledger.c.kind == "refund")).scalar_one()
+    return {"charged": int(spent), "refunded": int(back)}

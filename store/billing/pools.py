@@ -119,3 +119,11 @@ def balance(engine: Engine, account_id: int, *, now: datetime | None = None) -> 
     if row is None:
         raise AccountNotFound(f"no account {account_id}")
     return balance_of(row, now or utcnow())
+
+
+def short_balance(engine: Engine, account_id: int, amount: int) -> int | None:
+    """The account's balance when it cannot pay ``amount``, None when it can: work that
+    could pay for nothing (a finder lookup or job that cannot pay for one find) is refused
+    before it starts, with nothing charged."""
+    have = balance(engine, account_id).total
+    return have if have < amount else None
