@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return {"results": results, "tables": [table]}
 
 
-def _wait_healthy(server: subprocess.Popen, base: str, log: Path, timeout: float = 60) -> None:
+def _wait_healthy(server: subprocess.Popen, base: str, log: Path, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while True:
         if server.poll() is not None:

@@ -32,11 +32,36 @@ from verimail.store.accounts import create_account, create_api_key
 from verimail.store.billing.ledger import ledger
 from verimail.store.billing.pools import balance
 from verimail.store.db import Store, make_engine
-from verimail.testbed.server import Testbed
+from verimail.testbed.server import PATIENCE, Testbed
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
 SLOW_REPLY_DELAY = 0.3
 """Seconds each SMTP reply of ``mx.slow.test`` takes: long enough to overlap requests."""
+
+TEST_TIMEOUTS = {
+    "dns_timeout": 10.0,
+    "smtp_connect_timeout": 10.0,
+    "smtp_command_timeout": 10.0,
+    "verify_timeout": 60.0,
+}
+"""The suite's DNS and SMTP timeouts and a synchronous call's deadline: far above what the
+testbed on loopback takes to answer even beside busy loops on every core (issue 48: with
+2 s, at a load of 8 the testbed's DNS answered after the resolver gave up, and a test got a
+DNS failure it was not about). No test waits them out: a test about a timeout sets its own,
+against a server that never answers within it (``hostile="silent"``, a tarpit far longer
+than the timeout)."""
+
+TIMEOUTS_ENV = {f"VERIMAIL_{name.upper()}": str(value) for name, value in TEST_TIMEOUTS.items()}
+"""``TEST_TIMEOUTS`` as the environment of a ``verimail`` process (one on the demo's own
+testbed, say)."""
+
+STALE_AFTER = 8.0
+"""``job_stale_after`` of the suite's tests whose reaper must resume a job whose process was
+killed (or that want the reaper to sweep often: every quarter of it). Recovery itself needs
+a short one — the test waits it out after the kill — but a live run must never look dead:
+its first beat after the flow run starts, and each beat after (every quarter of this), may
+come seconds late on a busy machine. At 2 s, at a load of 12 the reaper took a live run for
+dead and, its runs used up, failed the job (issue 48)."""
 
 
 def api_world() -> World:
@@ -123,7 +148,7 @@ async def running_app(
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=raise_app_exceptions)
         async with httpx.AsyncClient(
-            transport=transport, base_url="http://verimail.test", timeout=60
+            transport=transport, base_url="http://verimail.test", timeout=PATIENCE
         ) as client:
             # The app migrated the database (or found it down); the test's own handle on it.
             store = Store(engine=make_engine(settings), settings=settings)
@@ -145,7 +170,7 @@ def assert_error_body(response: httpx.Response, status: int) -> str:
     return body["detail"]
 
 
-async def wait_until(predicate: Any, timeout: float = 10.0, what: str = "condition") -> None:
+async def wait_until(predicate: Any, timeout: float = PATIENCE, what: str = "condition") -> None:
     """Poll ``predicate()`` (cheap, non-blocking) until true; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -168,9 +193,7 @@ def env_for_testbed(tb: Testbed) -> dict[str, str]:
     return {
         **tb.environment(),
         **{f"VERIMAIL_{name.upper()}": str(value) for name, value in TEST_RETRY_WINDOW.items()},
-        "VERIMAIL_SMTP_CONNECT_TIMEOUT": "3",
-        "VERIMAIL_SMTP_COMMAND_TIMEOUT": "5",
-        "VERIMAIL_DNS_TIMEOUT": "2",
+        **TIMEOUTS_ENV,
     }
 
 
@@ -199,7 +222,7 @@ def serve_processes(
     count: int,
     env: Mapping[str, str],
     workdir: Path,
-    ready_timeout: float = 60.0,
+    ready_timeout: float = PATIENCE,
     args: Sequence[str] = (),
 ) -> Iterator[list[ServerProcess]]:
     """Start ``count`` ``verimail serve`` processes and wait until each says it is healthy.
@@ -262,7 +285,7 @@ def _wait_healthy(server: ServerProcess, timeout: float) -> None:
 
 
 async def poll_job(
-    client: httpx.AsyncClient, url: str, headers: Mapping[str, str], timeout: float = 60.0
+    client: httpx.AsyncClient, url: str, headers: Mapping[str, str], timeout: float = PATIENCE
 ) -> dict[str, Any]:
     """GET a job until it is completed or failed; its last body. Fails after ``timeout`` s."""
     deadline = time.monotonic() + timeout
@@ -293,7 +316,7 @@ async def poll_until(
     url: str,
     headers: Mapping[str, str],
     want: Callable[[dict[str, Any]], bool],
-    timeout: float = 60.0,
+    timeout: float = PATIENCE,
 ) -> dict[str, Any]:
     """GET a job until ``want(body)``; its body. Fails if the job finishes first, or after
     ``timeout`` s."""

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from verimail.testbed.server import PATIENCE
+
 #: The ``verimail`` command of the virtual environment running the suite.
 VERIMAIL_BIN = Path(sys.executable).parent / "verimail"
 
@@ -39,7 +41,7 @@ def folded(text: str) -> str:
 def run_verimail(
     args: Sequence[str],
     env: Mapping[str, str],
-    timeout: float = 60,
+    timeout: float = PATIENCE,
     cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run the installed ``verimail`` with ``args`` at the suite's fixed terminal width."""
@@ -54,7 +56,7 @@ def run_verimail(
 
 
 def run_in_terminal(
-    args: Sequence[str], env: Mapping[str, str], timeout: float = 120
+    args: Sequence[str], env: Mapping[str, str], timeout: float = PATIENCE
 ) -> tuple[int, str]:
     """Run ``verimail`` with a pseudo-terminal as its stdin, stdout and stderr, as a person
     at a shell runs it (some output is only printed to a terminal); exit status and output."""

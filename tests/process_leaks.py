@@ -26,7 +26,7 @@ MARK_NAME = "VERIMAIL_SUITE_PROCESS_MARK"
 """The environment variable of the mark. (``clean_env`` in api_helpers drops ``VERIMAIL_*``
 settings for the servers it starts; it keeps this one, see there.)"""
 PROC = Path("/proc")
-SETTLE_SECONDS = float(os.environ.get("SUITE_LEAK_SETTLE_SECONDS", "20"))
+SETTLE_SECONDS = float(os.environ.get("SUITE_LEAK_SETTLE_SECONDS", "60"))
 """How long a marked process may take to exit after the last test (a server told to stop
 just before may still be closing); the check polls, it does not sleep that long. The
 check's own test shortens it."""

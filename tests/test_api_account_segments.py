@@ -159,7 +159,7 @@ async def test_segment_downloads_split_the_list(settings):
         files = {"file": ("list.csv", UPLOAD.encode(), "text/csv")}
         created = await app.client.post("/api/bulk", headers=customer.headers, files=files)
         job_id = created.json()["job_id"]
-        done = await poll_job(app.client, f"/api/bulk/{job_id}", customer.headers, 90)
+        done = await poll_job(app.client, f"/api/bulk/{job_id}", customer.headers)
         assert done["status"] == "completed", done
         url = f"/api/bulk/{job_id}/download"
 

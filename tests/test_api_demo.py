@@ -9,14 +9,19 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from api_helpers import VERIMAIL_BIN, clean_env, free_port
+from api_helpers import PATIENCE, TIMEOUTS_ENV, VERIMAIL_BIN, clean_env, free_port
 
 
 def test_demo_once_shows_valid_invalid_and_catch_all(tmp_path: Path) -> None:
     port = free_port()
     command = [str(VERIMAIL_BIN), "demo", "--once", "--port", str(port)]
     run = subprocess.run(
-        command, cwd=tmp_path, env=clean_env({}), capture_output=True, text=True, timeout=240
+        command,
+        cwd=tmp_path,
+        env=clean_env(TIMEOUTS_ENV),
+        capture_output=True,
+        text=True,
+        timeout=PATIENCE,
     )
     output = run.stdout + run.stderr
     assert run.returncode == 0, output
@@ -54,10 +59,10 @@ def test_demo_once_shows_valid_invalid_and_catch_all(tmp_path: Path) -> None:
     again = subprocess.run(
         [*command, "--no-bulk"],
         cwd=tmp_path,
-        env=clean_env({"VERIMAIL_METRICS_TOKEN": "token-the-demo-must-not-print"}),
+        env=clean_env({**TIMEOUTS_ENV, "VERIMAIL_METRICS_TOKEN": "token-the-demo-must-not-print"}),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=PATIENCE,
     )
     assert again.returncode == 0, again.stdout + again.stderr
     assert key.group(0) in again.stdout
@@ -73,7 +78,7 @@ def test_demo_stopped_by_sigterm_ends_as_on_ctrl_c(tmp_path: Path) -> None:
     port = free_port()
     command = [str(VERIMAIL_BIN), "demo", "--no-bulk", "--port", str(port)]
     demo = subprocess.Popen(
-        command, cwd=tmp_path, env=clean_env({}), stdout=subprocess.PIPE, text=True
+        command, cwd=tmp_path, env=clean_env(TIMEOUTS_ENV), stdout=subprocess.PIPE, text=True
     )
     try:
         assert demo.stdout is not None
@@ -84,7 +89,7 @@ def test_demo_stopped_by_sigterm_ends_as_on_ctrl_c(tmp_path: Path) -> None:
             raise AssertionError("the demo ended before it served")
         demo.send_signal(signal.SIGTERM)
         rest = demo.stdout.read()
-        assert demo.wait(timeout=60) == 0, rest
+        assert demo.wait(timeout=PATIENCE) == 0, rest
         assert "demo stopped" in rest, rest
     finally:
         if demo.poll() is None:

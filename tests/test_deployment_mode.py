@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from api_helpers import (
+    STALE_AFTER,
     api_world,
     env_for_testbed,
     make_customer,
@@ -74,9 +75,7 @@ async def test_bulk_job_runs_on_a_worker(testbed_factory, testbed_settings, tmp_
                 )
                 assert created.status_code == 200, created.text
                 job_id = created.json()["job_id"]
-                done = await poll_job(
-                    app.client, f"/api/verify/bulk/{job_id}", customer.headers, timeout=240
-                )
+                done = await poll_job(app.client, f"/api/verify/bulk/{job_id}", customer.headers)
                 worker_log = log.read_text(errors="replace")
                 assert done["status"] == "completed", (done, worker_log[-3000:])
                 assert [r["status"] for r in done["results"]] == ["valid", "invalid"]
@@ -106,10 +105,10 @@ async def test_a_killed_worker_s_job_completes_on_another_worker(
             database_url=url,
             runner="deployment",
             prefect_work_pool=pool,
-            job_stale_after=2,
+            job_stale_after=STALE_AFTER,
         )
         await _register(pool)
-        env = _worker_env(tb, url, tmp_path, VERIMAIL_JOB_STALE_AFTER="2")
+        env = _worker_env(tb, url, tmp_path, VERIMAIL_JOB_STALE_AFTER=str(STALE_AFTER))
         async with running_app(settings) as app:
             customer = app.customer(credits=credits)
             emails = [f"user{i}@tortoise.test" for i in range(rows)]
@@ -121,15 +120,13 @@ async def test_a_killed_worker_s_job_completes_on_another_worker(
                 job_id = created.json()["job_id"]
                 # Mid-job: the first worker's flow run holds a session on the slow host.
                 reached = await asyncio.to_thread(
-                    tb.wait_until, lambda t: t.host_stats(SLOW_HOST).active >= 1, 120
+                    tb.wait_until, lambda t: t.host_stats(SLOW_HOST).active >= 1
                 )
                 assert reached, (tmp_path / "first-worker.log").read_text(errors="replace")
                 kill_tree(first.pid)  # the worker and its flow-run process, at once
             sessions_before = tb.host_stats(SLOW_HOST).sessions
             with prefect_worker(pool, env, tmp_path / "second-worker.log"):
-                done = await poll_job(
-                    app.client, f"/api/verify/bulk/{job_id}", customer.headers, timeout=240
-                )
+                done = await poll_job(app.client, f"/api/verify/bulk/{job_id}", customer.headers)
             logs = "".join(
                 (tmp_path / f"{n}-worker.log").read_text(errors="replace")
                 for n in ("first", "second")
@@ -297,12 +294,11 @@ async def test_a_parked_job_waits_as_a_scheduled_flow_run_and_frees_the_worker(
                     app.client,
                     f"/api/verify/bulk/{second.json()['job_id']}",
                     customer.headers,
-                    timeout=120,
                 )
                 assert other["status"] == "completed"
                 still = (await app.client.get(first, headers=customer.headers)).json()
                 assert still["phase"] == "waiting_to_retry", still  # the other job went first
-                done = await poll_job(app.client, first, customer.headers, timeout=240)
+                done = await poll_job(app.client, first, customer.headers)
                 assert done["status"] == "completed", (done, log.read_text()[-3000:])
                 got = {r["email"]: r["status"] for r in done["results"]}
                 assert got == {
@@ -360,7 +356,7 @@ async def test_a_parked_finder_job_waits_as_a_scheduled_run_of_its_deployment(
                     deployment = await client.read_deployment(scheduled.deployment_id)
                 assert body["retry_waiting"] == 1
                 assert deployment.name == DEPLOYMENTS["finder"].split("/")[1]
-                done = await poll_job(app.client, url_, customer.headers, timeout=240)
+                done = await poll_job(app.client, url_, customer.headers)
                 assert done["status"] == "completed", (done, log.read_text()[-3000:])
                 charge = price("find", 1, settings)
                 assert (done["found_count"], done["credits_used"]) == (2, 2 * charge), done

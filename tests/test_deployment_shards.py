@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 import pytest
-from api_helpers import env_for_testbed, poll_job, running_app
+from api_helpers import STALE_AFTER, env_for_testbed, poll_job, running_app
 from hardening_helpers import assert_ledger_exact
 
 from verimail.runners.testing import kill_tree, prefect_worker, warm_worker, worker_env
@@ -76,11 +76,17 @@ async def test_a_killed_worker_costs_only_its_shard(testbed_factory, testbed_set
             database_url=url,
             runner="deployment",
             prefect_work_pool=pool,
-            job_stale_after=2,
+            job_stale_after=STALE_AFTER,
             job_shard_size=9,
         )
         await _register(pool)
-        env = _env(tb, url, tmp_path, VERIMAIL_JOB_STALE_AFTER="2", VERIMAIL_JOB_SHARD_SIZE="9")
+        env = _env(
+            tb,
+            url,
+            tmp_path,
+            VERIMAIL_JOB_STALE_AFTER=str(STALE_AFTER),
+            VERIMAIL_JOB_SHARD_SIZE="9",
+        )
         async with running_app(settings) as app:
             customer = app.customer(credits=100)
             with prefect_worker(pool, env, tmp_path / "first.log", limit=1) as first:
@@ -90,16 +96,14 @@ async def test_a_killed_worker_costs_only_its_shard(testbed_factory, testbed_set
                 assert created.status_code == 200, created.text
                 job_id = int(created.json()["job_id"])
                 reached = await asyncio.to_thread(
-                    tb.wait_until, lambda t: t.host_stats(SLOW).rcpt_to >= 2, 120
+                    tb.wait_until, lambda t: t.host_stats(SLOW).rcpt_to >= 2
                 )
                 assert reached, (tmp_path / "first.log").read_text(errors="replace")[-3000:]
                 kill_tree(first.pid)  # mid-shard: the worker and its flow-run process
             shards = job_shards.shards_of(app.store.engine, job_id)
             slow = next(s for s in shards if "slow" in _domains(tmp_path, job_id, s.shard))
             with prefect_worker(pool, env, tmp_path / "second.log", limit=1):
-                done = await poll_job(
-                    app.client, f"/api/verify/bulk/{job_id}", customer.headers, timeout=240
-                )
+                done = await poll_job(app.client, f"/api/verify/bulk/{job_id}", customer.headers)
             logs = "".join(
                 (tmp_path / f"{n}.log").read_text(errors="replace") for n in ("first", "second")
             )
@@ -165,9 +169,7 @@ async def test_two_workers_keep_to_the_per_server_cap(testbed_factory, testbed_s
                     "/api/verify/bulk", headers=customer.headers, json={"emails": emails}
                 )
                 job_id = created.json()["job_id"]
-                done = await poll_job(
-                    app.client, f"/api/verify/bulk/{job_id}", customer.headers, timeout=240
-                )
+                done = await poll_job(app.client, f"/api/verify/bulk/{job_id}", customer.headers)
             logs = "".join((tmp_path / f"w{n}.log").read_text(errors="replace") for n in (1, 2))
             assert done["status"] == "completed", (done, logs[-3000:])
             assert done["shards_total"] == 3

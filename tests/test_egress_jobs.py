@@ -8,7 +8,14 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
-from api_helpers import host_per_domain, poll_job, poll_until, running_app, total_balance
+from api_helpers import (
+    STALE_AFTER,
+    host_per_domain,
+    poll_job,
+    poll_until,
+    running_app,
+    total_balance,
+)
 
 from bench.socks_proxy import SocksProxy
 from verimail.testbed.server import Testbed
@@ -122,7 +129,7 @@ async def test_a_deferred_retry_leaves_through_the_egress_of_the_first_try(
                 job_retry_delay=2.0,
                 job_retry_passes=1,
                 job_retry_max_wait=10.0,
-                job_stale_after=2.0,
+                job_stale_after=STALE_AFTER,
             )
 
         async with running_app(settings()) as app:

@@ -9,7 +9,7 @@ import io
 from typing import Any
 
 import pytest
-from api_helpers import assert_error_body, poll_job, running_app, total_balance
+from api_helpers import STALE_AFTER, assert_error_body, poll_job, running_app, total_balance
 from hardening_helpers import take_for_dead
 from sqlalchemy import update
 
@@ -339,7 +339,7 @@ async def _taken_for_dead_while_probing(app, customer, tb, host: str) -> tuple[s
     )
     assert created.status_code == 200, created.text
     public = created.json()["job_id"]
-    assert await asyncio.to_thread(tb.wait_until, lambda t: t.host_stats(host).active >= 1, 60)
+    assert await asyncio.to_thread(tb.wait_until, lambda t: t.host_stats(host).active >= 1)
     job = get_job_by_public_id(app.store.engine, customer.account_id, public)
     assert job is not None and take_for_dead(app.store, job.id) == 2
     return public, job
@@ -354,14 +354,12 @@ async def test_a_finder_run_taken_for_dead_stops_and_a_later_run_finishes(
     slow = "mx.slow.test"
     tb = _slow_world(testbed_factory, slow, 0.1)
     settings = testbed_settings(
-        tb, tmp_path, finder_charge=10, job_stale_after=1.0, job_max_attempts=5
+        tb, tmp_path, finder_charge=10, job_stale_after=STALE_AFTER, job_max_attempts=5
     )
     async with running_app(settings) as app:
         customer = app.customer(credits=100)
         public, _ = await _taken_for_dead_while_probing(app, customer, tb, slow)
-        done = await poll_job(
-            app.client, f"/api/find-email/csv/{public}", customer.headers, timeout=120
-        )
+        done = await poll_job(app.client, f"/api/find-email/csv/{public}", customer.headers)
         final = get_job_by_public_id(app.store.engine, customer.account_id, public)
     assert done["status"] == "completed" and done["found_count"] == len(STAFF), (
         done,

@@ -10,7 +10,14 @@ import io
 import json
 
 import pytest
-from api_helpers import host_per_domain, poll_job, poll_until, running_app, total_balance
+from api_helpers import (
+    STALE_AFTER,
+    host_per_domain,
+    poll_job,
+    poll_until,
+    running_app,
+    total_balance,
+)
 from test_webhooks import Receiver
 
 from verimail.store.billing.ledger import ledger
@@ -51,7 +58,7 @@ def settings(tb, testbed_settings, tmp_path):
         job_retry_delay=2.0,
         job_retry_passes=2,
         job_retry_max_wait=10.0,
-        job_stale_after=2.0,  # the reaper sweeps every 0.5 s
+        job_stale_after=STALE_AFTER,  # the reaper sweeps every 2 s
         webhook_allow_networks=["127.0.0.0/8"],
     )
 

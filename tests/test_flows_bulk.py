@@ -12,6 +12,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from api_helpers import PATIENCE
 from hardening_helpers import take_for_dead
 from prefect.exceptions import TerminationSignal
 from sqlalchemy.exc import OperationalError
@@ -321,7 +322,7 @@ async def test_heartbeat_beats_through_a_blocked_loop_and_a_failed_beat(setup, m
 
     monkeypatch.setattr(job_store, "beat_run", flaky)
     with heartbeat_module.RunHeartbeat(store, job.id, 0.2) as heartbeat:
-        assert landed.wait(timeout=10)  # blocks this loop: the beats cannot use it
+        assert landed.wait(timeout=PATIENCE)  # blocks this loop: the beats cannot use it
     assert job_store.get_job_any(store.engine, job.id).heartbeat_at > quiet
     assert not heartbeat.lost
     assert not heartbeat._thread.is_alive()  # it stops with the run
@@ -465,17 +466,17 @@ def test_a_run_taken_for_dead_stops_when_recovery_has_the_job(
     first = threading.Thread(target=run_one)
     try:
         first.start()
-        assert tb.wait_until(lambda t: t.host_stats(slow).active >= 1, timeout=60)
+        assert tb.wait_until(lambda t: t.host_stats(slow).active >= 1)
         assert take_for_dead(store, job.id) == 2
         if recovery == "failed":  # (what recovery does after claiming a job with no runs left)
             assert job_store.mark_failed(store.engine, job.id, "stopped", job_store.UNVERIFIED)
-        first.join(timeout=60)
+        first.join(timeout=PATIENCE)
         assert not first.is_alive()
     finally:
         forget(settings)
     assert outcome == {"job_id": job.id, "status": "superseded", "run": 1}
     # Its sessions hung up, one cancelled while still connecting too (session._dial).
-    assert tb.wait_until(lambda t: t.host_stats(slow).active == 0, timeout=10), tb.host_stats(slow)
+    assert tb.wait_until(lambda t: t.host_stats(slow).active == 0), tb.host_stats(slow)
     assert len(tb.host_stats(slow).rcpts) < 40  # it stopped before the end of the list
     after = job_store.get_job_any(store.engine, job.id)
     if recovery == "failed":
@@ -541,7 +542,7 @@ def test_a_run_frozen_before_its_parts_began_leaves_the_later_runs_parts_alone(
         assert frozen.wait(60)
         assert take_for_dead(store, job.id) == 2
         second.start()
-        assert tb.wait_until(lambda t: t.host_stats("mx.dozy.test").active >= 1, timeout=60)
+        assert tb.wait_until(lambda t: t.host_stats("mx.dozy.test").active >= 1)
         wake.set()
         first.join(timeout=120)
         second.join(timeout=120)
@@ -613,7 +614,7 @@ def test_a_run_that_wakes_after_a_later_run_took_over_writes_nothing(
     first = threading.Thread(target=run_one)
     try:
         first.start()
-        assert tb.wait_until(lambda t: t.host_stats(slow).active >= 1, timeout=60)
+        assert tb.wait_until(lambda t: t.host_stats(slow).active >= 1)
         meanwhile(store, job, directory)
         first.join(timeout=120)
         assert not first.is_alive()
@@ -769,7 +770,7 @@ def test_a_failed_runs_reference_is_in_its_prefect_run_log(setup):
         async with get_client() as client:
             return [entry.message for entry in await client.read_logs(log_filter=flow_run)]
 
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + PATIENCE
     while not any(reference in message for message in asyncio.run(logged())):
         assert time.monotonic() < deadline, "the reference never reached the run's log"
         time.sleep(0.2)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from api_helpers import api_world, make_customer, poll_job, serve_processes
+from api_helpers import STALE_AFTER, api_world, make_customer, poll_job, serve_processes
 from hardening_helpers import assert_ledger_exact, assert_no_open_jobs, scaled, serve_env
 
 from verimail.config import Settings
@@ -52,7 +52,7 @@ async def test_two_processes_and_a_bulk_job_share_one_account(
             assert stale is not None
             job_store.mark_processing(store.engine, stale.id)
             job_store.heartbeat(store.engine, stale.id, now=utcnow().replace(year=2000))
-            env = serve_env(tb, url, data, VERIMAIL_JOB_STALE_AFTER="2")
+            env = serve_env(tb, url, data, VERIMAIL_JOB_STALE_AFTER=str(STALE_AFTER))
             with serve_processes(2, env, tmp_path) as servers:
                 async with httpx.AsyncClient(timeout=120) as client:
                     h = customer.headers
@@ -103,9 +103,7 @@ async def test_two_processes_and_a_bulk_job_share_one_account(
                         if response.status_code == 200:
                             job_id = response.json()["job_id"]
                             finals.append(
-                                await poll_job(
-                                    client, servers[0].base_url + path + str(job_id), h, 120
-                                )
+                                await poll_job(client, servers[0].base_url + path + str(job_id), h)
                             )
                     # The stale job is settled by whichever process claimed it.
                     for _ in range(600):

@@ -3,7 +3,7 @@ stopped (SIGTERM) in the middle of a bulk job, and a new process is started on t
 database and data dir.
 
 - one death: the new process's reaper sees the heartbeat go stale
-  (``VERIMAIL_JOB_STALE_AFTER=2``), resumes the job, and it completes — charged once;
+  (``VERIMAIL_JOB_STALE_AFTER``: ``STALE_AFTER``), resumes the job, and it completes — charged once;
 - two deaths: the job is out of runs (``job_max_attempts`` = 2), so it fails and refunds
   exactly what it did not verify;
 - SIGTERM: the process exits at once (uvicorn re-raises the signal after its HTTP
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from api_helpers import make_customer, serve_processes
+from api_helpers import PATIENCE, STALE_AFTER, make_customer, serve_processes
 from hardening_helpers import assert_ledger_exact, assert_no_open_jobs, serve_env
 
 from verimail.config import Settings
@@ -84,7 +84,7 @@ def _stop_mid_job(server, tb: Testbed, how: str, sessions_before: int) -> None:
             t.host_stats(SLOW_HOST).sessions > sessions_before
             and t.host_stats(SLOW_HOST).active >= 1
         ),
-        timeout=60,
+        timeout=PATIENCE,
     ), "the job never reached the slow host"
     if how == "kill":
         server.process.kill()
@@ -107,7 +107,10 @@ def test_bulk_job_survives_its_process(
     try:
         customer = make_customer(store, plan="enterprise", credits=CREDITS)
         env = serve_env(
-            tb, str(Settings(data_dir=data).database_url), data, VERIMAIL_JOB_STALE_AFTER="2"
+            tb,
+            str(Settings(data_dir=data).database_url),
+            data,
+            VERIMAIL_JOB_STALE_AFTER=str(STALE_AFTER),
         )
         headers = customer.headers
         total = slow_rows + 2
@@ -124,7 +127,7 @@ def test_bulk_job_survives_its_process(
                 job_id = created.json()["job_id"]
                 _poll(
                     lambda: _job(client, first.base_url, headers, job_id)["status"] == "processing",
-                    60,
+                    PATIENCE,
                     "the job to start",
                 )
                 _stop_mid_job(first, tb, how, 0)
@@ -142,7 +145,7 @@ def test_bulk_job_survives_its_process(
                                 _job(client, s.base_url, headers, job_id)["status"]
                                 in ("completed", "failed")
                             ),
-                            120,
+                            PATIENCE,
                             "the job to finish",
                         )
                         final = _job(client, server.base_url, headers, job_id)

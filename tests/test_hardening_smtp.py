@@ -4,7 +4,7 @@ left behind.
 
 The servers are testbed hosts with ``HostBehaviour.hostile`` set; the DNS tricks (thousands
 of MX records that only fit over TCP, CNAME loops, extreme TTLs) are testbed zones. Timeouts
-are small here (half a second), so each bound below is a few seconds.
+are small here (two seconds), so each bound below is well under a minute.
 """
 
 from __future__ import annotations
@@ -29,7 +29,11 @@ from verimail.schemas.outcomes import Status, SubStatus
 from verimail.testbed.server import Testbed
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
-TIMEOUT = 0.5  # connect and command timeout of these tests, seconds
+# Connect and command timeout of these tests, seconds: the silent and muted hosts wait it
+# out, and every other hostile host must have shown its trick (a garbage banner, a 10 MB
+# one) within it — at 0.5 s a busy machine's loopback could miss that (issue 48).
+TIMEOUT = 2.0
+SLACK = 10.0  # seconds over a bound computed from the settings: a busy machine's room
 
 # mode -> (extra behaviour, the sub-statuses that are a right answer)
 HOSTILE: dict[str, tuple[dict, set[SubStatus]]] = {
@@ -84,7 +88,6 @@ def _settings(tb: Testbed, tmp_path, testbed_settings, **overrides) -> Settings:
     values = {
         "smtp_connect_timeout": TIMEOUT,
         "smtp_command_timeout": TIMEOUT,
-        "dns_timeout": 1.0,
         "smtp_greylist_retries": 1,
         **overrides,
     }
@@ -97,10 +100,10 @@ def _bound(settings: Settings) -> float:
 
     Opening a session dials at most ``MAX_CONNECT_ATTEMPTS`` addresses; a host that breaks
     ``MAX_ATTEMPTS`` sessions in a row (each: connect, EHLO, one timed-out command) is
-    dropped with all its remaining recipients. Plus 2 s of slack for a loaded CI machine.
+    dropped with all its remaining recipients. Plus ``SLACK`` for a loaded CI machine.
     """
     per_session = settings.smtp_connect_timeout + 3 * settings.smtp_command_timeout
-    return MAX_CONNECT_ATTEMPTS * settings.smtp_connect_timeout + MAX_ATTEMPTS * per_session + 2
+    return MAX_CONNECT_ATTEMPTS * settings.smtp_connect_timeout + MAX_ATTEMPTS * per_session + SLACK
 
 
 async def _run_hostile(
@@ -141,7 +144,7 @@ async def _run_hostile(
             assert result.safe_to_send is False
     # Every socket we opened is closed (the servers' side closes once ours did), and no
     # task of ours is left running.
-    assert tb.wait_idle(10), "sessions still open on the testbed"
+    assert tb.wait_idle(), "sessions still open on the testbed"
     await _assert_fds_back_to(fds_before)
     assert asyncio.all_tasks() == tasks_before
     assert tb.total_stats().data == 0
@@ -217,8 +220,8 @@ async def test_thousands_of_mx_records_over_tcp(
 ):
     tb = testbed_factory(dns_world(n_mx))
     # Parsing a 40 KB answer of 2000 records takes dnspython most of a second here (and
-    # the testbed as long to build it): the DNS timeout must leave room for that.
-    settings = _settings(tb, tmp_path, testbed_settings, dns_timeout=5.0)
+    # the testbed as long to build it): the DNS timeout (the suite's) leaves room for that.
+    settings = _settings(tb, tmp_path, testbed_settings)
     fds_before = _open_fds()
     started = time.monotonic()
     result = await Engine(settings).verify("alice@many.test")
@@ -230,9 +233,9 @@ async def test_thousands_of_mx_records_over_tcp(
     # Only the best ten MX hosts were looked up, and at most MAX_CONNECT_ATTEMPTS dialled.
     assert _mx_lookups(tb, ".many.test") == 2 * dns_facts.MAX_MX_HOSTS  # A and AAAA each
     assert tb.host_stats("mx.silent.test").sessions <= MAX_CONNECT_ATTEMPTS
-    bound = settings.dns_timeout + MAX_CONNECT_ATTEMPTS * settings.smtp_connect_timeout + 2
+    bound = settings.dns_timeout + MAX_CONNECT_ATTEMPTS * settings.smtp_connect_timeout + SLACK
     assert elapsed < bound, elapsed
-    assert tb.wait_idle(10)
+    assert tb.wait_idle()
     await _assert_fds_back_to(fds_before)
     assert outside_connections == []
 
@@ -246,7 +249,7 @@ async def test_cname_loops_are_dns_errors(
     batch = await Engine(settings).verify_many(
         ["a@cnameloop.test", "b@selfmx.test", "c@selfloop.test", "d@backref.test"]
     )
-    assert time.monotonic() - started < 2 * settings.dns_timeout + 1
+    assert time.monotonic() - started < 2 * settings.dns_timeout + SLACK
     by_email = {r.email: r for r in batch.results}
     for email in ("a@cnameloop.test", "b@selfmx.test", "c@selfloop.test"):
         result = by_email[email]

@@ -213,7 +213,7 @@ async def test_hostile_files(testbed_factory, testbed_settings, tmp_path, case: 
         assert response.status_code == 200, response.text
         job = response.json()
         assert job["total_emails"] == expected
-        done = await poll_job(app.client, f"/api/bulk/{job['job_id']}", customer.headers, 90)
+        done = await poll_job(app.client, f"/api/bulk/{job['job_id']}", customer.headers)
         assert done["status"] == "completed", done
         assert total_balance(app.store, customer.account_id) == CREDITS - expected
         download = await app.client.get(
@@ -250,7 +250,7 @@ async def test_csv_injection_is_neutralised_on_request(settings):
         )
         assert response.status_code == 200, response.text
         job_id = response.json()["job_id"]
-        done = await poll_job(app.client, f"/api/bulk/{job_id}", customer.headers, 90)
+        done = await poll_job(app.client, f"/api/bulk/{job_id}", customer.headers)
         assert done["status"] == "completed", done
         url = f"/api/bulk/{job_id}/download"
         plain = await app.client.get(url, headers=customer.headers)

@@ -11,7 +11,7 @@ import time
 import uuid
 
 import pytest
-from api_helpers import clean_env, env_for_testbed
+from api_helpers import PATIENCE, clean_env, env_for_testbed
 
 from verimail.config import Settings
 from verimail.engine.core import Engine
@@ -89,7 +89,7 @@ async def test_a_cancelled_waiter_never_keeps_a_slot() -> None:
     with pytest.raises(asyncio.CancelledError):
         await handed
     next_one = asyncio.create_task(sem.acquire())
-    await asyncio.wait_for(next_one, 5)  # the slot was passed on, not lost
+    await asyncio.wait_for(next_one, PATIENCE)  # the slot was passed on, not lost
     sem.release()
     assert sem.free == 1
 
@@ -140,11 +140,11 @@ async def test_redis_leases_cap_a_host_across_holders_and_expire() -> None:
         await asyncio.sleep(0.1)
         assert not third.done()  # both leases are held
         slots.leases.give_back(host, first)
-        assert await asyncio.wait_for(third, 5)
+        assert await asyncio.wait_for(third, PATIENCE)
         # A process that died holding `second`: its lease runs out and is swept.
         client = slots.leases._client
         client.zadd(slots.leases.key(host), {second: 0}, xx=True)  # (expired long ago)
-        assert await asyncio.wait_for(slots.leases.take(host, 2), 5)
+        assert await asyncio.wait_for(slots.leases.take(host, 2), PATIENCE)
     finally:
         slots.leases._client.delete(slots.leases.key(host))
         slots.close()
@@ -175,12 +175,12 @@ async def test_a_take_cancelled_while_redis_answers_leaves_no_lease() -> None:
     key = leases.key(host)
     try:
         taking = asyncio.create_task(leases.take(host, 2))
-        assert await asyncio.to_thread(started.wait, 10)
+        assert await asyncio.to_thread(started.wait, PATIENCE)
         taking.cancel()
         with pytest.raises(asyncio.CancelledError):
             await taking
-        assert await asyncio.to_thread(finished.wait, 10)  # the script did add its lease
-        deadline = time.monotonic() + 10
+        assert await asyncio.to_thread(finished.wait, PATIENCE)  # the script did add its lease
+        deadline = time.monotonic() + PATIENCE
         while leases._client.zcard(key):  # (added by the script, then given back)
             assert time.monotonic() < deadline, "the cancelled take's lease was left in Redis"
             await asyncio.sleep(0.02)
@@ -239,14 +239,14 @@ async def test_a_redis_outage_falls_back_to_the_process_slots(caplog) -> None:
     slots = HostSlots(1, 10, "redis://127.0.0.1:1/0", prefix="unused")
     assert slots.leases is not None
     host = f"mx.{uuid.uuid4().hex}.test"
-    held = await asyncio.wait_for(slots.take(host), 10)
+    held = await asyncio.wait_for(slots.take(host), PATIENCE)
     assert held._lease is None and slots.leases.down
     assert "SMTP host slots in Redis failed" in caplog.text
     waiting = asyncio.create_task(slots.take(host))
     await asyncio.sleep(0.05)
     assert not waiting.done()  # the process's own cap of 1 still holds
     held.release()
-    again = await asyncio.wait_for(waiting, 5)
+    again = await asyncio.wait_for(waiting, PATIENCE)
     again.release()
     sem = host_semaphore(host, 1)
     assert sem is None or sem.free == 1
@@ -370,7 +370,7 @@ async def test_a_learnt_connection_cap_queues_the_next_session() -> None:
         await asyncio.sleep(0.005)
     assert not third.done() and sem.held == 2
     first.release()
-    (await asyncio.wait_for(third, 5)).release()
+    (await asyncio.wait_for(third, PATIENCE)).release()
     second.release()
     del sem
     assert host_semaphore(host, 3) is None  # forgotten with its last holder

@@ -30,6 +30,10 @@ MAX_BODY = 4 * 1024 * 1024
 MAX_HEADER = 16 * 1024
 HEADER_TIMEOUT = 1.0
 BODY_TIMEOUT = 1.0
+# How late after its timeout the server may cut a connection off and still count as on
+# time: room for a busy machine (issue 48); a server that never cuts it off (the timer
+# restarted by every dripped byte) is still seen, since the clients wait longer than that.
+LATE = 10.0
 MAX_CONNECTIONS = 4
 MAX_UPLOAD = 1024 * 1024
 MB = 1024 * 1024
@@ -344,7 +348,7 @@ def test_a_slowloris_header_is_cut_off_at_the_header_timeout(edge: Edge) -> None
         started = time.monotonic()
         # Drip a header line every 0.2 s: each byte is fresh, the header never completes.
         closed = False
-        while time.monotonic() - started < HEADER_TIMEOUT + 2:
+        while time.monotonic() - started < HEADER_TIMEOUT + 2 * LATE:
             try:
                 sock.sendall(b"X-Drip: 1\r\n")
             except (BrokenPipeError, ConnectionResetError):
@@ -356,13 +360,13 @@ def test_a_slowloris_header_is_cut_off_at_the_header_timeout(edge: Edge) -> None
         elapsed = time.monotonic() - started
     assert closed, "the server kept a dripping connection open"
     assert '"- - HTTP/1.1" 408' in edge.server.log()  # in the access log like any answer
-    assert HEADER_TIMEOUT - 0.2 <= elapsed <= HEADER_TIMEOUT + 1.5, elapsed
+    assert HEADER_TIMEOUT - 0.2 <= elapsed <= HEADER_TIMEOUT + LATE, elapsed
 
 
 def test_a_connection_that_sends_nothing_is_closed_at_the_header_timeout(edge: Edge) -> None:
     with edge.connect() as sock:
         started = time.monotonic()
-        assert closed_by_server(sock, HEADER_TIMEOUT + 2)
+        assert closed_by_server(sock, HEADER_TIMEOUT + LATE)
         assert time.monotonic() - started >= HEADER_TIMEOUT - 0.2
 
 
@@ -376,12 +380,12 @@ def test_a_body_that_stops_arriving_gets_408(edge: Edge) -> None:
             ).encode()
         )
         started = time.monotonic()
-        status, headers, body = read_response(sock, timeout=BODY_TIMEOUT + 5)
+        status, headers, body = read_response(sock, timeout=BODY_TIMEOUT + 2 * LATE)
         elapsed = time.monotonic() - started
     assert status == 408
     assert headers["connection"] == "close"
     assert "did not arrive in time" in detail_of(body)
-    assert BODY_TIMEOUT - 0.2 <= elapsed <= BODY_TIMEOUT + 2
+    assert BODY_TIMEOUT - 0.2 <= elapsed <= BODY_TIMEOUT + LATE
 
 
 def test_over_the_connection_cap_the_answer_is_503(edge: Edge) -> None:

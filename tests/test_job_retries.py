@@ -7,7 +7,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from api_helpers import host_per_domain, poll_job, poll_until, running_app, total_balance
+from api_helpers import (
+    STALE_AFTER,
+    host_per_domain,
+    poll_job,
+    poll_until,
+    running_app,
+    total_balance,
+)
 
 from verimail.testbed.server import Testbed
 from verimail.testbed.world import HostBehaviour, World
@@ -47,7 +54,7 @@ def settings(tb, testbed_settings, tmp_path):
         job_retry_delay=2.0,
         job_retry_passes=2,
         job_retry_max_wait=10.0,
-        job_stale_after=2.0,  # the reaper sweeps every 0.5 s
+        job_stale_after=STALE_AFTER,  # the reaper sweeps every 2 s
     )
 
 

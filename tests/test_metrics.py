@@ -72,7 +72,7 @@ async def test_metrics_after_a_small_job(testbed_factory, testbed_settings, tmp_
         )
         assert created.status_code == 200, created.text
         job_id = created.json()["job_id"]
-        done = await poll_job(api.client, f"/api/bulk/{job_id}", customer.headers, timeout=120)
+        done = await poll_job(api.client, f"/api/bulk/{job_id}", customer.headers)
         assert done["status"] == "completed", done
         # A job that fails gives its reservation back (a refund in the ledger).
         failing = job_store.create_job(

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
-from api_helpers import VERIMAIL_BIN, clean_env, free_port, serve_processes
+from api_helpers import PATIENCE, TIMEOUTS_ENV, VERIMAIL_BIN, clean_env, free_port, serve_processes
 
 
 def test_demo_prints_the_prefect_ui_and_it_answers(tmp_path: Path) -> None:
@@ -25,7 +25,7 @@ def test_demo_prints_the_prefect_ui_and_it_answers(tmp_path: Path) -> None:
         str(ui_port),
     ]
     demo = subprocess.Popen(
-        command, cwd=tmp_path, env=clean_env({}), stdout=subprocess.PIPE, text=True
+        command, cwd=tmp_path, env=clean_env(TIMEOUTS_ENV), stdout=subprocess.PIPE, text=True
     )
     seen: list[str] = []
     try:
@@ -40,7 +40,7 @@ def test_demo_prints_the_prefect_ui_and_it_answers(tmp_path: Path) -> None:
         assert printed, "".join(seen)
         url = printed.group(1)
         assert url == f"http://127.0.0.1:{ui_port}"
-        with httpx.Client(timeout=10) as client:
+        with httpx.Client(timeout=60) as client:
             page = client.get(url, headers={"Accept": "text/html"}, follow_redirects=True)
             assert page.status_code == 200
             assert "<html" in page.text.lower() and "prefect" in page.text.lower()
@@ -48,7 +48,7 @@ def test_demo_prints_the_prefect_ui_and_it_answers(tmp_path: Path) -> None:
             assert settings["server"]["analytics_enabled"] is False
             # The deployments the demo promises, and a worker on their pool (issue 36.2):
             # not "Not Ready", so a run started from a form runs.
-            deadline = time.monotonic() + 60  # (ready once the worker polls their queue)
+            deadline = time.monotonic() + PATIENCE  # (ready once the worker polls their queue)
             while True:
                 deployments = client.post(f"{url}/api/deployments/filter", json={}).json()
                 if {d["status"] for d in deployments} == {"READY"} or time.monotonic() > deadline:
@@ -73,7 +73,7 @@ def test_demo_prints_the_prefect_ui_and_it_answers(tmp_path: Path) -> None:
             run = client.post(
                 f"{url}/api/deployments/{bulk['id']}/create_flow_run", json={"parameters": form}
             ).json()
-            deadline = time.monotonic() + 240  # (the worker polls every 10 s, then starts it)
+            deadline = time.monotonic() + PATIENCE  # (the worker polls every 10 s, then starts it)
             while True:
                 state = client.get(f"{url}/api/flow_runs/{run['id']}").json()["state"]
                 if state["type"] in ("COMPLETED", "FAILED", "CRASHED"):
@@ -83,7 +83,7 @@ def test_demo_prints_the_prefect_ui_and_it_answers(tmp_path: Path) -> None:
             assert state["type"] == "COMPLETED", state
         demo.send_signal(signal.SIGTERM)
         rest = demo.stdout.read()
-        assert demo.wait(timeout=60) == 0, rest
+        assert demo.wait(timeout=PATIENCE) == 0, rest
     finally:
         if demo.poll() is None:
             demo.kill()
@@ -118,12 +118,12 @@ def test_serve_with_a_prefect_ui_port_serves_it_and_its_jobs_report_there(tmp_pa
     ui_port = free_port()
     env = {"VERIMAIL_DATA_DIR": str(tmp_path / "data")}
     args = ["--prefect-ui-port", str(ui_port)]
-    with serve_processes(1, env, tmp_path, ready_timeout=180, args=args) as (server,):
+    with serve_processes(1, env, tmp_path, args=args) as (server,):
         printed = re.search(r"^Prefect UI: (http://\S+)$", server.log(), re.MULTILINE)
         assert printed, server.log()
         url = printed.group(1)
         assert url == f"http://127.0.0.1:{ui_port}"
-        with httpx.Client(timeout=10) as client:
+        with httpx.Client(timeout=60) as client:
             page = client.get(url, headers={"Accept": "text/html"}, follow_redirects=True)
             assert page.status_code == 200 and "prefect" in page.text.lower()
         assert (tmp_path / "data" / "prefect.db").exists()  # (its state in the data dir)

@@ -6,6 +6,7 @@ import logging
 import time
 
 import pytest
+from api_helpers import PATIENCE
 
 from verimail.config import Settings
 from verimail.jobs.recovery import Reaper
@@ -28,10 +29,10 @@ def test_sweeps_against_a_database_that_is_down_log_one_line_each(tmp_path, capl
     caplog.set_level(logging.WARNING, logger="verimail.jobs.recovery")
     reaper = Reaper(settings, _NoRunner()).start()  # type: ignore[arg-type]
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + PATIENCE
         while len(caplog.records) < 3:
             if time.monotonic() > deadline:
-                pytest.fail(f"only {len(caplog.records)} sweeps logged in 30 s")
+                pytest.fail(f"only {len(caplog.records)} sweeps logged in {PATIENCE:g} s")
             reaper._stop.wait(0.05)
     finally:
         reaper.stop()

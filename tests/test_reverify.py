@@ -13,7 +13,15 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from api_helpers import Customer, assert_error_body, poll_job, running_app, total_balance
+from api_helpers import (
+    PATIENCE,
+    STALE_AFTER,
+    Customer,
+    assert_error_body,
+    poll_job,
+    running_app,
+    total_balance,
+)
 from test_webhooks import Receiver
 
 from verimail.jobs.webhook import sign
@@ -53,7 +61,7 @@ def world(testbed_factory):
 def settings(world, testbed_settings, tmp_path):
     # A short stale time makes the reaper sweep (which starts due scheduled runs) often.
     return testbed_settings(
-        world, tmp_path, job_stale_after=2.0, webhook_allow_networks=["127.0.0.0/8"]
+        world, tmp_path, job_stale_after=STALE_AFTER, webhook_allow_networks=["127.0.0.0/8"]
     )
 
 
@@ -229,7 +237,7 @@ async def _flow_runs(list_job: int, since: datetime) -> list:
 async def _settled_runs(list_job: int, since: datetime) -> list:
     """The list's runs once none is on its way (each planned, or ended): the history shows
     a run's job before the run itself has ended in Prefect."""
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + PATIENCE
     while True:
         runs = await _flow_runs(list_job, since)
         if all(run.state.is_scheduled() or run.state.is_final() for run in runs):
@@ -264,7 +272,7 @@ async def test_a_schedule_fires_as_a_prefect_run_charged_to_the_owner(world, set
                 response = await app.client.get(history_url, headers=customer.headers)
                 return response.json()
 
-            deadline = time.monotonic() + 90
+            deadline = time.monotonic() + PATIENCE
             while not ((h := await history()) and h[0]["status"] == "completed"):
                 assert time.monotonic() < deadline, f"the scheduled run did not complete: {h}"
                 await asyncio.sleep(0.1)
@@ -312,7 +320,7 @@ async def test_a_scheduled_run_the_balance_cannot_cover_is_skipped_with_its_reas
             json={"every_days": 30, "first_run_at": datetime.now(UTC).isoformat()},
         )
         assert put.status_code == 200, put.text
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + PATIENCE
         while not (
             h := (
                 await app.client.get(
@@ -424,7 +432,7 @@ async def test_a_planned_run_cancelled_in_prefect_does_not_end_the_schedule(sett
         async with get_client() as client:
             await client.set_flow_run_state(planned.id, Cancelled(), force=True)
         url = f"/api/bulk/{list_id}/reverifications"
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + PATIENCE
         while not (h := (await app.client.get(url, headers=customer.headers)).json()):
             assert time.monotonic() < deadline, "the lost run was not noticed"
             await asyncio.sleep(0.1)

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from api_helpers import host_per_domain, running_app
+from api_helpers import STALE_AFTER, host_per_domain, running_app
 
 from verimail.config import Settings, using_settings
 from verimail.files.history import query
@@ -56,7 +56,7 @@ def _settings(tb: Testbed, tmp_path: Path, testbed_settings: Any, **overrides: A
         "job_retry_delay": 2.0,
         "job_retry_passes": 2,
         "job_retry_max_wait": 10.0,
-        "job_stale_after": 2.0,  # the reaper sweeps every 0.5 s
+        "job_stale_after": STALE_AFTER,  # the reaper sweeps every 2 s
         **overrides,
     }
     return testbed_settings(tb, tmp_path, **values)

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import yaml
-from api_helpers import env_for_testbed, poll_job, running_app
+from api_helpers import PATIENCE, env_for_testbed, poll_job, running_app
 
 from verimail.flows import planner
 from verimail.runners.testing import warm_worker, worker_env
@@ -132,7 +132,7 @@ def _runs_of_job(settings: Any, job_id: int) -> list[Any]:
         )
 
 
-def _artifact_run(key: str, timeout: float = 60.0) -> str | None:
+def _artifact_run(key: str, timeout: float = PATIENCE) -> str | None:
     """The flow run of the artifact ``key``, once it is there (a job's summary is published
     just after the job is completed)."""
     from prefect.client.orchestration import get_client
@@ -182,9 +182,7 @@ async def test_a_sharded_job_with_a_retry_pass_has_runs_named_for_what_they_do(
                 )
                 assert created.status_code == 200, created.text
                 job_id = int(created.json()["job_id"])
-                done = await poll_job(
-                    app.client, f"/api/bulk/{job_id}", customer.headers, timeout=240
-                )
+                done = await poll_job(app.client, f"/api/bulk/{job_id}", customer.headers)
             log = (tmp_path / "worker.log").read_text(errors="replace")[-3000:]
             assert done["status"] == "completed", (done, log)
             assert done["valid_count"] == 6, done  # (the greylisted two settled by the retry)
@@ -246,7 +244,7 @@ async def test_the_local_runner_runs_a_job_run_once_however_often_asked(
         runner = app.app.state.runner
         for _ in range(3):
             runner.submit("bulk", job_id)
-        done = await poll_job(app.client, f"/api/bulk/{job_id}", customer.headers, timeout=120)
+        done = await poll_job(app.client, f"/api/bulk/{job_id}", customer.headers)
         assert done["status"] == "completed", done
         await asyncio.to_thread(runner.wait, 60)
     runs = await asyncio.to_thread(_runs_of_job, settings, job_id)

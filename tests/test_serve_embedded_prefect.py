@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from api_helpers import serve_processes
+from api_helpers import PATIENCE, serve_processes
 from process_leaks import alive as _alive
 from process_leaks import children_of as _children
 
@@ -34,8 +34,10 @@ def test_sigterm_stops_the_embedded_prefect_server_too(
     }
     with serve_processes(1, env, tmp_path) as [server]:
         pid = server.process.pid
-        _wait(lambda: bool(_children(pid)), 120, "the warm-up to start Prefect's server")
+        _wait(lambda: bool(_children(pid)), PATIENCE, "the warm-up to start Prefect's server")
         children = _children(pid)
         server.process.send_signal(signal.SIGTERM)
-        server.process.wait(timeout=120)
-    _wait(lambda: not any(_alive(child) for child in children), 30, "Prefect's server to stop")
+        server.process.wait(timeout=PATIENCE)
+    _wait(
+        lambda: not any(_alive(child) for child in children), PATIENCE, "Prefect's server to stop"
+    )

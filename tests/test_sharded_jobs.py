@@ -12,7 +12,14 @@ from datetime import timedelta
 
 import polars as pl
 import pytest
-from api_helpers import host_per_domain, poll_job, poll_until, running_app, total_balance
+from api_helpers import (
+    STALE_AFTER,
+    host_per_domain,
+    poll_job,
+    poll_until,
+    running_app,
+    total_balance,
+)
 from rich.console import Console
 from sqlalchemy import update
 
@@ -193,7 +200,7 @@ async def test_the_merge_parks_what_the_shards_were_put_off_by(
         job_retry_delay=2.0,
         job_retry_passes=2,
         job_retry_max_wait=10.0,
-        job_stale_after=2.0,
+        job_stale_after=STALE_AFTER,
         job_shard_size=2,
     )
     async with running_app(settings) as app:

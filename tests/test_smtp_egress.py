@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from api_helpers import RawTcpServer, clean_env, env_for_testbed, wait_until
+from api_helpers import PATIENCE, RawTcpServer, clean_env, env_for_testbed, wait_until
 from cli_helpers import folded, run_verimail
 
 from bench.socks_proxy import DialingSocksProxy, SocksProxy
@@ -386,7 +386,7 @@ async def test_politeness_slots_are_per_egress_and_server_in_redis() -> None:
     held = []
     try:
         for egress in (first, second):  # (one each, though each egress's cap is 1)
-            held.append(await asyncio.wait_for(slots.take(egress.slot_key(server), 1), 5))
+            held.append(await asyncio.wait_for(slots.take(egress.slot_key(server), 1), PATIENCE))
         client = slots.leases._client
         for egress in (first, second):
             assert client.zcard(slots.leases.key(egress.slot_key(server))) == 1

@@ -17,7 +17,11 @@ from verimail.testbed.world import HostBehaviour, World
 SINGLE = "/api/verify/single"
 BATCH = "/api/verify/batch"
 FIND = "/api/find-email"
-MARGIN = 1.0  # the answer may come this much after the deadline, never later
+# The answer may come this much after the deadline, never later: room for a busy machine
+# (issue 48), and still far short of the servers' 30 s delays and the engine's 60 s timeouts:
+# only the deadline can have ended a call that answers within it.
+MARGIN = 10.0
+HUNG_UP_WITHIN = 20.0  # the engine's sessions close by then: long before its own timeouts
 
 HOSTS = {
     "ok.test": HostBehaviour(mailboxes={"alice", "john.smith"}),
@@ -45,8 +49,8 @@ async def api(tb, tmp_path, testbed_settings) -> AsyncIterator[RunningApp]:
     settings = testbed_settings(
         tb,
         tmp_path,
-        smtp_connect_timeout=30.0,
-        smtp_command_timeout=30.0,
+        smtp_connect_timeout=60.0,
+        smtp_command_timeout=60.0,
         smtp_greylist_delay=20.0,
         smtp_greylist_retries=3,
         verify_timeout=2.0,
@@ -77,7 +81,7 @@ async def test_single_answers_unknown_timeout_by_the_deadline(
     assert "did not answer in time" in body["reason"] and "1.5 s deadline" in body["reason"]
     assert total_balance(api.store, customer.account_id) == 4  # charged: it was answered
     # The engine hung up: no session of the call is left open on the server.
-    assert tb.wait_until(lambda tb: tb.total_stats().active == 0, timeout=1.0)
+    assert tb.wait_until(lambda tb: tb.total_stats().active == 0, timeout=HUNG_UP_WITHIN)
 
 
 async def test_batch_keeps_what_was_settled_and_answers_the_rest_by_the_deadline(
@@ -92,8 +96,10 @@ async def test_batch_keeps_what_was_settled_and_answers_the_rest_by_the_deadline
         "nobody@tarpit.test",
         "alice@grey.test",
     ]
-    body, elapsed = await timed(api, BATCH, {"emails": emails, "timeout": 2}, customer.headers)
-    assert elapsed <= 2 + MARGIN, elapsed
+    # 6 s: the well-behaved hosts' answers must come by then on a busy machine too (the
+    # silent and tarpitting hosts' never do).
+    body, elapsed = await timed(api, BATCH, {"emails": emails, "timeout": 6}, customer.headers)
+    assert elapsed <= 6 + MARGIN, elapsed
     got = {r["email"]: (r["status"], r["sub_status"]) for r in body["results"]}
     assert got["alice@ok.test"] == ("valid", "ok")
     assert got["nobody@ok.test"] == ("invalid", "mailbox_not_found")
@@ -104,7 +110,7 @@ async def test_batch_keeps_what_was_settled_and_answers_the_rest_by_the_deadline
     assert got["alice@tarpit.test"][1] in ("ok", "timeout")
     assert "timeout" in {got["alice@tarpit.test"][1], got["nobody@tarpit.test"][1]}
     assert body["summary"]["unknown"] >= 3 and body["credits_used"] == 6
-    assert tb.wait_until(lambda tb: tb.total_stats().active == 0, timeout=1.0)
+    assert tb.wait_until(lambda tb: tb.total_stats().active == 0, timeout=HUNG_UP_WITHIN)
 
 
 async def test_greylisting_is_answered_at_once_with_retry_after_and_the_retry_passes(
@@ -114,7 +120,7 @@ async def test_greylisting_is_answered_at_once_with_retry_after_and_the_retry_pa
     envelope sender from the same address passes postgrey's triplet once its delay is over."""
     customer = api.customer(credits=5)
     first, elapsed = await timed(api, SINGLE, {"email": "alice@grey.test"}, customer.headers)
-    assert elapsed < 1.5, elapsed
+    assert elapsed < 10, elapsed  # (not the 20 s back-off)
     assert (first["status"], first["sub_status"]) == ("unknown", "greylisted")
     assert first["retry_after"] == 300  # the reply names no delay: the setting's default
     assert first["smtp_response"].startswith("450")
@@ -164,7 +170,7 @@ async def test_find_email_answers_by_the_deadline_and_charges_nothing(
     assert body["status"] == "not_found" and body["credits_used"] == 0
     assert "deadline" in body["reason"]
     assert total_balance(api.store, customer.account_id) == 50
-    assert tb.wait_until(lambda tb: tb.total_stats().active == 0, timeout=1.0)
+    assert tb.wait_until(lambda tb: tb.total_stats().active == 0, timeout=HUNG_UP_WITHIN)
     found, _ = await timed(
         api,
         FIND,

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 import aiosmtplib
 import pytest
 
+from verimail.testbed import smtp_server
 from verimail.testbed.server import Testbed
 from verimail.testbed.world import DomainSpec, HostBehaviour, HostSpec, World
 
@@ -27,7 +28,7 @@ def one_host(**behaviour: object) -> World:
 
 @contextmanager
 def session(tb: Testbed, host: str = "mx.test.test", mail: bool = True) -> Iterator[smtplib.SMTP]:
-    client = smtplib.SMTP(tb.address_of(host), tb.smtp_port, local_hostname="probe", timeout=5)
+    client = smtplib.SMTP(tb.address_of(host), tb.smtp_port, local_hostname="probe", timeout=30)
     try:
         client.ehlo()
         if mail:
@@ -47,7 +48,7 @@ def rcpt(client: smtplib.SMTP, address: str) -> tuple[int, str]:
 
 def test_banner_and_known_mailboxes(testbed_factory: MakeTestbed) -> None:
     tb = testbed_factory(one_host(mailboxes={"alice", "Info", "bob@test.test"}))
-    client = smtplib.SMTP(timeout=5)
+    client = smtplib.SMTP(timeout=30)
     code, banner = client.connect(tb.address_of("mx.test.test"), tb.smtp_port)
     assert (code, banner.decode()) == (220, "mx.test.test ESMTP verimail testbed")
     client.ehlo("probe")
@@ -82,20 +83,37 @@ def test_full_mailbox_and_block(testbed_factory: MakeTestbed) -> None:
         )
 
 
+class _Clock:
+    """A ``time`` stand-in for the testbed's SMTP module: its ``monotonic`` moves only when
+    the test says, so a rule about elapsed time does not depend on the machine's speed."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
 def test_postgrey_rule_per_triplet_with_delay_and_retry_window(
-    testbed_factory: MakeTestbed,
+    testbed_factory: MakeTestbed, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """postgrey: a (client IP, sender, recipient) triplet is deferred until ``greylist_delay``
     after its first try, passes when retried within ``greylist_window``, and is new again
-    when first retried after the window. The rule is about elapsed time, so the test waits it."""
+    when first retried after the window. The rule is about elapsed time: the test moves the
+    testbed's clock (at 0.3 s, a busy machine's two RCPTs could be that far apart)."""
+    clock = _Clock()
+    monkeypatch.setattr(smtp_server, "time", clock)
     tb = testbed_factory(one_host(mailboxes={"alice"}, greylist_delay=0.3, greylist_window=0.9))
     greylisted = (450, "4.2.0 Greylisted, try again later")
     with session(tb) as client:
         assert rcpt(client, "alice@test.test") == greylisted
         assert rcpt(client, "alice@test.test") == greylisted  # too early: still deferred
-    time.sleep(0.35)
+    clock.sleep(0.35)
     other_ip = smtplib.SMTP(
-        tb.address_of("mx.test.test"), tb.smtp_port, timeout=5, source_address=("127.0.0.2", 0)
+        tb.address_of("mx.test.test"), tb.smtp_port, timeout=30, source_address=("127.0.0.2", 0)
     )
     other_ip.ehlo("probe")
     other_ip.mail(SENDER)
@@ -107,7 +125,7 @@ def test_postgrey_rule_per_triplet_with_delay_and_retry_window(
         client.rset()
         assert client.mail("other@verimail.test")[0] == 250
         assert rcpt(client, "alice@test.test") == greylisted  # another sender: new triplet
-    time.sleep(0.95)
+    clock.sleep(0.95)
     with session(tb) as client:
         client.rset()
         assert client.mail("other@verimail.test")[0] == 250
@@ -182,7 +200,7 @@ def test_pipelined_commands_after_the_disconnect_are_not_handled(
         sock.sendall(f"MAIL FROM:<{SENDER}>\r\n{rcpts}".encode())
         replies = reader.read().splitlines()  # everything up to the server's close
     assert [r[:3] for r in replies] == [b"250", b"550", b"550", b"421"]
-    assert tb.wait_idle(5)
+    assert tb.wait_idle()
     stats = tb.host_stats("mx.test.test")
     assert (stats.rcpt_to, stats.rejections) == (2, 2)
 
@@ -197,7 +215,7 @@ def test_refused_connection(testbed_factory: MakeTestbed) -> None:
 def test_greeting_421(testbed_factory: MakeTestbed) -> None:
     tb = testbed_factory(one_host(greeting_421=True))
     with pytest.raises(smtplib.SMTPConnectError) as info:
-        smtplib.SMTP(tb.address_of("mx.test.test"), tb.smtp_port, timeout=5)
+        smtplib.SMTP(tb.address_of("mx.test.test"), tb.smtp_port, timeout=30)
     assert info.value.smtp_code == 421
     assert info.value.smtp_error == b"4.3.2 Service not available"
     with socket.create_connection((tb.address_of("mx.test.test"), tb.smtp_port), 3) as sock:
@@ -221,15 +239,15 @@ def test_max_connections_admits_the_first_to_arrive(testbed_factory: MakeTestbed
     admitted session ends, the next connection is let in."""
     tb = testbed_factory(one_host(max_connections=2))
     where = (tb.address_of("mx.test.test"), tb.smtp_port)
-    socks = [socket.create_connection(where, timeout=5) for _ in range(4)]
+    socks = [socket.create_connection(where, timeout=30) for _ in range(4)]
     try:
         banners = [_first_line(sock) for sock in socks]
         assert [b[:3] for b in banners] == [b"220", b"220", b"421", b"421"], banners
         assert banners[2] == b"421 4.7.0 Too many concurrent connections from your IP\r\n"
         for sock in socks[1:]:
             sock.close()
-        assert tb.wait_until(lambda tb: tb.host_stats("mx.test.test").active == 1, 5)
-        with socket.create_connection(where, timeout=5) as again:
+        assert tb.wait_until(lambda tb: tb.host_stats("mx.test.test").active == 1)
+        with socket.create_connection(where, timeout=30) as again:
             assert _first_line(again).startswith(b"220 ")
     finally:
         for sock in socks:
@@ -237,28 +255,33 @@ def test_max_connections_admits_the_first_to_arrive(testbed_factory: MakeTestbed
 
 
 def test_reply_delay_applies_to_banner_and_every_reply(testbed_factory: MakeTestbed) -> None:
-    tb = testbed_factory(one_host(mailboxes={"a"}, reply_delay=0.2))
+    delay = 0.5
+    tb = testbed_factory(one_host(mailboxes={"a"}, reply_delay=delay))
     started = time.perf_counter()
-    client = smtplib.SMTP(tb.address_of("mx.test.test"), tb.smtp_port, timeout=5)
-    assert time.perf_counter() - started >= 0.2
+    client = smtplib.SMTP(tb.address_of("mx.test.test"), tb.smtp_port, timeout=30)
+    assert time.perf_counter() - started >= delay
     started = time.perf_counter()
-    client.ehlo("probe")  # multi-line: delayed once, not per line
+    reply = client.ehlo("probe")[1]  # multi-line: delayed once, not per line
     elapsed = time.perf_counter() - started
-    assert 0.2 <= elapsed < 0.6
+    lines = reply.count(b"\n") + 1
+    assert lines >= 4, reply
+    # Per line, it would have taken at least lines × delay: the rest is a busy machine's room.
+    assert delay <= elapsed < (lines - 1) * delay
     client.quit()
 
 
 def test_tarpit_slows_every_reply_after_the_first_rejection(testbed_factory: MakeTestbed) -> None:
-    tb = testbed_factory(one_host(mailboxes={"a"}, tarpit_delay=0.3))
+    delay = 1.0
+    tb = testbed_factory(one_host(mailboxes={"a"}, tarpit_delay=delay))
     with session(tb) as client:
         started = time.perf_counter()
         assert rcpt(client, "a@test.test")[0] == 250
         assert rcpt(client, "nobody@test.test")[0] == 550
-        assert time.perf_counter() - started < 0.3  # the rejection itself is not delayed
+        assert time.perf_counter() - started < delay  # the rejection itself is not delayed
         started = time.perf_counter()
         assert rcpt(client, "a@test.test")[0] == 250
         assert client.noop()[0] == 250
-        assert time.perf_counter() - started >= 0.6
+        assert time.perf_counter() - started >= 2 * delay
 
 
 def test_starttls_and_pipelining_are_advertised_only_when_configured(
@@ -341,7 +364,7 @@ async def test_peak_concurrent_with_parallel_sessions(testbed_factory: MakeTestb
 
     async def open_session(host: str) -> aiosmtplib.SMTP:
         client = aiosmtplib.SMTP(
-            hostname=tb.address_of(host), port=tb.smtp_port, timeout=5, start_tls=False
+            hostname=tb.address_of(host), port=tb.smtp_port, timeout=30, start_tls=False
         )
         await client.connect()  # returns once the banner arrived: the server counted it
         await client.ehlo()
@@ -360,7 +383,7 @@ async def test_peak_concurrent_with_parallel_sessions(testbed_factory: MakeTestb
     await asyncio.gather(*(c.quit() for c in clients))
 
     # QUIT returns before the server has counted the close: wait for that event.
-    assert await asyncio.to_thread(tb.wait_idle, 5)
+    assert await asyncio.to_thread(tb.wait_idle)
     after = tb.host_stats("one.test")
     assert (after.active, after.peak_concurrent, after.rcpt_to) == (0, 4, 4)
     assert tb.total_stats().rcpt_to == 5

@@ -25,7 +25,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from api_helpers import api_world, env_for_testbed, poll_job, running_app
+from api_helpers import PATIENCE, api_world, env_for_testbed, poll_job, running_app
 
 from verimail.runners.testing import warm_worker, worker_env
 from verimail.store import jobs as job_store
@@ -62,7 +62,7 @@ def _foreign_run(pool: str) -> UUID:
         return client.create_flow_run_from_deployment(deployment).id
 
 
-def _state_types(run_id: UUID, *, final: bool = False, timeout: float = 60.0) -> list[str]:
+def _state_types(run_id: UUID, *, final: bool = False, timeout: float = PATIENCE) -> list[str]:
     """The run's state types, oldest first; with ``final``, once it is in a final state (the
     job is completed by the flow a moment before the flow run itself ends)."""
     from prefect.client.orchestration import get_client
@@ -80,7 +80,7 @@ def _state_types(run_id: UUID, *, final: bool = False, timeout: float = 60.0) ->
 FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 
-def _online_and_ready(pool: str, timeout: float = 60.0) -> tuple[bool, set[str]]:
+def _online_and_ready(pool: str, timeout: float = PATIENCE) -> tuple[bool, set[str]]:
     """Whether a worker of ``pool`` is Online, and the statuses of our four deployments,
     once both are as the warm worker's heartbeats and polls make them (Prefect marks the
     deployments Ready in a background task of its own, a moment after a poll)."""
@@ -127,9 +127,7 @@ async def test_a_job_runs_on_the_warm_worker_and_other_runs_are_left(
                 )
                 assert created.status_code == 200, created.text
                 job_id = created.json()["job_id"]
-                done = await poll_job(
-                    app.client, f"/api/verify/bulk/{job_id}", customer.headers, timeout=240
-                )
+                done = await poll_job(app.client, f"/api/verify/bulk/{job_id}", customer.headers)
                 job = job_store.get_job_any(app.store.engine, int(job_id))
             assert done["status"] == "completed", (done, _log(log))
             assert [r["status"] for r in done["results"]] == ["valid", "invalid"]
@@ -169,9 +167,7 @@ async def test_two_warm_workers_run_each_flow_run_once(testbed_factory, testbed_
                     assert created.status_code == 200, created.text
                     ids.append(int(created.json()["job_id"]))
                 done = [
-                    await poll_job(
-                        app.client, f"/api/verify/bulk/{i}", customer.headers, timeout=240
-                    )
+                    await poll_job(app.client, f"/api/verify/bulk/{i}", customer.headers)
                     for i in ids
                 ]
                 rows = [job_store.get_job_any(app.store.engine, i) for i in ids]
@@ -233,7 +229,7 @@ async def _slow_job_on_a_warm_worker(
                 )
                 url_of_job = f"/api/verify/bulk/{created.json()['job_id']}"
                 reached = await asyncio.to_thread(
-                    tb.wait_until, lambda t: t.host_stats(SLOW_HOST).active >= 1, 120
+                    tb.wait_until, lambda t: t.host_stats(SLOW_HOST).active >= 1
                 )
                 assert reached, _log(log)
                 yield app, customer, url_of_job, worker, log
@@ -253,7 +249,7 @@ async def test_a_run_cancelled_in_prefect_is_not_killed_mid_way(
         assert job is not None
         run_id = UUID(str(job.flow_run_id))
         await asyncio.to_thread(_cancel, run_id)
-        done = await poll_job(app.client, url, customer.headers, timeout=240)
+        done = await poll_job(app.client, url, customer.headers)
         states = await asyncio.to_thread(_state_types, run_id, final=True)
     # Not killed mid-way: the job ran to its end (every row, charged as usual), and the
     # flow run ended Cancelled (not left Cancelling), saying why.
@@ -273,7 +269,7 @@ async def test_sigterm_lets_the_running_job_end(testbed_factory, testbed_setting
         log,
     ):
         worker.send_signal(signal.SIGTERM)
-        done = await poll_job(app.client, url, customer.headers, timeout=240)
+        done = await poll_job(app.client, url, customer.headers)
         job = job_store.get_job_any(app.store.engine, int(url.rsplit("/", 1)[1]))
         assert await asyncio.to_thread(worker.wait, 60) == 0, _log(log)
     assert done["status"] == "completed", (done, _log(log))

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from api_helpers import (
+    PATIENCE,
     Customer,
     RawTcpServer,
     RunningApp,
@@ -131,7 +132,7 @@ async def test_json_bulk_job_posts_its_final_state(
         created = await json_bulk(app, customer, receiver.url)
         assert created.status_code == 200, created.text
         secret = created.json()["webhook_secret"]
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + PATIENCE
         while not receiver.requests:
             assert time.monotonic() < deadline, "no webhook arrived"
             await asyncio.sleep(0.05)
@@ -183,7 +184,7 @@ def test_a_job_the_reaper_fails_posts_its_final_state(
                 raise AssertionError("out of attempts: not resumed")
 
         assert recover_stale_jobs(settings, NoRunner()) == [(job.id, "failed")]
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + PATIENCE
         while not receiver.requests:
             assert time.monotonic() < deadline, "no webhook arrived"
             time.sleep(0.02)
@@ -238,7 +239,7 @@ def test_a_webhook_owed_by_a_process_that_died_is_delivered_by_the_reaper(
             assert asyncio.run(notify_job(settings, delivered)).delivered  # its run did it
         orphan = finished_long_ago("two")
         assert recover_stale_jobs(settings, NoRunner()) == [(orphan, "webhook")]
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + PATIENCE
         while len(receiver.requests) < 2:
             assert time.monotonic() < deadline, "the owed webhook did not arrive"
             time.sleep(0.02)
@@ -475,7 +476,7 @@ async def test_a_webhook_not_delivered_is_shown_to_its_owner(
             assert created.status_code == 200, created.text
             job_id = created.json()["job_id"]
             assert created.json().get("webhook_error") is None
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + PATIENCE
             while (
                 job := (await app.client.get(f"/api/verify/bulk/{job_id}", headers=headers)).json()
             )["webhook_error"] is None:
