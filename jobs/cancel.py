@@ -43,6 +43,7 @@ from verimail.files.bulk_io import (
 )
 from verimail.files.csv_io import finder_columns, write_finder_results
 from verimail.files.partial_results import write_partial_results
+from verimail.files.shards import merged_results
 from verimail.jobs import retries
 from verimail.jobs.create import stored_info, stored_upload
 from verimail.store import jobs as job_store
@@ -95,8 +96,11 @@ def settled_results(settings: Settings, job: job_store.Job) -> pl.DataFrame:
     pass was still to ask (those are not verified: they are refunded)."""
     directory = job_dir(settings.data_dir, job.id)
     state = retries.state_path(directory)
+    shards = (job.options or {}).get("shards")
     if state.is_file():
         frame = pl.read_parquet(state)
+    elif shards is not None:  # (a sharded job's first pass: what each shard saved so far)
+        frame = merged_results(directory, int(shards["total"]))
     elif (parts := directory / RESULT_PARTS / f"run-{job.attempt}").is_dir():
         frame = read_parts(parts)
     else:

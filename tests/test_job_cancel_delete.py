@@ -426,3 +426,47 @@ async def test_finder_jobs_cancel_charging_only_the_delivered_finds_and_delete(
         reasons = [row.reason for row in ledger(app.store.engine, owner.account_id)]
         assert not [r for r in reasons if "ann.lee" in r], reasons
         assert total_balance(app.store, owner.account_id) == 90  # the ledger keeps its rows
+
+
+async def test_a_sharded_job_cancelled_mid_way_keeps_what_its_shards_settled(
+    testbed_factory, testbed_settings, tmp_path
+):
+    """Two shards (a shard size of 2): acme.test's settles at once, slow.test's server
+    greets after ten minutes. Cancelled then, the job keeps acme.test's two rows, in the
+    download and the refund, as an unsharded job would."""
+    tb = testbed_factory(
+        World.of(
+            [
+                HostSpec("mx.acme.test", HostBehaviour(mailboxes={"alice"})),
+                HostSpec("mx.slow.test", HostBehaviour(greeting_delay=600.0)),
+            ],
+            [
+                DomainSpec("acme.test", mx=[(10, "mx.acme.test")]),
+                DomainSpec("slow.test", mx=[(10, "mx.slow.test")]),
+            ],
+        )
+    )
+    settings = testbed_settings(tb, tmp_path / "data", job_shard_size=2)
+    text = "Name,Email\nAlice,alice@acme.test\nNobody,nobody@acme.test\nSlow,s@slow.test\n"
+    async with running_app(settings) as app:
+        owner = app.customer(credits=100)
+        created = await app.client.post("/api/bulk", headers=owner.headers, **_upload(text))
+        assert created.status_code == 200, created.text
+        url = f"/api/bulk/{created.json()['job_id']}"
+        job = await poll_until(
+            app.client, url, owner.headers, lambda body: body["processed_emails"] >= 2
+        )
+        assert job["shards_total"] == 2, job
+        cancelled = await app.client.post(f"{url}/cancel", headers=owner.headers)
+        assert cancelled.status_code == 200, cancelled.text
+        body = cancelled.json()
+        assert body["failed_reason"] == "cancelled by its owner after 2 of 3 rows", body
+        assert body["credits_refunded"] == 1
+        download = await app.client.get(f"{url}/download", headers=owner.headers)
+        assert download.status_code == 200, download.text
+        rows = list(csv.reader(io.StringIO(download.text)))
+        assert [r[:3] for r in rows[1:]] == [
+            ["Alice", "alice@acme.test", "Yes"],
+            ["Nobody", "nobody@acme.test", "No"],
+        ]
+        assert total_balance(app.store, owner.account_id) == 98
