@@ -77,9 +77,11 @@ def serve_command(
                 err=True,
             )
             raise typer.Exit(2)
-    _logging_of_the_server()
     ui_port = prefect_ui_port or settings.prefect_ui_port
+    # (The UI server first: it must point Prefect's client at itself before Prefect is
+    # imported, which the logging set-up does.)
     with _prefect_ui(settings, ui_port):
+        _logging_of_the_server()
         uvicorn.run(
             create_app(settings),
             host=host or settings.api_host,

@@ -222,6 +222,18 @@ CHEAP: dict[tuple[str, str], Call] = {
     ("GET", "/api/bulk/{job_id}/reverifications"): Call(
         "GET", f"/api/bulk/{UNKNOWN_BULK_ID}/reverifications"
     ),
+    ("GET", "/api/bulk"): Call("GET", "/api/bulk"),
+    ("GET", "/api/find-email/csv"): Call("GET", "/api/find-email/csv"),
+    ("GET", "/api/account/usage"): Call("GET", "/api/account/usage"),
+    ("GET", "/api/account/ledger"): Call("GET", "/api/account/ledger"),
+    ("POST", "/api/bulk/{job_id}/cancel"): Call("POST", f"/api/bulk/{UNKNOWN_BULK_ID}/cancel"),
+    ("POST", "/api/find-email/csv/{job_id}/cancel"): Call(
+        "POST", f"/api/find-email/csv/{UNKNOWN_FINDER_ID}/cancel"
+    ),
+    ("DELETE", "/api/bulk/{job_id}"): Call("DELETE", f"/api/bulk/{UNKNOWN_BULK_ID}"),
+    ("DELETE", "/api/find-email/csv/{job_id}"): Call(
+        "DELETE", f"/api/find-email/csv/{UNKNOWN_FINDER_ID}"
+    ),
 }
 """Every authenticated operation; the 401, 429, 500 and 503 recipes are built from these."""
 
@@ -1101,6 +1113,161 @@ async def reverifications_foreign(ctx: Ctx) -> None:
         assert_error_body(await ctx.idle.client.get(url, headers=other.headers), 404)
 
 
+# The job lists, usage and the ledger (issue 45)
+
+
+@recipe("GET", "/api/bulk", 200)
+async def bulk_list_ok(ctx: Ctx) -> None:
+    owner = ctx.idle.customer()
+    job_id = await create_bulk(ctx.idle, owner)
+    mine = assert_json(await ctx.idle.client.get("/api/bulk", headers=owner.headers))
+    assert [job["job_id"] for job in mine["jobs"]] == [job_id]
+    theirs = await ctx.idle.client.get("/api/bulk", headers=ctx.idle.customer().headers)
+    assert assert_json(theirs)["jobs"] == []
+
+
+@recipe("GET", "/api/bulk", 422)
+async def bulk_list_bad_filter(ctx: Ctx) -> None:
+    owner = ctx.idle.customer()
+    for query in ("status=sleeping", "limit=0", "cursor=nonsense"):
+        response = await ctx.idle.client.get(f"/api/bulk?{query}", headers=owner.headers)
+        assert_error_body(response, 422)
+
+
+@recipe("GET", "/api/find-email/csv", 200)
+async def finder_list_ok(ctx: Ctx) -> None:
+    owner = ctx.idle.customer()
+    set_finder(ctx.idle.store.engine, owner.account_id, True)
+    job_id = await create_finder_job(ctx.idle, owner)
+    mine = assert_json(await ctx.idle.client.get("/api/find-email/csv", headers=owner.headers))
+    assert [job["job_id"] for job in mine["jobs"]] == [job_id]
+
+
+@recipe("GET", "/api/find-email/csv", 422)
+async def finder_list_bad_cursor(ctx: Ctx) -> None:
+    owner = ctx.idle.customer()
+    response = await ctx.idle.client.get("/api/find-email/csv?cursor=x", headers=owner.headers)
+    assert_error_body(response, 422)
+
+
+@recipe("GET", "/api/account/usage", 200)
+async def usage_ok(ctx: Ctx) -> None:
+    owner = ctx.idle.customer()
+    await create_bulk(ctx.idle, owner)
+    body = assert_json(await ctx.idle.client.get("/api/account/usage", headers=owner.headers))
+    assert body
+
+
+@recipe("GET", "/api/account/usage", 422)
+async def usage_bad_range(ctx: Ctx) -> None:
+    owner = ctx.idle.customer()
+    url = "/api/account/usage?from=2026-11-20&to=2026-11-01"
+    assert_error_body(await ctx.idle.client.get(url, headers=owner.headers), 422)
+
+
+@recipe("GET", "/api/account/ledger", 200)
+async def ledger_ok(ctx: Ctx) -> None:
+    owner = ctx.idle.customer()
+    await create_bulk(ctx.idle, owner)
+    body = assert_json(await ctx.idle.client.get("/api/account/ledger", headers=owner.headers))
+    assert body
+
+
+@recipe("GET", "/api/account/ledger", 422)
+async def ledger_bad_cursor(ctx: Ctx) -> None:
+    owner = ctx.idle.customer()
+    url = "/api/account/ledger?cursor=x"
+    assert_error_body(await ctx.idle.client.get(url, headers=owner.headers), 422)
+
+
+# Cancel and delete (issue 45)
+
+
+@recipe("POST", "/api/bulk/{job_id}/cancel", 200)
+async def bulk_cancel_ok(ctx: Ctx) -> None:
+    owner = ctx.idle.customer()
+    job_id = await create_bulk(ctx.idle, owner)
+    response = await ctx.idle.client.post(f"/api/bulk/{job_id}/cancel", headers=owner.headers)
+    assert assert_json(response)["cancelled_at"]
+
+
+@recipe("POST", "/api/bulk/{job_id}/cancel", 404)
+async def bulk_cancel_foreign(ctx: Ctx) -> None:
+    job_id = await create_bulk(ctx.idle, ctx.idle.customer())
+    other = ctx.idle.customer()
+    response = await ctx.idle.client.post(f"/api/bulk/{job_id}/cancel", headers=other.headers)
+    assert_error_body(response, 404)
+
+
+@recipe("POST", "/api/bulk/{job_id}/cancel", 409, live=True)
+async def bulk_cancel_ended(ctx: Ctx) -> None:
+    owner = ctx.live.customer()
+    job_id = await completed_bulk(ctx.live, owner)
+    response = await ctx.live.client.post(f"/api/bulk/{job_id}/cancel", headers=owner.headers)
+    assert_error_body(response, 409)
+
+
+@recipe("POST", "/api/find-email/csv/{job_id}/cancel", 200)
+async def finder_cancel_ok(ctx: Ctx) -> None:
+    owner = ctx.idle.customer()
+    set_finder(ctx.idle.store.engine, owner.account_id, True)
+    job_id = await create_finder_job(ctx.idle, owner)
+    url = f"/api/find-email/csv/{job_id}/cancel"
+    assert assert_json(await ctx.idle.client.post(url, headers=owner.headers))["cancelled_at"]
+
+
+@recipe("POST", "/api/find-email/csv/{job_id}/cancel", 404)
+async def finder_cancel_foreign(ctx: Ctx) -> None:
+    other = ctx.idle.customer()
+    url = f"/api/find-email/csv/{UNKNOWN_FINDER_ID}/cancel"
+    assert_error_body(await ctx.idle.client.post(url, headers=other.headers), 404)
+
+
+@recipe("POST", "/api/find-email/csv/{job_id}/cancel", 409, live=True)
+async def finder_cancel_ended(ctx: Ctx) -> None:
+    owner = ctx.live.customer()
+    set_finder(ctx.live.store.engine, owner.account_id, True)
+    job_id = await create_finder_job(ctx.live, owner)
+    done = await poll_job(ctx.live.client, f"/api/find-email/csv/{job_id}", owner.headers)
+    assert done["status"] == "completed", done
+    url = f"/api/find-email/csv/{job_id}/cancel"
+    assert_error_body(await ctx.live.client.post(url, headers=owner.headers), 409)
+
+
+@recipe("DELETE", "/api/bulk/{job_id}", 204)
+async def bulk_delete_ok(ctx: Ctx) -> None:
+    owner = ctx.idle.customer()
+    job_id = await create_bulk(ctx.idle, owner)
+    response = await ctx.idle.client.delete(f"/api/bulk/{job_id}", headers=owner.headers)
+    assert response.status_code == 204, response.text
+    assert_error_body(await ctx.idle.client.get(f"/api/bulk/{job_id}", headers=owner.headers), 404)
+
+
+@recipe("DELETE", "/api/bulk/{job_id}", 404)
+async def bulk_delete_foreign(ctx: Ctx) -> None:
+    job_id = await create_bulk(ctx.idle, ctx.idle.customer())
+    other = ctx.idle.customer()
+    response = await ctx.idle.client.delete(f"/api/bulk/{job_id}", headers=other.headers)
+    assert_error_body(response, 404)
+
+
+@recipe("DELETE", "/api/find-email/csv/{job_id}", 204)
+async def finder_delete_ok(ctx: Ctx) -> None:
+    owner = ctx.idle.customer()
+    set_finder(ctx.idle.store.engine, owner.account_id, True)
+    job_id = await create_finder_job(ctx.idle, owner)
+    url = f"/api/find-email/csv/{job_id}"
+    response = await ctx.idle.client.delete(url, headers=owner.headers)
+    assert response.status_code == 204, response.text
+
+
+@recipe("DELETE", "/api/find-email/csv/{job_id}", 404)
+async def finder_delete_foreign(ctx: Ctx) -> None:
+    other = ctx.idle.customer()
+    url = f"/api/find-email/csv/{UNKNOWN_FINDER_ID}"
+    assert_error_body(await ctx.idle.client.delete(url, headers=other.headers), 404)
+
+
 KNOWN_IMPOSSIBLE: dict[Key, str] = {
     ("GET", "/api/bulk/{job_id}", 422): "a job_id that is not a number is a 404",
     ("GET", "/api/bulk/{job_id}/changes", 422): "as for GET /api/bulk/{job_id}",
@@ -1109,6 +1276,10 @@ KNOWN_IMPOSSIBLE: dict[Key, str] = {
     ("GET", "/api/bulk/{job_id}/reverifications", 422): "as for GET /api/bulk/{job_id}",
     ("GET", "/api/find-email/csv/{job_id}", 422): "job_id is any string; no query, no body",
     ("GET", "/api/find-email/csv/{job_id}/download", 422): "as above",
+    ("POST", "/api/bulk/{job_id}/cancel", 422): "as for GET /api/bulk/{job_id}",
+    ("DELETE", "/api/bulk/{job_id}", 422): "as for GET /api/bulk/{job_id}",
+    ("POST", "/api/find-email/csv/{job_id}/cancel", 422): "job_id is any string; no body",
+    ("DELETE", "/api/find-email/csv/{job_id}", 422): "as above",
 }
 """Documented, but nothing can produce them. FastAPI adds a default 422 (with its own
 ``HTTPValidationError`` schema, not ours) to every operation that has a parameter, unless

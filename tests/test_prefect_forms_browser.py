@@ -37,6 +37,9 @@ from verimail.runners.testing import (
     warm_worker,
     worker_env,
 )
+from verimail.schemas.flows import FLOWS
+
+NO_PARAMETERS = "purge-expired-jobs"  # (retention reads its one setting from the worker)
 from verimail.store import accounts
 from verimail.store import jobs as job_store
 from verimail.store.testing import postgres_problem, postgres_test_url, temporary_database_url
@@ -67,13 +70,17 @@ def _prefect_ui(data: Path) -> Iterator[PrefectUIServer]:
             server.stop()
 
 
-def _submit(page: Any, base: str, deployment_id: str, fields: dict[str, str]) -> str:
+def _submit(
+    page: Any, base: str, deployment_id: str, fields: dict[str, str], *, parameters: bool = True
+) -> str:
     """Open the deployment's Custom run form, fill ``fields`` (by their titles), leave the
-    rest as the form shows it, submit with "Validate parameters" on; the run's id."""
+    rest as the form shows it, submit with "Validate parameters" on (a flow without
+    ``parameters`` has no such switch); the run's id."""
     page.goto(f"{base}/deployments/deployment/{deployment_id}/run")
     submit = page.get_by_role("button", name="Submit")
     submit.wait_for()
-    assert page.get_by_label("Validate parameters").is_checked()
+    if parameters:
+        assert page.get_by_label("Validate parameters").is_checked()
     for title, value in fields.items():
         field = page.locator(
             f"xpath=//*[starts-with(normalize-space(text()), '{title}')]"
@@ -175,7 +182,7 @@ def _every_form(
     deployments = {
         d["name"]: d["id"] for d in httpx.post(f"{api}/deployments/filter", json={}).json()
     }
-    assert set(deployments) == {"bulk-verify", "find-emails", "verify-shard", "reverify-stored"}
+    assert set(deployments) == {entry.name for entry in FLOWS}
     context = chromium.new_context(viewport={"width": 1280, "height": 1200})
     context.set_default_timeout(30_000)
     page = context.new_page()
@@ -194,9 +201,13 @@ def _every_form(
             # (by hand, for a job that was never sharded: it has nothing to do, and says so)
             "verify-shard": {"job_id": job_id, "shard": "0", "attempt": "1"},
             "reverify-stored": {},
+            "purge-expired-jobs": {},
         }
         for name, fields in forms.items():
-            runs[name] = _final(api, _submit(page, server.url, deployments[name], fields), log)
+            submitted = _submit(
+                page, server.url, deployments[name], fields, parameters=name != NO_PARAMETERS
+            )
+            runs[name] = _final(api, submitted, log)
         # (the finder job again, now ended: nothing to do, and it says so)
         again = _submit(page, server.url, deployments["find-emails"], forms["find-emails"])
         runs["find-emails again"] = _final(api, again, log)
