@@ -38,13 +38,13 @@ from verimail.runners.testing import (
     worker_env,
 )
 from verimail.schemas.flows import FLOWS
-
-NO_PARAMETERS = "purge-expired-jobs"  # (retention reads its one setting from the worker)
 from verimail.store import accounts
 from verimail.store import jobs as job_store
 from verimail.store.testing import postgres_problem, postgres_test_url, temporary_database_url
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.prefect]
+
+NO_PARAMETERS = "purge-expired-jobs"  # (retention reads its one setting from the worker)
 
 POOL = "verimail"  # (the UI server is this test's own: the documented pool name)
 RUN_TIMEOUT = 180.0
