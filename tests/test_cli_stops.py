@@ -165,8 +165,9 @@ def test_a_put_off_address_ends_the_run_with_results_and_the_retry_command(
     assert command is not None, said
     again = run_verimail(command.group(1).split(), env, timeout=180)
     assert again.returncode == 0, again.stderr
-    # (It says what it waits for; the retry's own phase line may be too short to be shown.)
-    assert "retry pass 1 of job 1 (1 put off)" in folded(again.stderr), again.stderr
+    # (It names the put-off address it asks again: as a wait when the window is still ahead,
+    # as its phase when it is not; which lines show depends on the machine's pace.)
+    assert "1 put off" in folded(again.stderr), again.stderr
     _, *rows = _rows(results)
     assert [row[:5] for row in rows] == [
         ["A", "alice@acme.test", "Yes", "valid", "ok"],
