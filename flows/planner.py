@@ -36,7 +36,7 @@ from typing import Any
 
 from verimail.config import Settings, using_settings
 from verimail.flows.failures import prefect_api_error
-from verimail.flows.summary import installation_id, run_name
+from verimail.flows.summary import installation_id, job_words, run_name
 from verimail.jobs.context import store_for
 from verimail.jobs.reverify import run_name as list_run_name
 from verimail.schemas.flows import BY_KEY, flow_of_job
@@ -94,7 +94,7 @@ def job_request(
     name, what = run_name(job), f"job-{job.id}-run-{attempt}"
     if retry_pass:
         parameters["retry_pass"] = retry_pass
-        name = f"{_job_words(job)} · retry pass {retry_pass} of {settings.job_retry_passes}"
+        name = f"{job_words(job)} · retry pass {retry_pass} of {settings.job_retry_passes}"
         what += f"-retry-{retry_pass}"
     flow = flow_of_job(job.kind).key
     tags = (job_tag(settings, job.id),)
@@ -106,7 +106,7 @@ def merge_request(settings: Settings, job: job_store.Job) -> RunRequest:
     (its run now), which puts the shards' results together and ends the job."""
     parameters = {"job_id": job.id, "attempt": job.attempt}
     what = f"job-{job.id}-run-{job.attempt}-merge"
-    name = f"{_job_words(job)} · merge"
+    name = f"{job_words(job)} · merge"
     tags = (job_tag(settings, job.id),)
     return RunRequest("bulk", parameters, name, _key(settings, what), tags=tags, job_id=job.id)
 
@@ -117,7 +117,7 @@ def shard_request(
     """Run ``attempt`` of shard ``shard`` (from 0) of a big bulk job of ``total`` shards."""
     parameters = {"job_id": job.id, "shard": shard, "attempt": attempt}
     what = f"job-{job.id}-shard-{shard}-run-{attempt}"
-    name = f"{_job_words(job)} · shard {shard + 1} of {total}"
+    name = f"{job_words(job)} · shard {shard + 1} of {total}"
     tags = (job_tag(settings, job.id),)
     key = _key(settings, what)
     return RunRequest("shard", parameters, name, key, tags=tags, job_id=job.id, shard=shard)
@@ -127,11 +127,6 @@ def job_tag(settings: Settings, job_id: int) -> str:
     """The tag every run of a job carries (``verimail-<installation>-job-12``): a job's runs
     at a glance in the Prefect UI's filter, whatever their names."""
     return _key(settings, f"job-{job_id}")
-
-
-def _job_words(job: job_store.Job) -> str:
-    """``bulk job 12``: the start of every name of the job's runs."""
-    return run_name(job).split(" · ")[0]
 
 
 def from_deployment() -> bool:

@@ -68,9 +68,14 @@ def artifact_key(settings: Settings, what: str) -> str:
     return f"verimail-{installation_id(settings)}-{what}"
 
 
+def job_words(job: job_store.Job) -> str:
+    """``bulk job 12``: the start of the name of every run of the job."""
+    return f"{_KIND_WORD.get(job.kind, job.kind)} job {job.id}"
+
+
 def run_name(job: job_store.Job) -> str:
     """A flow run's name for a job: ``bulk job 12 · leads.csv``."""
-    name = f"{_KIND_WORD.get(job.kind, job.kind)} job {job.id}"
+    name = job_words(job)
     source = "JSON list" if job.kind == "bulk_json" else (job.options or {}).get("filename")
     return f"{name} · {source}" if source else name
 
@@ -85,7 +90,7 @@ async def name_unnamed_run(job: job_store.Job) -> None:
         current = get_run_context().flow_run.name  # type: ignore[union-attr]
     except Exception:  # (no run here)
         return
-    if not current.startswith(run_name(job).split(" · ")[0] + " "):
+    if not current.startswith(job_words(job) + " "):
         await name_this_run(run_name(job))
 
 
